@@ -1,0 +1,250 @@
+"""One Atari game with the Nature-DQN input pipeline, and game-name handling.
+
+The protocol is that of Mnih et al. (2015), "Human-level control through deep reinforcement
+learning", in the terms of Machado et al. (2018), "Revisiting the Arcade Learning
+Environment": 4 emulator frames per agent step with a pixel-wise max over the last 2, grayscale,
+an 84x84 resize, up to `noop_max` no-op frames and FIRE at the start of each game, a life loss
+ending the *learning* episode while the game goes on, and a cap on the agent steps of a game.
+
+Gymnasium's `AtariPreprocessing` does the frame skip, the 2-frame max, grayscale and no-ops.
+This module adds only what it lacks, so that one `AtariEnv` behaves like one environment of
+ale-py's `AtariVectorEnv(autoreset_mode="SameStep", life_loss_info=True)`:
+
+- FIRE once (one emulator frame) right after the emulator reset, before the no-ops, for games
+  whose minimal action set has FIRE (ale-py's `use_fire_reset`);
+- the life-loss terminal without a game reset (a loss counts when 0 < lives < lives before,
+  as in ale-py and the OpenAI baselines);
+- the episode cap counted in agent steps after the reset procedure, as ale-py's vector env
+  counts it (the ALE's own frame cap would also count the no-op frames);
+- the automatic reset at game over, returning the new game's first frame;
+- the choice of resize interpolation (Gymnasium hard-codes area).
+
+The no-op count is Gymnasium's (1..noop_max frames). ale-py's vector env draws 0..noop_max-1
+frames, FIRE included, from its own generator, so the two backends agree frame for frame only
+without no-ops and sticky actions; with them they agree in distribution up to one frame.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, NamedTuple
+
+import ale_py
+import ale_py.registration
+import ale_py.roms
+import cv2
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import AtariPreprocessing
+
+from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS
+
+gym.register_envs(ale_py)
+
+_CV2_FLAGS = {
+    "area": cv2.INTER_AREA,
+    "linear": cv2.INTER_LINEAR,
+    "nearest": cv2.INTER_NEAREST,
+    "cubic": cv2.INTER_CUBIC,
+}
+assert set(_CV2_FLAGS) == set(INTERPOLATIONS)
+
+_FIRE = "FIRE"
+
+
+def rom_ids() -> list[str]:
+    """The ROM ids ale-py ships (`pong`, `space_invaders`, ...)."""
+    return list(ale_py.roms.get_all_rom_ids())
+
+
+def _name_key(name: str) -> str:
+    """Reduces ROM ids, CamelCase and Gymnasium ids to one spelling: `spaceinvaders`."""
+    name = name.strip().split("/")[-1]  # ALE/Pong-v5 -> Pong-v5
+    name = re.sub(r"-v\d+$", "", name)  # Pong-v5 -> Pong
+    name = re.sub(r"(-ram)?(NoFrameskip|Deterministic)?(-ram)?$", "", name)
+    return name.replace("_", "").lower()
+
+
+def resolve_game(name: str) -> str:
+    """Returns the ale-py ROM id of a game.
+
+    Accepts ROM ids (`space_invaders`), CamelCase (`SpaceInvaders`) and Gymnasium ids
+    (`ALE/SpaceInvaders-v5`, `SpaceInvadersNoFrameskip-v4`).
+
+    Raises:
+        ValueError: the name matches no ROM ale-py ships; the one-line message lists close
+            matches.
+    """
+    ids = rom_ids()
+    by_key = {_name_key(rom): rom for rom in ids}
+    key = _name_key(name)
+    if key in by_key:
+        return by_key[key]
+    close = difflib.get_close_matches(key, list(by_key), n=3, cutoff=0.6)
+    if close:
+        hint = "did you mean: " + ", ".join(by_key[k] for k in close) + "?"
+    else:
+        hint = f"expected one of the {len(ids)} ROM ids ale-py ships, e.g. pong, breakout"
+    raise ValueError(f"unknown game {name!r}; {hint}")
+
+
+def _check_interp(interp: str) -> None:
+    if interp not in _CV2_FLAGS:
+        raise ValueError(f"interp must be one of {', '.join(INTERPOLATIONS)}; got {interp!r}")
+
+
+class AtariStep(NamedTuple):
+    """What one agent step (4 emulator frames) of an `AtariEnv` returns."""
+
+    frame: np.ndarray  # (84, 84) uint8, newest frame; the new game's first at game over
+    reward: float  # raw change of the game score (the learner clips it)
+    terminal: bool  # learning episode over without bootstrap: life lost or game ended
+    truncated: bool  # game cut off by the episode cap (and not terminal)
+    game_over: bool  # the game itself ended (terminated or truncated); env was reset
+
+
+class _FireAtReset(gym.Wrapper):
+    """Presses FIRE for one emulator frame right after the emulator reset.
+
+    Matches ale-py's vector env (`use_fire_reset`): FIRE once after `reset_game`, before the
+    no-ops, for games whose action set has FIRE; games such as Breakout wait for it to start.
+    Must wrap the frameskip=1 environment, below `AtariPreprocessing`.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action: int | None = meanings.index(_FIRE) if _FIRE in meanings else None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        if self.fire_action is not None:
+            obs, _, _, _, info = self.env.step(self.fire_action)
+        return obs, info
+
+
+class AtariEnv:
+    """One Atari game with the Nature pipeline; see the module docstring.
+
+    Frames are (84, 84) uint8. At game over the game resets itself and `step` returns the new
+    game's first frame, like ale-py's vector env with `autoreset_mode="SameStep"`.
+    """
+
+    def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str):
+        _check_interp(interp)
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
+        self._env = env
+        self._ale = env.unwrapped.ale
+        self._max_episode_steps = max_episode_steps
+        self._cv2_flag = _CV2_FLAGS[interp]
+        self._lives = 0
+        self._steps = 0  # agent steps since the current game's reset procedure
+        self.n_actions: int = int(env.action_space.n)
+
+    @property
+    def lives(self) -> int:
+        """Lives left in the current game (0 for games without lives)."""
+        return int(self._ale.lives())
+
+    @property
+    def episode_frame_number(self) -> int:
+        """Emulator frames since the current game's emulator reset (no-ops included)."""
+        return int(self._ale.getEpisodeFrameNumber())
+
+    def action_meanings(self) -> list[str]:
+        return list(self._env.unwrapped.get_action_meanings())
+
+    def screen_rgb(self) -> np.ndarray:
+        """The raw (210, 160, 3) uint8 RGB screen, for recording videos."""
+        return self._ale.getScreenRGB()
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Starts a new game (FIRE, no-ops) and returns its first frame.
+
+        Args:
+            seed: seeds the no-op draws and the emulator; None continues the generators.
+        """
+        obs, _ = self._env.reset(seed=seed)
+        self._lives = self.lives
+        self._steps = 0
+        return self._resize(obs)
+
+    def step(self, action: int) -> AtariStep:
+        """Acts for 4 emulator frames; resets the game when it ends (see `AtariStep`)."""
+        obs, reward, game_terminated, ale_truncated, _ = self._env.step(int(action))
+        self._steps += 1
+        lives = self.lives
+        life_lost = 0 < lives < self._lives
+        self._lives = lives
+        terminal = bool(game_terminated) or life_lost
+        capped = self._steps >= self._max_episode_steps or bool(ale_truncated)
+        game_over = bool(game_terminated) or capped
+        frame = self.reset() if game_over else self._resize(obs)
+        return AtariStep(frame, float(reward), terminal, capped and not terminal, game_over)
+
+    def close(self) -> None:
+        self._env.close()
+
+    def _resize(self, screen: np.ndarray) -> np.ndarray:
+        size = (FRAME_SIZE, FRAME_SIZE)
+        return cv2.resize(screen, size, interpolation=self._cv2_flag)
+
+
+def gymnasium_id(game: str) -> str:
+    """The Gymnasium id of a game: `space_invaders` -> `ALE/SpaceInvaders-v5`."""
+    return f"ALE/{ale_py.registration.rom_id_to_name(resolve_game(game))}-v5"
+
+
+def make_atari_env(
+    game: str,
+    *,
+    seed: int,
+    noop_max: int = 30,
+    sticky_actions: float = 0.0,
+    max_episode_steps: int = 27_000,
+    interp: str = "area",
+) -> AtariEnv:
+    """Builds one game with the Nature pipeline (Mnih et al. 2015; Machado et al. 2018).
+
+    Args:
+        game: ROM id, CamelCase or Gymnasium id (see `resolve_game`).
+        seed: seeds the first `reset` of the returned env (it is reset here).
+        noop_max: most no-op frames at the start of a game (0 = none).
+        sticky_actions: probability that the emulator repeats the previous action.
+        max_episode_steps: agent steps after which a game is cut off.
+        interp: resize interpolation, one of area, linear, nearest, cubic.
+
+    Raises:
+        ValueError: unknown game or interpolation, or a setting out of range.
+    """
+    _check_interp(interp)
+    if noop_max < 0:
+        raise ValueError(f"noop_max must be 0 or more; got {noop_max}")
+    if not 0.0 <= sticky_actions <= 1.0:
+        raise ValueError(f"sticky_actions must be within [0, 1]; got {sticky_actions}")
+    base = gym.make(
+        gymnasium_id(game),
+        frameskip=1,
+        repeat_action_probability=sticky_actions,
+        full_action_space=False,
+        # Backstop only: the cap is counted in agent steps by AtariEnv, after the reset
+        # procedure (FIRE + no-ops), as ale-py's vector env counts it.
+        max_num_frames_per_episode=max_episode_steps * FRAME_SKIP + noop_max + 1,
+    )
+    raw_height, raw_width = base.observation_space.shape[:2]
+    preprocessed = AtariPreprocessing(
+        _FireAtReset(base),
+        noop_max=noop_max,
+        frame_skip=FRAME_SKIP,
+        # Native size: AtariPreprocessing only max-pools and converts to grayscale here;
+        # AtariEnv resizes with the chosen interpolation (AtariPreprocessing hard-codes area).
+        screen_size=(raw_width, raw_height),
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
+    env = AtariEnv(preprocessed, max_episode_steps=max_episode_steps, interp=interp)
+    env.reset(seed=seed)
+    return env

@@ -1,0 +1,199 @@
+"""Every setting of a run, in one frozen dataclass with the Nature-DQN defaults.
+
+The command-line flags of both entry points, their `--help` text, `config.json` and the
+README's flag table are all generated from `Config`; nothing else in the package reads flags.
+Defaults follow Mnih et al. (2015), "Human-level control through deep reinforcement learning",
+and the Atari protocol names of Machado et al. (2018).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any, Sequence
+
+# Atari protocol constants that no flag changes: they define the learning problem's input.
+FRAME_SKIP = 4  # emulator frames per agent step (the last 2 are max-pooled)
+FRAME_SIZE = 84  # pixels, square grayscale frame
+HISTORY = 4  # frames stacked into one state
+
+ALGO_DQN = "dqn"
+ALGO_FAST_DQN = "fast_dqn"
+
+INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
+BACKENDS = ("vector", "threads")
+
+
+def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
+    return dataclasses.field(
+        default=default,
+        metadata={"help": help, "fast_only": fast_only, "choices": tuple(choices)},
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Settings of one training run. Units are in each field's help text."""
+
+    game: str = _field("pong", "Atari ROM id (pong, space_invaders; SpaceInvaders and "
+                       "ALE/SpaceInvaders-v5 are accepted too)")
+    timesteps: int = _field(50_000_000, "agent steps to train (1 step = 4 frames; the Nature "
+                            "budget is 200M frames)")
+    evaluate: int = _field(250_000, "evaluation period in agent steps (0 = never)")
+    seed: int = _field(0, "random seed for environments, exploration, replay and network")
+    interp: str = _field("area", "interpolation of the 84x84 resize", choices=INTERPOLATIONS)
+
+    replay_capacity: int = _field(1_000_000, "replay memory size in transitions")
+    replay_start: int = _field(50_000, "uniformly random agent steps before learning starts")
+    train_freq: int = _field(4, "agent steps per minibatch update")
+    target_update: int = _field(10_000, "agent steps between target-network updates")
+    batch_size: int = _field(32, "transitions per minibatch")
+    lr: float = _field(2.5e-4, "centered RMSProp learning rate")
+    rmsprop_rho: float = _field(0.95, "centered RMSProp gradient momentum (rho)")
+    rmsprop_epsilon: float = _field(0.01, "centered RMSProp epsilon")
+    discount: float = _field(0.99, "discount factor gamma")
+    initial_epsilon: float = _field(1.0, "exploration epsilon at the start of learning")
+    exploration_steps: int = _field(1_000_000, "agent steps over which epsilon decays linearly")
+    final_epsilon: float = _field(0.1, "exploration epsilon after the decay")
+    eval_episodes: int = _field(30, "full games per evaluation")
+    eval_epsilon: float = _field(0.05, "epsilon of the evaluation policy")
+    sticky_actions: float = _field(0.0, "probability of repeating the previous action "
+                                   "(Machado et al. 2018 use 0.25; Nature used none)")
+    noop_max: int = _field(30, "maximum random no-op actions at the start of each game")
+    max_episode_steps: int = _field(27_000, "agent steps before a game is cut off "
+                                    "(27,000 steps = 108,000 frames = 30 minutes)")
+
+    logdir: str = _field("", "run directory (default runs/<game>-<algo>-seed<seed>-<time>)")
+    checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
+                                   "the end and on interruption)")
+    checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints")
+    resume: str = _field("", "run directory to continue from its latest checkpoint")
+    progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
+                                   "not a terminal")
+
+    workers: int = _field(8, "number of environments acting in parallel", fast_only=True)
+    concurrent: bool = _field(True, "train in a background thread while the samplers act",
+                              fast_only=True)
+    synchronize: bool = _field(True, "batch the samplers' Q-value queries in lock-step rounds",
+                               fast_only=True)
+    backend: str = _field("vector", "sampler pool: ale-py's C++ vector env, or one Python "
+                          "thread per env", fast_only=True, choices=BACKENDS)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+
+def fast_only_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(Config) if f.metadata["fast_only"])
+
+
+def parse_bool(text: str) -> bool:
+    """Parses the boolean spellings the original tool accepted."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "y", "t"):
+        return True
+    if lowered in ("false", "0", "no", "n", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false/1/0/yes/no, got {text!r}")
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line and exit with status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, algo: str) -> None:
+    """Adds one flag per `Config` field (fast-only fields only for the fast trainer)."""
+    for field in dataclasses.fields(Config):
+        if field.metadata["fast_only"] and algo != ALGO_FAST_DQN:
+            continue
+        kwargs: dict[str, Any] = {"default": None, "dest": field.name}
+        if field.type in ("bool", bool):
+            kwargs["type"] = parse_bool
+            kwargs["metavar"] = "BOOL"
+        elif field.type in ("int", int):
+            kwargs["type"] = int
+        elif field.type in ("float", float):
+            kwargs["type"] = float
+        if field.metadata["choices"]:
+            kwargs["choices"] = field.metadata["choices"]
+        kwargs["help"] = f"{field.metadata['help']} (default: {field.default!r})"
+        parser.add_argument(flag_name(field.name), **kwargs)
+
+
+def make_parser(algo: str, description: str) -> OneLineErrorParser:
+    parser = OneLineErrorParser(description=description)
+    add_config_flags(parser, algo)
+    return parser
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the user gave on the command line (flags left out are None)."""
+    names = {f.name for f in dataclasses.fields(Config)}
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return Config(**given_settings(args))
+
+
+def validate(config: Config, algo: str) -> None:
+    """Raises ValueError with a one-line, actionable message for settings that cannot run."""
+    positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
+                "eval_episodes", "max_episode_steps", "workers")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{flag_name(name)} must be at least 1; got {getattr(config, name)}")
+    non_negative = ("evaluate", "replay_start", "exploration_steps", "noop_max",
+                    "checkpoint_every", "seed")
+    for name in non_negative:
+        if getattr(config, name) < 0:
+            raise ValueError(f"{flag_name(name)} must be 0 or more; got {getattr(config, name)}")
+    probabilities = ("initial_epsilon", "final_epsilon", "eval_epsilon", "sticky_actions",
+                     "discount", "rmsprop_rho")
+    for name in probabilities:
+        value = getattr(config, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{flag_name(name)} must be within [0, 1]; got {value}")
+    if not config.lr > 0:
+        raise ValueError(f"--lr must be positive; got {config.lr}")
+    if not config.rmsprop_epsilon > 0:
+        raise ValueError(f"--rmsprop-epsilon must be positive; got {config.rmsprop_epsilon}")
+    if config.progress_every <= 0:
+        raise ValueError(f"--progress-every must be positive; got {config.progress_every}")
+    if config.replay_start > config.replay_capacity:
+        raise ValueError(f"--replay-start ({config.replay_start}) must not exceed "
+                         f"--replay-capacity ({config.replay_capacity})")
+    if algo == ALGO_FAST_DQN:
+        _validate_fast(config)
+
+
+def _validate_fast(config: Config) -> None:
+    if config.target_update % config.train_freq != 0:
+        raise ValueError(f"--train-freq ({config.train_freq}) must divide --target-update "
+                         f"({config.target_update}) so that every epoch has whole minibatches")
+    if config.target_update % config.workers != 0:
+        raise ValueError(f"--workers ({config.workers}) must divide --target-update "
+                         f"({config.target_update}); try "
+                         f"{_nearest_divisor(config.target_update, config.workers)}")
+    if config.replay_start % config.workers != 0:
+        raise ValueError(f"--workers ({config.workers}) must divide --replay-start "
+                         f"({config.replay_start})")
+    if config.backend == "vector" and config.interp != "area":
+        raise ValueError("--interp other than 'area' needs --backend=threads (ale-py's vector "
+                         "env always resizes with area interpolation)")
+
+
+def _nearest_divisor(total: int, wanted: int) -> int:
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    return min(divisors, key=lambda d: (abs(d - wanted), d))

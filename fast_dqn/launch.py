@@ -1,0 +1,124 @@
+"""Builds a training run from the command line and runs it; the entry points call `main`.
+
+Bad input is found before anything is written or allocated: it gets one line on stderr and
+exit status 2. A run interrupted by SIGINT/SIGTERM exits with 130/143 after writing its
+summary; a diverged run exits with 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop, check_resources
+from fast_dqn.atari import resolve_game
+from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, config_from_args, make_parser,
+                             validate)
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.run_files import Progress, RunFiles, check_run_dir_writable, default_run_dir
+from fast_dqn.samplers import EnvPool, make_env_pool
+
+DESCRIPTIONS = {
+    ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "
+              "act 4 steps, train 1 minibatch, repeat.",
+    ALGO_FAST_DQN: "Nature DQN on Atari, trained by the concurrent and synchronized scheme of "
+                   "Daley & Amato (2021): samplers act with the target network while a "
+                   "trainer thread updates the online network.",
+}
+
+
+class UsageError(ValueError):
+    """Bad input: reported in one line with exit status 2."""
+
+
+def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
+    """Parses and checks the command line; raises ValueError on bad input."""
+    parser = make_parser(algo, DESCRIPTIONS[algo])
+    config = config_from_args(parser.parse_args(argv))
+    validate(config, algo)
+    config = config.replace(game=resolve_game(config.game))
+    if not config.logdir:
+        config = config.replace(logdir=str(default_run_dir(config.game, algo, config.seed)))
+    check_resources(config)
+    check_run_dir_writable(Path(config.logdir))
+    return config
+
+
+def make_pool(config: Config, num_envs: int, backend: str, seed: int) -> EnvPool:
+    return make_env_pool(backend, config.game, num_envs, seed=seed, noop_max=config.noop_max,
+                         sticky_actions=config.sticky_actions,
+                         max_episode_steps=config.max_episode_steps, interp=config.interp)
+
+
+def eval_backend(config: Config) -> str:
+    """ale-py's vector env where it gives the training frames; Python threads otherwise."""
+    return "vector" if config.interp == "area" else "threads"
+
+
+def build_loop(config: Config, algo: str, run_files: RunFiles) -> tuple[TrainingLoop, str]:
+    """Wires the parts of a run together; returns the loop and the device line."""
+    from fast_dqn.q_network import QNetwork, configure_device  # TensorFlow loads here
+
+    device = configure_device()
+    print(device, flush=True)
+    if algo == ALGO_FAST_DQN:
+        pool = make_pool(config, config.workers, config.backend, config.seed)
+    else:
+        pool = make_pool(config, 1, "threads", config.seed)
+    network = QNetwork(pool.n_actions, lr=config.lr, rho=config.rmsprop_rho,
+                       epsilon=config.rmsprop_epsilon, discount=config.discount,
+                       seed=config.seed)
+    seeds = np.random.SeedSequence(config.seed).spawn(2)
+    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
+
+    def make_eval_pool() -> EnvPool:
+        return make_pool(config, config.eval_episodes, eval_backend(config), config.seed)
+
+    progress = Progress(config.timesteps, every_seconds=config.progress_every)
+    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+                      make_eval_pool=make_eval_pool, run_log=run_files,
+                      rng=np.random.default_rng(seeds[1]), progress=progress)
+    loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN
+    return loop_class(parts), device
+
+
+def main(argv: Sequence[str] | None, algo: str) -> int:
+    try:
+        config = prepare_config(argv, algo)
+    except ValueError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        return 2
+    run_dir = Path(config.logdir)
+    with RunFiles(run_dir) as run_files:
+        run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
+        print(f"run directory: {run_dir}", flush=True)
+        loop, device = build_loop(config, algo, run_files)
+        return run(loop, run_files, device)
+
+
+def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
+    """Runs the loop; the summary is written however it ends."""
+    status = 1
+    try:
+        loop.run()
+        status = 128 + loop.stop.signal_number if loop.stop else 0
+    except NonFiniteLoss as error:
+        print(f"error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted twice: stopping at once", file=sys.stderr)
+        status = 128 + signal.SIGINT
+    finally:
+        finished = status == 0 and loop.step >= loop.config.timesteps
+        run_files.write_summary(loop.summary(finished=finished, device=device))
+        if loop.progress is not None:
+            loop.progress.close()
+        loop.close()
+    steps_per_second, _ = loop.rates()
+    print(f"done: {loop.step} steps, {steps_per_second:.0f} steps/s after the replay start, "
+          f"{loop.updates} updates; files in {run_files.run_dir}", flush=True)
+    return status

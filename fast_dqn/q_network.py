@@ -1,0 +1,156 @@
+"""The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
+
+This and the TensorBoard writer are the only modules that import TensorFlow.
+Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
+layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
+learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from fast_dqn.config import FRAME_SIZE, HISTORY  # noqa: E402
+from fast_dqn.replay_memory import Batch  # noqa: E402
+
+keras = tf.keras
+STATE_SHAPE = (HISTORY, FRAME_SIZE, FRAME_SIZE)
+
+
+def configure_device(deterministic_cpu: bool = True) -> str:
+    """Picks the training device and returns one line that names it.
+
+    GPUs get memory growth so that several runs of a sweep can share one card. On the CPU,
+    ops are made deterministic so that a seed fixes a run bit for bit.
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass  # already initialized: the setting is fixed for this process
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        return f"training on GPU: {details.get('device_name', gpus[0].name)}"
+    if deterministic_cpu:
+        tf.config.experimental.enable_op_determinism()
+    return f"training on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
+
+
+def build_nature_cnn(n_actions: int, name: str) -> keras.Model:
+    """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
+
+    Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
+    """
+    states = keras.Input(STATE_SHAPE, dtype="uint8", name="states")
+    x = keras.layers.Rescaling(1.0 / 255.0)(states)
+    x = keras.layers.Permute((2, 3, 1))(x)  # to channels-last, which CPU convolutions need
+    x = keras.layers.Conv2D(32, 8, strides=4, activation="relu")(x)
+    x = keras.layers.Conv2D(64, 4, strides=2, activation="relu")(x)
+    x = keras.layers.Conv2D(64, 3, strides=1, activation="relu")(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(512, activation="relu")(x)
+    q_values = keras.layers.Dense(n_actions)(x)
+    return keras.Model(states, q_values, name=name)
+
+
+def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    abs_x = tf.abs(x)
+    quadratic = tf.minimum(abs_x, delta)
+    return 0.5 * tf.square(quadratic) + delta * (abs_x - quadratic)
+
+
+class QNetwork:
+    """Online and target Nature CNNs with the DQN update.
+
+    Thread use: in the fast scheme the trainer thread calls `train`, the sampler loop calls
+    `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
+    trainer is drained. The target network is frozen in between, so the two never race.
+    """
+
+    def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
+                 discount: float, seed: int):
+        keras.utils.set_random_seed(seed)
+        self.n_actions = n_actions
+        self.discount = discount
+        self.online = build_nature_cnn(n_actions, "online")
+        self.target = build_nature_cnn(n_actions, "target")
+        self.optimizer = keras.optimizers.RMSprop(
+            learning_rate=lr, rho=rho, epsilon=epsilon, centered=True, momentum=0.0)
+        self.optimizer.build(self.online.trainable_variables)
+        # Sums over the updates since the last `take_train_stats`, kept on the device so
+        # that an update never waits for a host copy.
+        self._loss_sum = tf.Variable(0.0, trainable=False)
+        self._q_sum = tf.Variable(0.0, trainable=False)
+        self._updates = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.sync_target()
+        self._train_fn = tf.function(self._train_step, jit_compile=False, reduce_retracing=True)
+        self._greedy_fns = {
+            True: tf.function(self._greedy_target, reduce_retracing=True),
+            False: tf.function(self._greedy_online, reduce_retracing=True),
+        }
+
+    def sync_target(self) -> None:
+        for target_var, online_var in zip(self.target.variables, self.online.variables):
+            target_var.assign(online_var)
+
+    def _greedy_target(self, states: tf.Tensor) -> tf.Tensor:
+        return tf.argmax(self.target(states, training=False), axis=1, output_type=tf.int32)
+
+    def _greedy_online(self, states: tf.Tensor) -> tf.Tensor:
+        return tf.argmax(self.online(states, training=False), axis=1, output_type=tf.int32)
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
+        """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
+        return self._greedy_fns[use_target](tf.constant(states)).numpy()
+
+    def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
+        network = self.target if use_target else self.online
+        return network(tf.constant(states), training=False).numpy()
+
+    def td_targets(self, rewards: tf.Tensor, next_states: tf.Tensor,
+                   terminals: tf.Tensor) -> tf.Tensor:
+        """r + discount * max_a' Q_target(s', a'), with no bootstrap from terminal transitions."""
+        next_q = tf.reduce_max(self.target(next_states, training=False), axis=1)
+        not_terminal = 1.0 - tf.cast(terminals, tf.float32)
+        return rewards + self.discount * not_terminal * next_q
+
+    def _train_step(self, states, actions, rewards, next_states, terminals):
+        targets = tf.stop_gradient(self.td_targets(rewards, next_states, terminals))
+        with tf.GradientTape() as tape:
+            q = self.online(states, training=True)
+            q_taken = tf.gather(q, actions, axis=1, batch_dims=1)
+            loss = tf.reduce_mean(huber(targets - q_taken))
+        gradients = tape.gradient(loss, self.online.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.online.trainable_variables))
+        self._loss_sum.assign_add(loss)
+        self._q_sum.assign_add(tf.reduce_mean(q_taken))
+        self._updates.assign_add(1)
+
+    def train(self, batch: Batch) -> None:
+        """One minibatch update of the online network."""
+        self._train_fn(tf.constant(batch.states), tf.constant(batch.actions),
+                       tf.constant(batch.rewards), tf.constant(batch.next_states),
+                       tf.constant(batch.terminals))
+
+    def take_train_stats(self) -> tuple[float, float, int]:
+        """Mean loss and mean Q(s, a) over the updates since the last call, and their count."""
+        updates = int(self._updates.numpy())
+        if updates == 0:
+            return float("nan"), float("nan"), 0
+        loss = float(self._loss_sum.numpy()) / updates
+        mean_q = float(self._q_sum.numpy()) / updates
+        self._loss_sum.assign(0.0)
+        self._q_sum.assign(0.0)
+        self._updates.assign(0)
+        return loss, mean_q, updates
+
+    def checkpoint(self) -> tf.train.Checkpoint:
+        """Networks and optimizer slots, saved by TensorFlow's own format (no pickles)."""
+        return tf.train.Checkpoint(online=self.online, target=self.target,
+                                   optimizer=self.optimizer)

@@ -1,0 +1,284 @@
+"""The replay memory: single frames in a circular store, 4-frame states rebuilt on sampling.
+
+Each slot holds one transition: the newest frame of the state the action was taken in,
+the action, the reward clipped to its sign, and two flags (after dopamine's replay buffer):
+
+  terminal     the transition ended the learning episode; its next state is never used.
+  episode_end  the learning episode ended here (terminal, or cut off by the episode cap);
+               no state reaches back across it.
+
+A state is the frame of its own slot plus up to HISTORY - 1 older frames of the same learning
+episode; frames from before the episode's start are zero. `FrameHistory` applies the same
+rule on the actor side, so the state an actor saw and the state this memory rebuilds for the
+same step are identical.
+
+    slots:     ... | f5 | f6 | f7 | f8 | f9 | ...
+                         end        ^ i
+    state(i) = [0, f7, f8, f9]     (f6 ended the previous episode: zero padding)
+    next(i)  = [f7, f8, f9, f10]   (slot i + 1)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fast_dqn.config import FRAME_SIZE, HISTORY
+
+FRAME_SHAPE = (FRAME_SIZE, FRAME_SIZE)
+# Bytes one slot costs: frame + action (uint8) + reward (float32) + two flags.
+BYTES_PER_TRANSITION = FRAME_SIZE * FRAME_SIZE + 1 + 4 + 1 + 1
+_MAX_SAMPLING_ROUNDS = 1000
+
+
+class Batch(NamedTuple):
+    """A minibatch; states are (B, HISTORY, 84, 84) uint8, oldest frame first."""
+
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_states: np.ndarray
+    terminals: np.ndarray
+
+
+def replay_bytes(capacity: int) -> int:
+    return capacity * BYTES_PER_TRANSITION
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, or None where the kernel does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_memory_for(capacity: int, headroom_bytes: int = 2 * 1024**3) -> None:
+    """Raises ValueError if this machine cannot hold a replay memory of `capacity`.
+
+    numpy allocates lazily, so an oversized memory would fail hours into a run; this check
+    runs before anything is allocated.
+    """
+    needed = replay_bytes(capacity)
+    available = available_memory_bytes()
+    if available is not None and needed + headroom_bytes > available:
+        raise ValueError(
+            f"--replay-capacity {capacity} needs {needed / 1e9:.1f} GB of memory (plus "
+            f"{headroom_bytes / 1e9:.0f} GB headroom) but only {available / 1e9:.1f} GB is "
+            f"available; lower --replay-capacity")
+
+
+def clip_reward(reward: np.ndarray | float) -> np.ndarray:
+    """Nature DQN clips rewards to their sign for learning (Mnih et al., 2015)."""
+    return np.sign(np.asarray(reward, dtype=np.float32))
+
+
+class ReplayMemory:
+    """Circular store of single-frame transitions with vectorized minibatch sampling.
+
+    Owned by whoever adds: in the fast scheme only the main thread adds, at sync points,
+    while the trainer thread is drained; during an epoch the trainer only reads.
+    """
+
+    def __init__(self, capacity: int, rng: np.random.Generator):
+        if capacity < HISTORY + 1:
+            raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
+        self.capacity = capacity
+        self._rng = rng
+        self.frames = np.zeros((capacity, *FRAME_SHAPE), dtype=np.uint8)
+        self.actions = np.zeros(capacity, dtype=np.uint8)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.terminals = np.zeros(capacity, dtype=bool)
+        self.episode_ends = np.zeros(capacity, dtype=bool)
+        self.cursor = 0  # the slot the next transition goes to
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def rng(self) -> np.random.Generator:
+        return self._rng
+
+    def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
+            episode_end: bool) -> None:
+        """Stores one transition; `reward` is the raw game reward (clipped here)."""
+        slot = self.cursor
+        self.frames[slot] = frame
+        self.actions[slot] = action
+        self.rewards[slot] = clip_reward(reward)
+        self.terminals[slot] = terminal
+        self.episode_ends[slot] = episode_end or terminal
+        self._advance(1)
+
+    def add_many(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                 terminals: np.ndarray, episode_ends: np.ndarray) -> None:
+        """Stores transitions in order (one sampler's finished episodes), vectorized."""
+        count = len(frames)
+        if count > self.capacity:
+            keep = slice(count - self.capacity, count)
+            frames, actions, rewards = frames[keep], actions[keep], rewards[keep]
+            terminals, episode_ends = terminals[keep], episode_ends[keep]
+            count = self.capacity
+        slots = (self.cursor + np.arange(count)) % self.capacity
+        self.frames[slots] = frames
+        self.actions[slots] = actions
+        self.rewards[slots] = clip_reward(rewards)
+        self.terminals[slots] = terminals
+        self.episode_ends[slots] = np.logical_or(episode_ends, terminals)
+        self._advance(count)
+
+    def _advance(self, count: int) -> None:
+        self.cursor = (self.cursor + count) % self.capacity
+        self.size = min(self.size + count, self.capacity)
+
+    def _ages(self, slots: np.ndarray) -> np.ndarray:
+        """0 for the newest slot, size - 1 for the oldest."""
+        return (self.cursor - 1 - slots) % self.capacity
+
+    def valid(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each slot can be sampled as a transition.
+
+        A slot needs its next frame stored (not the newest slot, unless terminal), must not
+        be cut off by the episode cap (no next state exists), and, once the memory has
+        wrapped, must not reach back into overwritten frames (the oldest HISTORY - 1 slots).
+        """
+        slots = np.asarray(slots)
+        ages = self._ages(slots)
+        written = ages < self.size
+        has_next = (ages >= 1) | self.terminals[slots]
+        truncated = self.episode_ends[slots] & ~self.terminals[slots]
+        ok = written & has_next & ~truncated
+        if self.size == self.capacity:
+            ok &= ages <= self.capacity - HISTORY
+        return ok
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        """Uniform over valid slots, by vectorized rejection sampling."""
+        indices = self._rng.integers(0, self.size, size=batch_size)
+        for _ in range(_MAX_SAMPLING_ROUNDS):
+            invalid = ~self.valid(indices)
+            if not invalid.any():
+                return indices
+            indices[invalid] = self._rng.integers(0, self.size, size=int(invalid.sum()))
+        raise RuntimeError(f"no valid transitions to sample among {self.size} stored")
+
+    def sample(self, batch_size: int) -> Batch:
+        return self.batch(self.sample_indices(batch_size))
+
+    def batch(self, indices: np.ndarray) -> Batch:
+        """The transitions at explicit slots (they must be valid)."""
+        indices = np.asarray(indices)
+        window = (indices[:, None] + np.arange(-(HISTORY - 1), 2)) % self.capacity
+        frames = self.frames[window]  # (B, HISTORY + 1, 84, 84): states and next states
+        next_slots = (indices + 1) % self.capacity
+        states = frames[:, :HISTORY] * self._history_mask(indices)[:, :, None, None]
+        next_states = frames[:, 1:] * self._history_mask(next_slots)[:, :, None, None]
+        return Batch(states, self.actions[indices].astype(np.int32), self.rewards[indices],
+                     next_states, self.terminals[indices])
+
+    def _history_mask(self, newest: np.ndarray) -> np.ndarray:
+        """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
+
+        Frame `newest - k` is real when no episode ended in slots newest - k .. newest - 1
+        and it is not older than the oldest stored frame.
+        """
+        back = np.arange(1, HISTORY)
+        older = (newest[:, None] - back) % self.capacity
+        ended = np.logical_or.accumulate(self.episode_ends[older], axis=1)
+        too_old = self._ages(newest)[:, None] + back > self.size - 1
+        real_back = ~(ended | np.logical_or.accumulate(too_old, axis=1))
+        mask = np.ones((len(newest), HISTORY), dtype=np.uint8)
+        mask[:, :-1] = real_back[:, ::-1]
+        return mask
+
+    def state_at(self, slot: int) -> np.ndarray:
+        """The (HISTORY, 84, 84) state whose newest frame is in `slot`."""
+        window = (slot + np.arange(-(HISTORY - 1), 1)) % self.capacity
+        mask = self._history_mask(np.array([slot]))[0]
+        return self.frames[window] * mask[:, None, None]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Arrays that restore this memory exactly (for checkpoints; no pickles)."""
+        return {
+            "frames": self.frames, "actions": self.actions, "rewards": self.rewards,
+            "terminals": self.terminals, "episode_ends": self.episode_ends,
+            "cursor": np.array(self.cursor), "size": np.array(self.size),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if state["frames"].shape != self.frames.shape:
+            raise ValueError(f"checkpoint replay capacity {state['frames'].shape[0]} differs "
+                             f"from {self.capacity}")
+        for name in ("frames", "actions", "rewards", "terminals", "episode_ends"):
+            getattr(self, name)[...] = state[name]
+        self.cursor = int(state["cursor"])
+        self.size = int(state["size"])
+
+
+class FrameHistory:
+    """The actors' side of the padding rule: W stacks of the last HISTORY frames.
+
+    At a learning episode's start the older frames are zero, exactly as `ReplayMemory`
+    rebuilds them.
+    """
+
+    def __init__(self, num_envs: int):
+        self.states = np.zeros((num_envs, HISTORY, *FRAME_SHAPE), dtype=np.uint8)
+
+    def reset(self, frames: np.ndarray) -> np.ndarray:
+        self.states[...] = 0
+        self.states[:, -1] = frames
+        return self.states
+
+    def push(self, frames: np.ndarray, episode_starts: np.ndarray) -> np.ndarray:
+        """Appends each env's newest frame; `episode_starts` marks frames that begin an episode."""
+        self.states[:, :-1] = self.states[:, 1:]
+        self.states[:, -1] = frames
+        self.states[episode_starts, :-1] = 0
+        return self.states
+
+
+class EpisodeBuffer:
+    """One sampler's transitions, held until its learning episodes finish.
+
+    Only finished episodes go to the replay memory, so episodes of different samplers never
+    interleave there and the memory's contents do not depend on thread timing.
+    """
+
+    def __init__(self):
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def extend(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+               terminals: np.ndarray, episode_ends: np.ndarray) -> None:
+        if len(frames):
+            self._chunks.append((frames, actions, rewards, terminals, episode_ends))
+            self._count += len(frames)
+
+    def take_finished(self) -> tuple[np.ndarray, ...] | None:
+        """Removes and returns every transition up to the last episode end (or None)."""
+        if not self._chunks:
+            return None
+        columns = [np.concatenate(parts) for parts in zip(*self._chunks)]
+        ends = np.flatnonzero(np.logical_or(columns[3], columns[4]))
+        if len(ends) == 0:
+            self._chunks = [tuple(columns)]
+            return None
+        split = ends[-1] + 1
+        rest = tuple(column[split:] for column in columns)
+        self._chunks = [rest] if len(rest[0]) else []
+        self._count = len(rest[0])
+        return tuple(column[:split] for column in columns)
+
+    def clear(self) -> None:
+        self._chunks = []
+        self._count = 0

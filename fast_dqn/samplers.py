@@ -1,0 +1,295 @@
+"""A pool of W Atari environments stepped in lock-step rounds, behind one interface.
+
+Two backends give the same frames, rewards and flags for the same actions (checked without
+no-ops and sticky actions, where no random draw is involved):
+
+- `VectorEnvPool`: ale-py's `AtariVectorEnv` (ale-py >= 0.12), whose C++ threads step the
+  emulators in parallel with the GIL released. The default.
+- `ThreadEnvPool`: one `AtariEnv` per persistent Python sampler thread, as in Daley & Amato
+  (2021), "Human-Level Control without Server-Grade Hardware". ale-py's `act` holds the GIL,
+  so these threads do not emulate in parallel; the backend exists for fidelity to the paper
+  and for environments without a vector form.
+
+Env i of a pool seeded `seed` is seeded `seed + i`, as ale-py's vector env seeds its envs.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, NamedTuple, Protocol, TypeVar
+
+import numpy as np
+from ale_py.vector_env import AtariVectorEnv
+
+from fast_dqn.atari import AtariEnv, make_atari_env, resolve_game
+from fast_dqn.config import BACKENDS, FRAME_SKIP
+
+T = TypeVar("T")
+
+
+class PoolStep(NamedTuple):
+    """One lock-step round of all W environments."""
+
+    frames: np.ndarray  # (W, 84, 84) uint8; after an episode end, the next episode's first
+    rewards: np.ndarray  # (W,) float32, raw game score changes
+    terminals: np.ndarray  # (W,) bool, learning episode over without bootstrap
+    episode_ends: np.ndarray  # (W,) bool, terminals or truncations
+    game_overs: np.ndarray  # (W,) bool, the whole game ended (its score can be logged)
+
+
+class EnvPool(Protocol):
+    """W Atari environments stepped together; env i is seeded `seed + i`."""
+
+    num_envs: int
+    n_actions: int
+
+    def reset(self, seed: int) -> np.ndarray:
+        """Starts a new game in every env; returns the (W, 84, 84) uint8 first frames."""
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        """Steps env i with actions[i]; games that end are reset (see `PoolStep`)."""
+
+    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+        """Calls fn(i) for each env i, in env i's sampler (a thread, or the caller)."""
+
+    def close(self) -> None:
+        """Releases the environments (and stops sampler threads)."""
+
+
+def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.ndarray:
+    actions = np.asarray(actions)
+    if actions.shape != (num_envs,) or not np.issubdtype(actions.dtype, np.integer):
+        raise ValueError(f"actions must be {num_envs} integers; got {actions.dtype} "
+                         f"array of shape {actions.shape}")
+    if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
+        raise ValueError(f"actions must be within [0, {n_actions}); got {actions.tolist()}")
+    return actions.astype(np.int32)
+
+
+class VectorEnvPool:
+    """W games in ale-py's `AtariVectorEnv`, stepped by its C++ threads.
+
+    Configured as `AtariEnv`: frame skip 4 with a 2-frame max, grayscale 84x84 with area
+    interpolation, FIRE at reset, a life loss is terminal without a game reset
+    (`life_loss_info`), raw rewards, and games reset in the same step they end ("SameStep").
+
+    The vector env does not say whether a terminated env was reset (game over) or only lost
+    a life. A reset restarts the episode frame counter at the few FIRE and no-op frames,
+    while every step of a continuing game adds frames to it; so a game is over when the
+    episode was truncated, when it reached the step cap, or when it terminated and its
+    frame counter did not grow.
+    """
+
+    def __init__(self, game: str, num_envs: int, *, noop_max: int, sticky_actions: float,
+                 max_episode_steps: int, num_threads: int = 0):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1; got {num_envs}")
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
+        self._env = AtariVectorEnv(
+            resolve_game(game), num_envs, stack_num=1, autoreset_mode="SameStep",
+            life_loss_info=True, reward_clipping=False, episodic_life=False,
+            noop_max=noop_max, repeat_action_probability=sticky_actions,
+            max_num_frames_per_episode=max_episode_steps * FRAME_SKIP, frameskip=FRAME_SKIP,
+            maxpool=True, grayscale=True, img_height=84, img_width=84, use_fire_reset=True,
+            num_threads=num_threads)
+        self.num_envs = num_envs
+        self.n_actions = int(self._env.single_action_space.n)
+        self._max_episode_steps = max_episode_steps
+        self._episode_frames = np.zeros(num_envs, np.int64)
+        self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
+
+    def reset(self, seed: int) -> np.ndarray:
+        obs, info = self._env.reset(seed=int(seed))  # env i gets seed + i
+        self._episode_frames = info["episode_frame_number"].astype(np.int64)
+        self._steps[:] = 0
+        return obs[:, 0]
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        actions = _check_actions(actions, self.num_envs, self.n_actions)
+        obs, rewards, terminated, truncated, info = self._env.step(actions)
+        self._steps += 1
+        episode_frames = info["episode_frame_number"].astype(np.int64)
+        restarted = terminated & (episode_frames <= self._episode_frames)
+        game_overs = truncated | (self._steps >= self._max_episode_steps) | restarted
+        self._episode_frames = episode_frames
+        self._steps[game_overs] = 0
+        return PoolStep(frames=obs[:, 0], rewards=rewards.astype(np.float32),
+                        terminals=terminated.astype(bool),
+                        episode_ends=terminated | truncated, game_overs=game_overs)
+
+    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+        return [fn(i) for i in range(self.num_envs)]
+
+    def close(self) -> None:
+        self._env.close()
+
+
+_STOP = object()  # sentinel: a sampler thread closes its env and exits
+
+
+class _SamplerThread:
+    """A named, persistent thread that owns one env: it creates, steps and closes it.
+
+    The caller sends it callables through its inbox; each reply (its index, the result or the
+    exception raised) goes to the pool's shared outbox. Every callable gets a reply, so the
+    caller never waits forever.
+    """
+
+    def __init__(self, index: int, make_env: Callable[[], AtariEnv], outbox: queue.Queue):
+        self.index = index
+        self._make_env = make_env
+        self._inbox: queue.Queue = queue.Queue()
+        self._outbox = outbox
+        # Daemon only so that a pool never closed cannot keep the interpreter alive;
+        # close() stops and joins the thread.
+        self.thread = threading.Thread(target=self._run, name=f"sampler-{index}", daemon=True)
+        self.thread.start()
+
+    def send(self, fn: Callable[[AtariEnv], Any]) -> None:
+        self._inbox.put(fn)
+
+    def stop(self) -> None:
+        self._inbox.put(_STOP)
+
+    def _run(self) -> None:
+        try:
+            env = self._make_env()  # this thread alone touches env from here on
+        except BaseException as error:  # reported to the caller, never lost
+            self._outbox.put((self.index, None, error))
+            self._serve_after_failure()
+            return
+        try:
+            self._outbox.put((self.index, None, None))
+            self._serve(env)
+        finally:
+            env.close()
+
+    def _serve(self, env: AtariEnv) -> None:
+        while (fn := self._inbox.get()) is not _STOP:
+            try:
+                self._outbox.put((self.index, fn(env), None))
+            except BaseException as error:  # reported to the caller, never lost
+                self._outbox.put((self.index, None, error))
+
+    def _serve_after_failure(self) -> None:
+        """Answers every later request with an error until stopped (env creation failed)."""
+        while self._inbox.get() is not _STOP:
+            self._outbox.put((self.index, None, RuntimeError(
+                f"sampler-{self.index} has no environment: its creation failed")))
+
+
+class ThreadEnvPool:
+    """W `AtariEnv`s, env i owned by the persistent Python thread `sampler-i`.
+
+    Each round sends every sampler its action and waits for all replies. An exception
+    raised in a sampler thread is re-raised by the call that sent the work (the lowest env
+    index first); the threads stop on `close()`.
+    """
+
+    def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
+        """Args:
+            env_factory: builds env i; it is called in sampler thread i, which owns the env.
+            num_envs: W, the number of envs and sampler threads.
+        """
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1; got {num_envs}")
+        self.num_envs = num_envs
+        self._outbox: queue.Queue = queue.Queue()
+        self._samplers = [_SamplerThread(i, _bind(env_factory, i), self._outbox)
+                          for i in range(num_envs)]
+        self._closed = False
+        try:
+            self._collect()  # each sampler reports once its env exists
+            self.n_actions: int = self.run_in_envs(lambda i, env: env.n_actions)[0]
+        except BaseException:
+            self.close()
+            raise
+
+    def run_in_envs(self, fn: Callable[[int, AtariEnv], T]) -> list[T]:
+        """Calls fn(i, env_i) in sampler thread i for every i; returns the W results."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        for sampler in self._samplers:
+            sampler.send(_bind_env(fn, sampler.index))
+        return self._collect()
+
+    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+        return self.run_in_envs(lambda i, env: fn(i))
+
+    def reset(self, seed: int) -> np.ndarray:
+        frames = self.run_in_envs(lambda i, env: env.reset(seed=seed + i))
+        return np.stack(frames)
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        actions = _check_actions(actions, self.num_envs, self.n_actions)
+        steps = self.run_in_envs(lambda i, env: env.step(int(actions[i])))
+        terminals = np.array([s.terminal for s in steps], dtype=bool)
+        truncations = np.array([s.truncated for s in steps], dtype=bool)
+        return PoolStep(frames=np.stack([s.frame for s in steps]),
+                        rewards=np.array([s.reward for s in steps], dtype=np.float32),
+                        terminals=terminals, episode_ends=terminals | truncations,
+                        game_overs=np.array([s.game_over for s in steps], dtype=bool))
+
+    def close(self) -> None:
+        """Stops every sampler thread (each closes its env) and joins them. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for sampler in self._samplers:
+            sampler.stop()
+        for sampler in self._samplers:
+            sampler.thread.join()
+
+    def _collect(self) -> list[Any]:
+        """Waits for one reply per sampler; raises the first error by env index."""
+        results: list[Any] = [None] * self.num_envs
+        errors: dict[int, BaseException] = {}
+        for _ in range(self.num_envs):
+            index, result, error = self._outbox.get()
+            results[index] = result
+            if error is not None:
+                errors[index] = error
+        if errors:
+            index = min(errors)
+            error = errors[index]
+            error.add_note(f"(raised in sampler thread sampler-{index})")
+            raise error
+        return results
+
+
+def _bind(factory: Callable[[int], AtariEnv], index: int) -> Callable[[], AtariEnv]:
+    return lambda: factory(index)
+
+
+def _bind_env(fn: Callable[[int, AtariEnv], T], index: int) -> Callable[[AtariEnv], T]:
+    return lambda env: fn(index, env)
+
+
+def make_env_pool(backend: str, game: str, num_envs: int, *, seed: int, noop_max: int,
+                  sticky_actions: float, max_episode_steps: int, interp: str) -> EnvPool:
+    """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i).
+
+    Raises:
+        ValueError: unknown backend or game, or `interp` other than area with the vector
+            backend (ale-py's vector env always resizes with area interpolation).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    game = resolve_game(game)
+    pool: EnvPool
+    if backend == "vector":
+        if interp != "area":
+            raise ValueError(f"interp {interp!r} needs the threads backend; ale-py's vector "
+                             "env always resizes with area interpolation")
+        pool = VectorEnvPool(game, num_envs, noop_max=noop_max, sticky_actions=sticky_actions,
+                             max_episode_steps=max_episode_steps)
+    else:
+        def make_env(i: int) -> AtariEnv:
+            return make_atari_env(game, seed=seed + i, noop_max=noop_max,
+                                  sticky_actions=sticky_actions,
+                                  max_episode_steps=max_episode_steps, interp=interp)
+        pool = ThreadEnvPool(make_env, num_envs)
+    pool.reset(seed)
+    return pool

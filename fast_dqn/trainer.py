@@ -1,0 +1,85 @@
+"""The background trainer thread of the fast scheme.
+
+The main thread hands it a number of minibatch updates per epoch and, at the next sync point,
+waits until they are done. The first exception raised on the trainer thread is stored and
+re-raised in the main thread by `wait` (or `check`), so a failing trainer stops the run
+instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+_STOP = None  # sentinel that ends the thread
+
+
+class TrainerStopped(RuntimeError):
+    """The trainer was asked to stop before its epoch was done."""
+
+
+class Trainer:
+    """Runs `update()` n times per epoch on a named background thread.
+
+    Ownership: during an epoch the trainer thread alone calls `update` (which samples the
+    replay memory and trains the online network); the main thread touches neither until
+    `wait` returns.
+    """
+
+    def __init__(self, update: Callable[[], None], name: str = "trainer"):
+        self._update = update
+        self._work: queue.Queue[int | None] = queue.Queue()
+        self._done = threading.Semaphore(0)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._pending = 0
+        self.completed = 0  # updates done; written by the trainer thread, read after `wait`
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def start_epoch(self, updates: int) -> None:
+        self.check()
+        self._pending += 1
+        self._work.put(updates)
+
+    def wait(self) -> None:
+        """Blocks until every started epoch is done; re-raises the trainer's exception."""
+        while self._pending:
+            self._done.acquire()
+            self._pending -= 1
+        self.check()
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def close(self) -> None:
+        """Stops the thread, abandoning unfinished updates; safe to call twice."""
+        self._stop.set()
+        self._work.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            updates = self._work.get()
+            if updates is _STOP:
+                return
+            try:
+                self._run_epoch(updates)
+            except BaseException as error:  # noqa: BLE001 - re-raised on the main thread
+                if self._error is None:
+                    self._error = error
+            finally:
+                self._done.release()
+
+    def _run_epoch(self, updates: int) -> None:
+        for _ in range(updates):
+            if self._stop.is_set() or self._error is not None:
+                return
+            self._update()
+            self.completed += 1

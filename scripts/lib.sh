@@ -1,0 +1,379 @@
+# shellcheck shell=bash
+# Helpers shared by scripts/all_games.sh and scripts/speedtest.sh. Sourced, not run.
+#
+# A sweep is a list of tasks (TASK_NAMES, TASK_DIRS, TASK_LOGS, TASK_CMDS: one entry per
+# training run). The scripts fill the list, then either print it (--dry-run), run it here
+# with at most N runs at once (run_tasks), or write it as a SLURM array job (write_slurm).
+
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+  echo "${0##*/}: error: needs bash 4.4 or newer; this is $BASH_VERSION" >&2
+  exit 2
+fi
+
+PROG=${0##*/}
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+TASK_NAMES=()
+TASK_DIRS=()
+TASK_LOGS=()
+TASK_CMDS=()
+
+# One-line error for bad input, exit status 2.
+die_usage() {
+  printf '%s: error: %s (see --help)\n' "$PROG" "$*" >&2
+  exit 2
+}
+
+# One-line error for a failure that is not the user's input, exit status 1.
+die() {
+  printf '%s: error: %s\n' "$PROG" "$*" >&2
+  exit 1
+}
+
+# A message for people, on stderr (stdout carries the commands and tables).
+note() {
+  printf '%s: %s\n' "$PROG" "$*" >&2
+}
+
+is_uint() {
+  [[ $1 =~ ^[0-9]+$ ]]
+}
+
+is_positive_int() {
+  [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1))
+}
+
+# split_equals ARGS...: sets SPLIT_ARGS to ARGS with every "--name=value" before a lone
+# "--" split into "--name" "value", so that option loops handle one spelling.
+split_equals() {
+  SPLIT_ARGS=()
+  while (($#)); do
+    case $1 in
+      --) SPLIT_ARGS+=("$@"); return ;;
+      --*=*) SPLIT_ARGS+=("${1%%=*}" "${1#*=}") ;;
+      *) SPLIT_ARGS+=("$1") ;;
+    esac
+    shift
+  done
+}
+
+# need_value OPTION REMAINING_ARG_COUNT: an option that takes a value must have one.
+need_value() {
+  (($2 >= 2)) || die_usage "$1 needs a value"
+}
+
+# absolute_path PATH: PATH made absolute against the current directory (no symlinks resolved).
+absolute_path() {
+  local path=${1%/}
+  [[ -n $path ]] || path=/
+  if [[ $path == /* ]]; then
+    printf '%s\n' "$path"
+  else
+    printf '%s\n' "$PWD/$path"
+  fi
+}
+
+# check_out_dir DIR: task files hold one run per line with tab-separated fields.
+check_out_dir() {
+  [[ $1 != *$'\t'* && $1 != *$'\n'* ]] || die_usage "--out must not contain tabs or newlines"
+}
+
+# extra_value NAME ARGS...: prints the value of --NAME=V or --NAME V among ARGS (the last
+# one given wins, as in argparse); returns 1 if ARGS do not set it.
+extra_value() {
+  local name=$1 found=1 value=
+  shift
+  while (($#)); do
+    case $1 in
+      "--$name=")
+        value=
+        found=0
+        ;;
+      "--$name="*)
+        value=${1#*=}
+        found=0
+        ;;
+      "--$name")
+        if (($# >= 2)); then
+          value=$2
+          found=0
+          shift
+        fi
+        ;;
+    esac
+    shift
+  done
+  ((found == 0)) && printf '%s\n' "$value"
+  return "$found"
+}
+
+# forbid_extra "WHY" NAME... -- ARGS...: bad input if ARGS set any --NAME.
+forbid_extra() {
+  local why=$1 name names=()
+  shift
+  while (($#)) && [[ $1 != -- ]]; do
+    names+=("$1")
+    shift
+  done
+  shift
+  for name in "${names[@]}"; do
+    if extra_value "$name" "$@" >/dev/null; then
+      die_usage "--$name $why; do not pass it after --"
+    fi
+  done
+}
+
+# cpu_count: online CPUs (nproc, else getconf, else 1).
+cpu_count() {
+  nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1
+}
+
+# memory_gib: total memory in GiB (0 where /proc/meminfo is not there).
+memory_gib() {
+  awk '/^MemTotal:/ { printf "%d\n", $2 / 1048576; found = 1 } END { if (!found) print 0 }' \
+    /proc/meminfo 2>/dev/null || echo 0
+}
+
+# run_state DIR: "finished" (summary.json says so), "resume" (a checkpoint but no finished
+# summary), "stale" (the directory exists with neither) or "new".
+run_state() {
+  local dir=$1
+  if [[ -f $dir/summary.json ]] &&
+    grep -Eq '"finished"[[:space:]]*:[[:space:]]*true' "$dir/summary.json"; then
+    echo finished
+  elif [[ -f $dir/checkpoint/manifest.json ]]; then
+    echo resume
+  elif [[ -e $dir ]]; then
+    echo stale
+  else
+    echo new
+  fi
+}
+
+# set_aside DIR: renames a run directory that cannot be resumed (no checkpoint) so that a
+# fresh run can take its place; nothing is deleted.
+set_aside() {
+  local dir=$1 target n=1
+  target="$dir.incomplete-$(date +%Y%m%d-%H%M%S)"
+  while [[ -e $target ]]; do
+    target="$dir.incomplete-$(date +%Y%m%d-%H%M%S)-$n"
+    n=$((n + 1))
+  done
+  mv -- "$dir" "$target" || die "cannot move $dir aside to $target"
+  note "$(basename "$dir"): no checkpoint to resume from; moved the old directory to $target"
+}
+
+# add_task NAME RUN_DIR LOG COMMAND...: appends one run to the task list.
+add_task() {
+  local name=$1 dir=$2 log=$3 quoted
+  shift 3
+  quoted=$(printf '%q ' "$@")
+  TASK_NAMES+=("$name")
+  TASK_DIRS+=("$dir")
+  TASK_LOGS+=("$log")
+  TASK_CMDS+=("${quoted% }")
+}
+
+# print_tasks: the task list as commands, one per line, runnable from REPO_ROOT.
+print_tasks() {
+  local i
+  printf '# %d run(s); commands run from %s; each one logs to <logdir>.log\n' \
+    "${#TASK_CMDS[@]}" "$(printf '%q' "$REPO_ROOT")"
+  for i in "${!TASK_CMDS[@]}"; do
+    printf '%s\n' "${TASK_CMDS[i]}"
+  done
+}
+
+# _run_one INDEX STATUS_DIR: runs one task with its output in its log and writes its exit
+# status to STATUS_DIR/INDEX. SIGTERM is passed on to the trainer, which then writes a
+# checkpoint and exits; this waits for that.
+_run_one() {
+  local i=$1 status_dir=$2 child rc=0
+  trap 'kill -TERM "$child" 2>/dev/null' TERM
+  trap '' INT  # Ctrl-C reaches the trainers through the main shell's TERM
+  (eval "exec ${TASK_CMDS[i]}") >"${TASK_LOGS[i]}" 2>&1 &
+  child=$!
+  wait "$child" || rc=$?
+  while kill -0 "$child" 2>/dev/null; do  # a signal cut the wait short; the run goes on
+    rc=0
+    wait "$child" || rc=$?
+  done
+  echo "$rc" >"$status_dir/$i"
+  if ((rc == 0)); then
+    note "done   ${TASK_NAMES[i]}"
+  else
+    note "FAILED ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})"
+  fi
+}
+
+_INTERRUPTED=0
+
+_on_interrupt() {
+  _INTERRUPTED=1
+  note "interrupted: asking the running trainers to checkpoint and stop"
+  local pid
+  for pid in $(jobs -p); do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+
+# run_tasks JOBS: runs the task list here, at most JOBS runs at once, each from REPO_ROOT
+# with stdout and stderr in its log. Returns 0 if all succeeded; otherwise lists the failed
+# runs on stderr and returns 1 (130 when interrupted).
+run_tasks() {
+  local max_jobs=$1 status_dir i rc failed=0 missing=0
+  status_dir=$(mktemp -d) || die "cannot create a temporary directory"
+  trap _on_interrupt INT TERM
+  for i in "${!TASK_CMDS[@]}"; do
+    while (($(jobs -rp | wc -l) >= max_jobs)) && ((!_INTERRUPTED)); do
+      wait -n || true
+    done
+    ((_INTERRUPTED)) && break
+    note "start  ${TASK_NAMES[i]} (log: ${TASK_LOGS[i]})"
+    (cd "$REPO_ROOT" && _run_one "$i" "$status_dir") &
+  done
+  while [[ -n $(jobs -rp) ]]; do
+    wait || true
+  done
+  trap - INT TERM
+
+  local failures=()
+  for i in "${!TASK_CMDS[@]}"; do
+    if [[ ! -f $status_dir/$i ]]; then
+      missing=$((missing + 1))
+      continue
+    fi
+    rc=$(<"$status_dir/$i")
+    if [[ $rc != 0 ]]; then
+      failed=$((failed + 1))
+      failures+=("  ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})")
+    fi
+  done
+  rm -rf -- "$status_dir"
+  if ((failed)); then
+    note "$failed of ${#TASK_CMDS[@]} run(s) failed:"
+    printf '%s\n' "${failures[@]}" >&2
+  fi
+  if ((_INTERRUPTED)); then
+    note "interrupted; $missing run(s) not started. Run the same command again to resume."
+    return 130
+  fi
+  ((failed == 0))
+}
+
+# write_slurm SCRIPT TASKS_FILE JOB_NAME ARRAY_LIMIT DRY_RUN: writes the task list to
+# TASKS_FILE (run dir, log and command, tab-separated, one run per line) and a SLURM array
+# batch script to SCRIPT whose task i runs line i+1. With DRY_RUN=1 both are printed, not
+# written. Uses SLURM_PARTITION, SLURM_TIME, SLURM_GPUS, SLURM_CPUS, SLURM_MEM.
+write_slurm() {
+  local script=$1 tasks_file=$2 job_name=$3 limit=$4 dry_run=$5 n=${#TASK_CMDS[@]} i
+  local tasks_text script_text
+  tasks_text=$(for i in "${!TASK_CMDS[@]}"; do
+    printf '%s\t%s\t%s\n' "${TASK_DIRS[i]}" "${TASK_LOGS[i]}" "${TASK_CMDS[i]}"
+  done)
+  script_text=$(_slurm_script "$tasks_file" "$job_name" "$n" "$limit" "$(dirname "$script")")
+  if ((dry_run)); then
+    printf '# %s\n%s\n# %s\n%s\n' "$script" "$script_text" "$tasks_file" "$tasks_text"
+    return 0
+  fi
+  mkdir -p -- "$(dirname "$script")" || die "cannot create $(dirname "$script")"
+  printf '%s\n' "$tasks_text" >"$tasks_file" || die "cannot write $tasks_file"
+  printf '%s\n' "$script_text" >"$script" || die "cannot write $script"
+  note "wrote $script ($n array task(s), at most $limit at once) and $tasks_file"
+}
+
+_slurm_script() {
+  local tasks_file=$1 job_name=$2 n=$3 limit=$4 log_dir=$5
+  cat <<EOF
+#!/bin/bash
+#SBATCH --job-name=$job_name
+#SBATCH --array=0-$((n - 1))%$limit
+#SBATCH --time=$SLURM_TIME
+#SBATCH --cpus-per-task=$SLURM_CPUS
+#SBATCH --mem=$SLURM_MEM
+EOF
+  if ((SLURM_GPUS > 0)); then
+    echo "#SBATCH --gres=gpu:$SLURM_GPUS"
+  fi
+  if [[ -n $SLURM_PARTITION ]]; then
+    echo "#SBATCH --partition=$SLURM_PARTITION"
+  fi
+  cat <<EOF
+#SBATCH --output=$log_dir/slurm-%A_%a.out
+#SBATCH --signal=B:TERM@300
+# Written by scripts/$PROG on $(date '+%Y-%m-%d %H:%M'): one array task per training run.
+# Task i runs line i+1 of the task file (run dir, log, command; tab-separated) from the
+# repository root. 300 s before the time limit the trainer gets SIGTERM, writes a
+# checkpoint and stops; run scripts/$PROG again to resume the unfinished runs.
+set -u
+TASKS=$(printf '%q' "$tasks_file")
+cd $(printf '%q' "$REPO_ROOT") || exit 1
+line=\$(sed -n "\$((SLURM_ARRAY_TASK_ID + 1))p" "\$TASKS")
+IFS=\$'\t' read -r run_dir log cmd <<<"\$line"
+if [[ -z \$cmd ]]; then
+  echo "no task \$SLURM_ARRAY_TASK_ID in \$TASKS" >&2
+  exit 1
+fi
+if grep -Eqs '"finished"[[:space:]]*:[[:space:]]*true' "\$run_dir/summary.json"; then
+  echo "\$run_dir already finished; nothing to do"
+  exit 0
+fi
+echo "task \$SLURM_ARRAY_TASK_ID on \$(hostname): \$cmd (log: \$log)"
+(eval "exec \$cmd") >"\$log" 2>&1 &
+child=\$!
+trap 'kill -TERM "\$child" 2>/dev/null' TERM
+rc=0
+wait "\$child" || rc=\$?
+while kill -0 "\$child" 2>/dev/null; do
+  rc=0
+  wait "\$child" || rc=\$?
+done
+echo "exit status \$rc"
+exit "\$rc"
+EOF
+}
+
+# submit_slurm SCRIPT: submits SCRIPT with sbatch.
+submit_slurm() {
+  command -v sbatch >/dev/null 2>&1 ||
+    die "sbatch not found: submit $1 on a SLURM login node (or use --dry-run to print it)"
+  sbatch "$1" || die "sbatch $1 failed"
+}
+
+# parse_slurm_option OPTION VALUE: sets the SLURM_* setting of a --slurm-* option.
+SLURM_PARTITION=
+SLURM_TIME=24:00:00
+SLURM_GPUS=1
+SLURM_CPUS=8
+SLURM_MEM=16G
+parse_slurm_option() {
+  case $1 in
+    --slurm-partition)
+      [[ $2 =~ ^[A-Za-z0-9_.,-]+$ ]] || die_usage "--slurm-partition: bad partition name '$2'"
+      SLURM_PARTITION=$2
+      ;;
+    --slurm-time)
+      [[ $2 =~ ^[0-9:-]+$ ]] || die_usage "--slurm-time: expected a SLURM time such as 24:00:00, got '$2'"
+      SLURM_TIME=$2
+      ;;
+    --slurm-gpus)
+      is_uint "$2" || die_usage "--slurm-gpus: expected a whole number, got '$2'"
+      SLURM_GPUS=$((10#$2))
+      ;;
+    --slurm-cpus)
+      is_positive_int "$2" || die_usage "--slurm-cpus: expected a positive whole number, got '$2'"
+      SLURM_CPUS=$((10#$2))
+      ;;
+    --slurm-mem)
+      [[ $2 =~ ^[0-9]+[KMGT]?$ ]] || die_usage "--slurm-mem: expected a size such as 16G, got '$2'"
+      SLURM_MEM=$2
+      ;;
+  esac
+}
+
+SLURM_USAGE='SLURM (with --slurm):
+  --slurm-partition P   partition to submit to (default: the cluster default)
+  --slurm-time T        time limit per run (default: 24:00:00)
+  --slurm-gpus N        GPUs per run (default: 1; 0 = none)
+  --slurm-cpus N        CPU cores per run (default: 8)
+  --slurm-mem M         memory per run (default: 16G)'
