@@ -3,7 +3,7 @@
 Both solve the same learning problem (DESIGN.md §1). DQN follows Mnih et al. (2015): act one
 step with the online network, store it, and train one minibatch every `train_freq` steps.
 FastDQN follows Daley & Amato (2021): time is cut into epochs of `target_update` steps; at
-each sync point the trainer is drained, the samplers' finished episodes are flushed into the
+each sync point the trainer is drained, the samplers' buffered transitions are flushed into the
 replay memory in sampler order and the target network takes the online weights; during an
 epoch the samplers act with the frozen target network while a trainer thread runs the
 epoch's minibatches on the memory as it stood at the boundary. Neither side reads what the
@@ -21,7 +21,7 @@ import numpy as np
 
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.evaluation import epsilon_greedy, evaluate
-from fast_dqn.replay_memory import (Batch, EpisodeBuffer, FrameHistory, ReplayMemory,
+from fast_dqn.replay_memory import (Batch, SamplerBuffer, FrameHistory, ReplayMemory,
                                     check_memory_for)
 from fast_dqn.samplers import EnvPool
 from fast_dqn.trainer import Trainer
@@ -349,7 +349,7 @@ class FastDQN(TrainingLoop):
     def __init__(self, parts: LoopParts):
         super().__init__(parts)
         num_envs = self.actor.pool.num_envs
-        self.buffers = [EpisodeBuffer() for _ in range(num_envs)]
+        self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
             self.trainer = Trainer(self._train_one, name="trainer")
@@ -442,7 +442,7 @@ class FastDQN(TrainingLoop):
         self.updates += self.trainer.completed - self._completed_at_epoch_start
 
     def _sync_point(self, previous_step: int) -> None:
-        """Trainer drained (above) -> finished episodes flushed in sampler order -> target."""
+        """Trainer drained (above) -> samplers' buffers flushed in sampler order -> target."""
         self._flush_buffers()
         if self.stop:
             return  # interrupted mid-epoch: the target stays frozen until the boundary
@@ -457,9 +457,9 @@ class FastDQN(TrainingLoop):
         columns = self._staging.columns()
         for env, buffer in enumerate(self.buffers):
             buffer.extend(*(column[:, env] for column in columns))
-            finished = buffer.take_finished()
-            if finished is not None:
-                self.memory.add_many(*finished)
+            flushed = buffer.take()
+            if flushed is not None:
+                self.memory.add_many(*flushed)
         self._staging.clear()
 
 

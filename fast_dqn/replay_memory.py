@@ -27,8 +27,8 @@ import numpy as np
 from fast_dqn.config import FRAME_SIZE, HISTORY
 
 FRAME_SHAPE = (FRAME_SIZE, FRAME_SIZE)
-# Bytes one slot costs: frame + action (uint8) + reward (float32) + two flags.
-BYTES_PER_TRANSITION = FRAME_SIZE * FRAME_SIZE + 1 + 4 + 1 + 1
+# Bytes one slot costs: frame + action (uint8) + reward (float32) + three flags.
+BYTES_PER_TRANSITION = FRAME_SIZE * FRAME_SIZE + 1 + 4 + 1 + 1 + 1
 _MAX_SAMPLING_ROUNDS = 1000
 
 
@@ -95,6 +95,7 @@ class ReplayMemory:
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.terminals = np.zeros(capacity, dtype=bool)
         self.episode_ends = np.zeros(capacity, dtype=bool)
+        self.sampleable = np.zeros(capacity, dtype=bool)  # False for context-only copies
         self.cursor = 0  # the slot the next transition goes to
         self.size = 0
 
@@ -114,16 +115,21 @@ class ReplayMemory:
         self.rewards[slot] = clip_reward(reward)
         self.terminals[slot] = terminal
         self.episode_ends[slot] = episode_end or terminal
+        self.sampleable[slot] = True
         self._advance(1)
 
     def add_many(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                 terminals: np.ndarray, episode_ends: np.ndarray) -> None:
-        """Stores transitions in order (one sampler's finished episodes), vectorized."""
+                 terminals: np.ndarray, episode_ends: np.ndarray,
+                 sampleable: np.ndarray | None = None) -> None:
+        """Stores transitions in time order (one sampler's buffer), vectorized."""
         count = len(frames)
+        if sampleable is None:
+            sampleable = np.ones(count, dtype=bool)
         if count > self.capacity:
             keep = slice(count - self.capacity, count)
             frames, actions, rewards = frames[keep], actions[keep], rewards[keep]
             terminals, episode_ends = terminals[keep], episode_ends[keep]
+            sampleable = sampleable[keep]
             count = self.capacity
         slots = (self.cursor + np.arange(count)) % self.capacity
         self.frames[slots] = frames
@@ -131,6 +137,7 @@ class ReplayMemory:
         self.rewards[slots] = clip_reward(rewards)
         self.terminals[slots] = terminals
         self.episode_ends[slots] = np.logical_or(episode_ends, terminals)
+        self.sampleable[slots] = sampleable
         self._advance(count)
 
     def _advance(self, count: int) -> None:
@@ -145,7 +152,8 @@ class ReplayMemory:
         """Whether each slot can be sampled as a transition.
 
         A slot needs its next frame stored (not the newest slot, unless terminal), must not
-        be cut off by the episode cap (no next state exists), and, once the memory has
+        be cut off by the episode cap (no next state exists), must not be a context-only
+        copy (see `SamplerBuffer`), and, once the memory has
         wrapped, must not reach back into overwritten frames (the oldest HISTORY - 1 slots).
         """
         slots = np.asarray(slots)
@@ -153,7 +161,7 @@ class ReplayMemory:
         written = ages < self.size
         has_next = (ages >= 1) | self.terminals[slots]
         truncated = self.episode_ends[slots] & ~self.terminals[slots]
-        ok = written & has_next & ~truncated
+        ok = written & has_next & ~truncated & self.sampleable[slots]
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
@@ -208,14 +216,14 @@ class ReplayMemory:
         return {
             "frames": self.frames, "actions": self.actions, "rewards": self.rewards,
             "terminals": self.terminals, "episode_ends": self.episode_ends,
-            "cursor": np.array(self.cursor), "size": np.array(self.size),
+            "sampleable": self.sampleable, "cursor": np.array(self.cursor), "size": np.array(self.size),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if state["frames"].shape != self.frames.shape:
             raise ValueError(f"checkpoint replay capacity {state['frames'].shape[0]} differs "
                              f"from {self.capacity}")
-        for name in ("frames", "actions", "rewards", "terminals", "episode_ends"):
+        for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
             getattr(self, name)[...] = state[name]
         self.cursor = int(state["cursor"])
         self.size = int(state["size"])
@@ -244,41 +252,66 @@ class FrameHistory:
         return self.states
 
 
-class EpisodeBuffer:
-    """One sampler's transitions, held until its learning episodes finish.
+class SamplerBuffer:
+    """One sampler's transitions between two sync points, flushed whole at each sync point.
 
-    Only finished episodes go to the replay memory, so episodes of different samplers never
-    interleave there and the memory's contents do not depend on thread timing.
+    Samplers' buffers are flushed one after another in sampler order, so the memory's
+    contents do not depend on thread timing. A learning episode still running at a sync point
+    is flushed in pieces without stitching it to its neighbours in the memory:
+
+    - a flushed piece that stops mid-episode ends with its last transition marked as an
+      episode end that cannot be sampled (its next frame is not stored yet), which also keeps
+      the next sampler's states from reaching back into this piece;
+    - the next piece starts with that transition again, preceded by copies of the HISTORY - 1
+      transitions before it, stored as context that states reach back into but that is
+      never sampled itself.
+
+        flush k:      | a1 a2 a3 a4 a5 [a6: end, not sampled] |
+        flush k + 1:  | (a3 a4 a5: context) a6 a7 a8 ...      |
     """
 
     def __init__(self):
         self._chunks: list[tuple[np.ndarray, ...]] = []
-        self._count = 0
+        self._context: tuple[np.ndarray, ...] | None = None  # rows before the carried one
 
     def __len__(self) -> int:
-        return self._count
+        return sum(len(chunk[0]) for chunk in self._chunks)
 
     def extend(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                terminals: np.ndarray, episode_ends: np.ndarray) -> None:
+        """Appends transitions in time order (copied: the caller may reuse its arrays)."""
         if len(frames):
-            self._chunks.append((frames, actions, rewards, terminals, episode_ends))
-            self._count += len(frames)
+            columns = (frames, actions, rewards, terminals, np.logical_or(episode_ends, terminals))
+            self._chunks.append(tuple(np.array(column) for column in columns))
 
-    def take_finished(self) -> tuple[np.ndarray, ...] | None:
-        """Removes and returns every transition up to the last episode end (or None)."""
+    def take(self) -> tuple[np.ndarray, ...] | None:
+        """Removes everything buffered; returns (frames, actions, rewards, terminals,
+        episode_ends, sampleable) ready for `ReplayMemory.add_many`, or None if empty."""
         if not self._chunks:
             return None
-        columns = [np.concatenate(parts) for parts in zip(*self._chunks)]
-        ends = np.flatnonzero(np.logical_or(columns[3], columns[4]))
-        if len(ends) == 0:
-            self._chunks = [tuple(columns)]
-            return None
-        split = ends[-1] + 1
-        rest = tuple(column[split:] for column in columns)
-        self._chunks = [rest] if len(rest[0]) else []
-        self._count = len(rest[0])
-        return tuple(column[:split] for column in columns)
+        rows = [np.concatenate(parts) for parts in zip(*self._chunks)]
+        sampleable = np.ones(len(rows[0]), dtype=bool)
+        if self._context is not None:
+            rows = [np.concatenate(pair) for pair in zip(self._context, rows)]
+            sampleable = np.concatenate([np.zeros(len(self._context[0]), bool), sampleable])
+        self._chunks = []
+        self._context = None
+        if not rows[4][-1]:
+            rows, sampleable = self._carry_unfinished(rows, sampleable)
+        return (*rows, sampleable)
+
+    def _carry_unfinished(self, rows: list[np.ndarray], sampleable: np.ndarray):
+        """Keeps the unfinished episode's last transition (and its context) for next time."""
+        last = len(rows[0]) - 1
+        start = max(0, last - (HISTORY - 1))
+        self._context = tuple(column[start:last].copy() for column in rows)
+        self._chunks = [tuple(column[last:].copy() for column in rows)]
+        rows = [column.copy() for column in rows]
+        rows[4][last] = True  # a stop for states reaching back, and no next frame to sample
+        sampleable = sampleable.copy()
+        sampleable[last] = False
+        return rows, sampleable
 
     def clear(self) -> None:
         self._chunks = []
-        self._count = 0
+        self._context = None

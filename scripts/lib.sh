@@ -304,7 +304,7 @@ EOF
 # Written by scripts/$PROG on $(date '+%Y-%m-%d %H:%M'): one array task per training run.
 # Task i runs line i+1 of the task file (run dir, log, command; tab-separated) from the
 # repository root. 300 s before the time limit the trainer gets SIGTERM, writes a
-# checkpoint and stops; run scripts/$PROG again to resume the unfinished runs.
+# checkpoint and stops; run scripts/$PROG again (same options) for the unfinished runs.
 set -u
 TASKS=$(printf '%q' "$tasks_file")
 cd $(printf '%q' "$REPO_ROOT") || exit 1
