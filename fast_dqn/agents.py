@@ -169,6 +169,7 @@ class LoopParts(NamedTuple):
     run_log: RunLog
     rng: np.random.Generator
     progress: object | None = None  # fast_dqn.run_files.Progress
+    save_checkpoint: Callable[["TrainingLoop"], None] | None = None
 
 
 class TrainingLoop:
@@ -185,6 +186,11 @@ class TrainingLoop:
         self.rng = parts.rng
         self.progress = parts.progress
         self._make_eval_pool = parts.make_eval_pool
+        self._save_checkpoint = parts.save_checkpoint
+        self.env_seed = self.config.seed
+        # Learning pauses after a resume without the replay memory until it is refilled.
+        self._refill_until = 0
+        self._updates_before_refill = 0
         self._eval_pool: EnvPool | None = None
         self.stop = StopRequest()
         self.step = 0
@@ -293,12 +299,57 @@ class TrainingLoop:
         return period > 0 and self.step // period > previous_step // period
 
     def run(self) -> None:
-        """Trains until `timesteps` or a stop request; see the subclasses."""
+        """Trains until `timesteps` or a stop request, then checkpoints; see `train`."""
         self.stop.install()
         try:
             self.train()
+            self.log_training()  # also the last check that the loss is finite
+            self.checkpoint()
         finally:
             self.stop.uninstall()
+
+    def updates_due(self, step: int) -> int:
+        """Minibatch updates the run has made by agent step `step`."""
+        if self._refill_until == 0:
+            return updates_due(step, self.config)
+        return self._updates_before_refill + updates_due(step - self._refill_until, self.config)
+
+    def start_refill(self) -> None:
+        """After a resume with an empty memory: act `replay_start` steps before learning."""
+        self._refill_until = self.step
+        self._updates_before_refill = self.updates
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def checkpoint_due(self, previous_step: int) -> bool:
+        period = self.config.checkpoint_every
+        return period > 0 and self.step // period > previous_step // period
+
+    def checkpoint(self) -> None:
+        if self._save_checkpoint is not None:
+            self._save_checkpoint(self)
+
+    def state(self) -> dict:
+        """The loop's own state as JSON-able data (networks and memory are saved apart)."""
+        return {
+            "step": self.step, "updates": self.updates, "evaluations": self.evaluations,
+            "last_evaluation": self.last_evaluation, "recent_scores": self.recent_scores,
+            "hours": self.hours(), "rng": self.rng.bit_generator.state,
+            "replay_rng": self.memory.rng.bit_generator.state,
+        }
+
+    def restore(self, state: dict) -> None:
+        """Continues from `state`; environments start fresh games (seeded by the step)."""
+        self.step = int(state["step"])
+        self.updates = int(state["updates"])
+        self.evaluations = int(state["evaluations"])
+        self.last_evaluation = state["last_evaluation"]
+        self.recent_scores = [float(score) for score in state["recent_scores"]]
+        self._hours_before = float(state["hours"])
+        self._started = time.monotonic()
+        self.rng.bit_generator.state = state["rng"]
+        self.memory.rng.bit_generator.state = state["replay_rng"]
+        self.env_seed = self.config.seed + self.step
 
     def train(self) -> None:
         raise NotImplementedError
@@ -311,7 +362,7 @@ class DQN(TrainingLoop):
 
     def train(self) -> None:
         config = self.config
-        self.actor.reset(seed=config.seed)
+        self.actor.reset(seed=self.env_seed)
         last_log = time.monotonic()
         while self.step < config.timesteps and not self.stop:
             actions = self.choose_actions(use_target=False)
@@ -322,7 +373,7 @@ class DQN(TrainingLoop):
             self.step += 1
             self.log_games(games)
             self._mark_learning_start()
-            while self.updates < updates_due(self.step, config):
+            while self.updates < self.updates_due(self.step):
                 self.network.train(self.memory.sample(config.batch_size))
                 self.updates += 1
             self._after_step(previous_step=self.step - 1)
@@ -339,6 +390,8 @@ class DQN(TrainingLoop):
             self.log_training()
         if self.evaluation_due(previous_step):
             self.run_evaluation()
+        if self.checkpoint_due(previous_step) and self.step < config.timesteps:
+            self.checkpoint()
 
 
 class FastDQN(TrainingLoop):
@@ -383,7 +436,7 @@ class FastDQN(TrainingLoop):
 
     def train(self) -> None:
         config = self.config
-        self.actor.reset(seed=config.seed)
+        self.actor.reset(seed=self.env_seed)
         try:
             while self.step < config.timesteps and not self.stop:
                 previous_step = self.step
@@ -397,7 +450,7 @@ class FastDQN(TrainingLoop):
     def _run_epoch(self, end: int) -> None:
         """Acts until `end` while the epoch's minibatches run on the memory as it stands."""
         self._mark_learning_start()
-        epoch_updates = updates_due(end, self.config) - self.updates
+        epoch_updates = self.updates_due(end) - self.updates
         if self.trainer is not None and epoch_updates > 0:
             self._completed_at_epoch_start = self.trainer.completed
             self.trainer.start_epoch(epoch_updates)
@@ -424,7 +477,7 @@ class FastDQN(TrainingLoop):
 
     def _train_inline(self, done: int, end: int) -> int:
         """Without --concurrent: the minibatches due by now, on this thread."""
-        due = min(updates_due(self.step, self.config), updates_due(end, self.config))
+        due = min(self.updates_due(self.step), self.updates_due(end))
         while done < due:
             self._train_one()
             done += 1
@@ -451,6 +504,8 @@ class FastDQN(TrainingLoop):
             self.log_training()
         if self.evaluation_due(previous_step):
             self.run_evaluation()
+        if self.checkpoint_due(previous_step) and self.step < self.config.timesteps:
+            self.checkpoint()
         self.update_progress()
 
     def _flush_buffers(self) -> None:

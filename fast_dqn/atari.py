@@ -173,6 +173,8 @@ class AtariEnv:
 
     def step(self, action: int) -> AtariStep:
         """Acts for 4 emulator frames; resets the game when it ends (see `AtariStep`)."""
+        if not 0 <= action < self.n_actions:
+            raise ValueError(f"action must be within [0, {self.n_actions}); got {action}")
         obs, reward, game_terminated, ale_truncated, _ = self._env.step(int(action))
         self._steps += 1
         lives = self.lives

@@ -8,17 +8,20 @@ summary; a diverged run exits with 1.
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop, check_resources
 from fast_dqn.atari import resolve_game
-from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, config_from_args, make_parser,
-                             validate)
+from fast_dqn.checkpoints import (CheckpointError, latest_checkpoint, network_prefix,
+                                  read_arrays, read_manifest, save_checkpoint)
+from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
+                             make_parser, validate)
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_files import Progress, RunFiles, check_run_dir_writable, default_run_dir
 from fast_dqn.samplers import EnvPool, make_env_pool
@@ -39,13 +42,39 @@ class UsageError(ValueError):
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     """Parses and checks the command line; raises ValueError on bad input."""
     parser = make_parser(algo, DESCRIPTIONS[algo])
-    config = config_from_args(parser.parse_args(argv))
+    settings = given_settings(parser.parse_args(argv))
+    if settings.get("resume"):
+        return resumed_config(settings, algo)
+    config = Config(**settings)
     validate(config, algo)
     config = config.replace(game=resolve_game(config.game))
     if not config.logdir:
         config = config.replace(logdir=str(default_run_dir(config.game, algo, config.seed)))
     check_resources(config)
     check_run_dir_writable(Path(config.logdir))
+    return config
+
+
+def resumed_config(settings: dict[str, Any], algo: str) -> Config:
+    """The settings of the run in --resume RUN_DIR; only --timesteps may change."""
+    run_dir = Path(settings.pop("resume"))
+    extra = sorted(set(settings) - {"timesteps"})
+    if extra:
+        raise ValueError(f"only --timesteps may be given with --resume; got "
+                         f"{', '.join(flag_name(name) for name in extra)}")
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot resume {run_dir}: no readable config.json ({error})") from None
+    if saved.get("algo") != algo:
+        raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
+    if latest_checkpoint(run_dir) is None:
+        raise ValueError(f"cannot resume {run_dir}: it has no complete checkpoint")
+    fields = {field.name for field in dataclasses.fields(Config)}
+    config = Config(**{k: v for k, v in saved.items() if k in fields})
+    config = config.replace(logdir=str(run_dir), resume=str(run_dir), **settings)
+    validate(config, algo)
+    check_resources(config)
     return config
 
 
@@ -60,7 +89,8 @@ def eval_backend(config: Config) -> str:
     return "vector" if config.interp == "area" else "threads"
 
 
-def build_loop(config: Config, algo: str, run_files: RunFiles) -> tuple[TrainingLoop, str]:
+def build_loop(config: Config, algo: str, run_files: RunFiles,
+               initial_step: int = 0) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
     from fast_dqn.q_network import QNetwork, configure_device  # TensorFlow loads here
 
@@ -79,10 +109,18 @@ def build_loop(config: Config, algo: str, run_files: RunFiles) -> tuple[Training
     def make_eval_pool() -> EnvPool:
         return make_pool(config, config.eval_episodes, eval_backend(config), config.seed)
 
-    progress = Progress(config.timesteps, every_seconds=config.progress_every)
+    def save(loop: TrainingLoop) -> None:
+        manifest = {**loop.state(), "episode_stats": run_files.episode_stats.state(),
+                    "replay_saved": config.checkpoint_replay}
+        arrays = memory.state_dict() if config.checkpoint_replay else None
+        save_checkpoint(run_files.run_dir, manifest, network.checkpoint().write, arrays)
+
+    progress = Progress(config.timesteps, initial_step=initial_step,
+                        every_seconds=config.progress_every)
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
                       make_eval_pool=make_eval_pool, run_log=run_files,
-                      rng=np.random.default_rng(seeds[1]), progress=progress)
+                      rng=np.random.default_rng(seeds[1]), progress=progress,
+                      save_checkpoint=save)
     loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN
     return loop_class(parts), device
 
@@ -94,11 +132,32 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         return 2
     run_dir = Path(config.logdir)
-    with RunFiles(run_dir) as run_files:
+    manifest = read_manifest(latest_checkpoint(run_dir)) if config.resume else None
+    resume_step = manifest["step"] if manifest else None
+    with RunFiles(run_dir, resume=bool(config.resume), resume_step=resume_step) as run_files:
         run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
         print(f"run directory: {run_dir}", flush=True)
-        loop, device = build_loop(config, algo, run_files)
+        loop, device = build_loop(config, algo, run_files, initial_step=resume_step or 0)
+        if manifest is not None:
+            restore(loop, run_files, manifest, latest_checkpoint(run_dir))
         return run(loop, run_files, device)
+
+
+def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
+    """Loads networks, optimizer, replay memory, counters and generators from a checkpoint."""
+    loop.network.checkpoint().read(network_prefix(checkpoint)).assert_consumed()
+    arrays = read_arrays(checkpoint)
+    if arrays is None:
+        print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
+              "the resumed run refills it from scratch", file=sys.stderr)
+    loop.restore(manifest)
+    if arrays is None:
+        loop.start_refill()
+    else:
+        loop.memory.load_state_dict(arrays)
+        loop.memory.close_open_episode()
+    run_files.episode_stats.load_state(manifest["episode_stats"])
+    print(f"resumed from {checkpoint} at step {loop.step}", flush=True)
 
 
 def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
@@ -107,7 +166,7 @@ def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
     try:
         loop.run()
         status = 128 + loop.stop.signal_number if loop.stop else 0
-    except NonFiniteLoss as error:
+    except (NonFiniteLoss, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
     except KeyboardInterrupt:
         print("interrupted twice: stopping at once", file=sys.stderr)

@@ -211,6 +211,19 @@ class ReplayMemory:
         mask = self._history_mask(np.array([slot]))[0]
         return self.frames[window] * mask[:, None, None]
 
+    def close_open_episode(self) -> None:
+        """Ends the newest episode where it stands (a resumed run starts fresh episodes).
+
+        The newest transition then has no next frame to sample and no later frame reaches
+        back into it.
+        """
+        if self.size == 0:
+            return
+        newest = (self.cursor - 1) % self.capacity
+        if not self.episode_ends[newest]:
+            self.episode_ends[newest] = True
+            self.sampleable[newest] = False
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays that restore this memory exactly (for checkpoints; no pickles)."""
         return {

@@ -23,7 +23,7 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from fast_dqn.atari import AtariEnv, make_atari_env, resolve_game
-from fast_dqn.config import BACKENDS, FRAME_SKIP
+from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
 
 T = TypeVar("T")
 
@@ -87,28 +87,29 @@ class VectorEnvPool:
             raise ValueError(f"num_envs must be at least 1; got {num_envs}")
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
-        self._env = AtariVectorEnv(
+        self._env: AtariVectorEnv | None = AtariVectorEnv(
             resolve_game(game), num_envs, stack_num=1, autoreset_mode="SameStep",
             life_loss_info=True, reward_clipping=False, episodic_life=False,
             noop_max=noop_max, repeat_action_probability=sticky_actions,
             max_num_frames_per_episode=max_episode_steps * FRAME_SKIP, frameskip=FRAME_SKIP,
-            maxpool=True, grayscale=True, img_height=84, img_width=84, use_fire_reset=True,
+            maxpool=True, grayscale=True, img_height=FRAME_SIZE, img_width=FRAME_SIZE,
+            use_fire_reset=True,
             num_threads=num_threads)
         self.num_envs = num_envs
-        self.n_actions = int(self._env.single_action_space.n)
+        self.n_actions: int = int(self._env.single_action_space.n)
         self._max_episode_steps = max_episode_steps
         self._episode_frames = np.zeros(num_envs, np.int64)
         self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
 
     def reset(self, seed: int) -> np.ndarray:
-        obs, info = self._env.reset(seed=int(seed))  # env i gets seed + i
+        obs, info = self._open_env().reset(seed=int(seed))  # env i gets seed + i
         self._episode_frames = info["episode_frame_number"].astype(np.int64)
         self._steps[:] = 0
         return obs[:, 0]
 
     def step(self, actions: np.ndarray) -> PoolStep:
         actions = _check_actions(actions, self.num_envs, self.n_actions)
-        obs, rewards, terminated, truncated, info = self._env.step(actions)
+        obs, rewards, terminated, truncated, info = self._open_env().step(actions)
         self._steps += 1
         episode_frames = info["episode_frame_number"].astype(np.int64)
         restarted = terminated & (episode_frames <= self._episode_frames)
@@ -123,7 +124,15 @@ class VectorEnvPool:
         return [fn(i) for i in range(self.num_envs)]
 
     def close(self) -> None:
-        self._env.close()
+        """Stops the C++ threads: they end only when the vector env is freed. Idempotent."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    def _open_env(self) -> AtariVectorEnv:
+        if self._env is None:
+            raise RuntimeError("the pool is closed")
+        return self._env
 
 
 _STOP = object()  # sentinel: a sampler thread closes its env and exits
@@ -132,9 +141,9 @@ _STOP = object()  # sentinel: a sampler thread closes its env and exits
 class _SamplerThread:
     """A named, persistent thread that owns one env: it creates, steps and closes it.
 
-    The caller sends it callables through its inbox; each reply (its index, the result or the
-    exception raised) goes to the pool's shared outbox. Every callable gets a reply, so the
-    caller never waits forever.
+    The caller sends it (round, callable) pairs through its inbox; each reply (the round, its
+    index, the result or the exception raised) goes to the pool's shared outbox. Every
+    callable gets a reply, so the caller never waits forever.
     """
 
     def __init__(self, index: int, make_env: Callable[[], AtariEnv], outbox: queue.Queue):
@@ -147,8 +156,8 @@ class _SamplerThread:
         self.thread = threading.Thread(target=self._run, name=f"sampler-{index}", daemon=True)
         self.thread.start()
 
-    def send(self, fn: Callable[[AtariEnv], Any]) -> None:
-        self._inbox.put(fn)
+    def send(self, round_id: int, fn: Callable[[AtariEnv], Any]) -> None:
+        self._inbox.put((round_id, fn))
 
     def stop(self) -> None:
         self._inbox.put(_STOP)
@@ -157,26 +166,27 @@ class _SamplerThread:
         try:
             env = self._make_env()  # this thread alone touches env from here on
         except BaseException as error:  # reported to the caller, never lost
-            self._outbox.put((self.index, None, error))
+            self._outbox.put((0, self.index, None, error))
             self._serve_after_failure()
             return
         try:
-            self._outbox.put((self.index, None, None))
+            self._outbox.put((0, self.index, None, None))
             self._serve(env)
         finally:
             env.close()
 
     def _serve(self, env: AtariEnv) -> None:
-        while (fn := self._inbox.get()) is not _STOP:
+        while (request := self._inbox.get()) is not _STOP:
+            round_id, fn = request
             try:
-                self._outbox.put((self.index, fn(env), None))
+                self._outbox.put((round_id, self.index, fn(env), None))
             except BaseException as error:  # reported to the caller, never lost
-                self._outbox.put((self.index, None, error))
+                self._outbox.put((round_id, self.index, None, error))
 
     def _serve_after_failure(self) -> None:
         """Answers every later request with an error until stopped (env creation failed)."""
-        while self._inbox.get() is not _STOP:
-            self._outbox.put((self.index, None, RuntimeError(
+        while (request := self._inbox.get()) is not _STOP:
+            self._outbox.put((request[0], self.index, None, RuntimeError(
                 f"sampler-{self.index} has no environment: its creation failed")))
 
 
@@ -185,7 +195,8 @@ class ThreadEnvPool:
 
     Each round sends every sampler its action and waits for all replies. An exception
     raised in a sampler thread is re-raised by the call that sent the work (the lowest env
-    index first); the threads stop on `close()`.
+    index first); the envs may then be out of step, so close the pool. The threads stop
+    on `close()`.
     """
 
     def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
@@ -197,6 +208,8 @@ class ThreadEnvPool:
             raise ValueError(f"num_envs must be at least 1; got {num_envs}")
         self.num_envs = num_envs
         self._outbox: queue.Queue = queue.Queue()
+        self._round = 0  # replies of an earlier, interrupted round are dropped
+        # Sampler i is the thread "sampler-i"; it creates, steps and closes env i.
         self._samplers = [_SamplerThread(i, _bind(env_factory, i), self._outbox)
                           for i in range(num_envs)]
         self._closed = False
@@ -211,8 +224,9 @@ class ThreadEnvPool:
         """Calls fn(i, env_i) in sampler thread i for every i; returns the W results."""
         if self._closed:
             raise RuntimeError("the pool is closed")
+        self._round += 1
         for sampler in self._samplers:
-            sampler.send(_bind_env(fn, sampler.index))
+            sampler.send(self._round, _bind_env(fn, sampler.index))
         return self._collect()
 
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
@@ -246,8 +260,12 @@ class ThreadEnvPool:
         """Waits for one reply per sampler; raises the first error by env index."""
         results: list[Any] = [None] * self.num_envs
         errors: dict[int, BaseException] = {}
-        for _ in range(self.num_envs):
-            index, result, error = self._outbox.get()
+        replies = 0
+        while replies < self.num_envs:
+            round_id, index, result, error = self._outbox.get()
+            if round_id != self._round:
+                continue
+            replies += 1
             results[index] = result
             if error is not None:
                 errors[index] = error

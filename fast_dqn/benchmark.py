@@ -1,0 +1,253 @@
+"""Throughput of the trainers, measured in one process with the same settings.
+
+    python -m fast_dqn.benchmark [--workers 8 [16 ...]] [--trainer-stub-ms X --query-stub-ms Y]
+
+Measures (a) the trainer alone (minibatch updates/s; 4 x that is the training-bound limit in
+agent steps/s), (b) the serial reference loop, and (c) the fast scheme for each worker count,
+all on real Atari emulation with a short random start and then fixed exploration (epsilon =
+--final-epsilon). Prints a table and one JSON line with the ratios (DESIGN.md §7).
+
+With --trainer-stub-ms/--query-stub-ms the network work alone (the minibatch update and the
+batched Q query) is replaced by GIL-releasing waits of that length, to see what the CPU side
+sustains for a GPU of that speed; everything else (emulation, replay sampling on the trainer
+thread, flushes) runs for real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Sequence
+
+import numpy as np
+
+from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
+from fast_dqn.atari import resolve_game
+from fast_dqn.config import ALGO_FAST_DQN, Config, OneLineErrorParser, validate
+from fast_dqn.launch import make_pool
+from fast_dqn.replay_memory import Batch, ReplayMemory
+
+
+class NullRunLog:
+    """Discards what a benchmark run would log."""
+
+    def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None:
+        pass
+
+    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
+        return {}
+
+    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        pass
+
+
+class StubQNetwork:
+    """Stands in for the Q-network with timed waits that release the GIL.
+
+    `train` waits `train_ms`, `greedy_actions` waits `query_ms` and returns action 0; the
+    time spent in `train` is summed so that the trainer's busy fraction can be reported.
+    """
+
+    def __init__(self, n_actions: int, train_ms: float, query_ms: float):
+        self.n_actions = n_actions
+        self._train_seconds = train_ms / 1000.0
+        self._query_seconds = query_ms / 1000.0
+        self._updates = 0
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
+        time.sleep(self._query_seconds)
+        return np.zeros(len(states), dtype=np.int64)
+
+    def train(self, batch: Batch) -> None:
+        time.sleep(self._train_seconds)
+        self._updates += 1
+
+    def sync_target(self) -> None:
+        pass
+
+    def take_train_stats(self) -> tuple[float, float, int]:
+        updates, self._updates = self._updates, 0
+        return 0.0, 0.0, updates
+
+
+class BusyClock:
+    """Sums the time spent inside a wrapped callable (on whichever thread calls it)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+
+    def wrap(self, fn):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.seconds += time.perf_counter() - start
+        return timed
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", default="pong")
+    parser.add_argument("--workers", type=int, nargs="+", default=[8],
+                        help="worker counts of the fast scheme to measure (default: 8)")
+    parser.add_argument("--backend", choices=("vector", "threads"), default="vector")
+    parser.add_argument("--random-steps", type=int, default=2000,
+                        help="uniformly random agent steps before measuring (default: 2000)")
+    parser.add_argument("--steps", type=int, default=4000,
+                        help="agent steps measured per configuration (default: 4000)")
+    parser.add_argument("--target-update", type=int, default=10_000,
+                        help="epoch length in agent steps (default: 10000, the Nature value)")
+    parser.add_argument("--trainer-seconds", type=float, default=10.0,
+                        help="how long to time the trainer alone (default: 10)")
+    parser.add_argument("--final-epsilon", type=float, default=0.1)
+    parser.add_argument("--skip-serial", action="store_true",
+                        help="do not measure the serial reference")
+    parser.add_argument("--trainer-stub-ms", type=float, default=None,
+                        help="simulate the GPU: replace each minibatch update by a wait of X ms")
+    parser.add_argument("--query-stub-ms", type=float, default=None,
+                        help="simulate the GPU: replace each batched Q query by a wait of Y ms")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
+        parser.error("--workers and --steps must be at least 1, --random-steps at least 0")
+    if (args.trainer_stub_ms is None) != (args.query_stub_ms is None):
+        parser.error("--trainer-stub-ms and --query-stub-ms go together")
+    return args
+
+
+def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True) -> Config:
+    random_steps = _round_up(args.random_steps, workers)
+    config = Config(
+        game=resolve_game(args.game), seed=args.seed, timesteps=random_steps + args.steps,
+        replay_start=random_steps, replay_capacity=max(random_steps + args.steps, 10_000),
+        exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
+        target_update=args.target_update, workers=workers, concurrent=concurrent,
+        backend=args.backend, checkpoint_every=0)
+    validate(config, ALGO_FAST_DQN)
+    return config
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def make_network(args: argparse.Namespace, n_actions: int, config: Config):
+    if args.trainer_stub_ms is not None:
+        return StubQNetwork(n_actions, args.trainer_stub_ms, args.query_stub_ms)
+    from fast_dqn.q_network import QNetwork
+    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
+                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
+
+
+def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
+    num_envs = config.workers if fast else 1
+    pool = make_pool(config, num_envs, config.backend if fast else "serial", config.seed)
+    network = make_network(args, pool.n_actions, config)
+    busy = BusyClock()
+    network.train = busy.wrap(network.train)
+    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))
+    memory.sample = busy.wrap(memory.sample)
+    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+                      make_eval_pool=None, run_log=NullRunLog(),
+                      rng=np.random.default_rng(config.seed + 1))
+    loop: TrainingLoop = FastDQN(parts) if fast else DQN(parts)
+    try:
+        loop.train()
+        learning_start = loop.rates()
+        elapsed = loop.config.timesteps - loop.config.replay_start
+    finally:
+        loop.close()
+    steps_per_second, updates_per_second = learning_start
+    wall = elapsed / steps_per_second if steps_per_second else float("nan")
+    return {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
+            "trainer_busy": busy.seconds / wall if wall else float("nan")}
+
+
+def measure_trainer(args: argparse.Namespace, config: Config) -> float:
+    """Minibatch updates/s of the trainer alone on a memory of random frames."""
+    rng = np.random.default_rng(config.seed)
+    memory = ReplayMemory(10_000, rng)
+    count = memory.capacity
+    memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+                    rng.integers(0, 6, count), rng.normal(size=count).astype(np.float32),
+                    rng.random(count) < 0.01, rng.random(count) < 0.01)
+    network = make_network(args, 6, config)
+    for _ in range(10):  # compile and warm up
+        network.train(memory.sample(config.batch_size))
+    network.take_train_stats()
+    updates, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.trainer_seconds:
+        network.train(memory.sample(config.batch_size))
+        updates += 1
+    network.take_train_stats()  # waits for the device to finish
+    return updates / (time.perf_counter() - start)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        configs = {w: bench_config(args, w) for w in args.workers}
+    except ValueError as error:
+        print(f"benchmark: error: {error}", file=sys.stderr)
+        return 2
+    simulated = args.trainer_stub_ms is not None
+    if not simulated:
+        from fast_dqn.q_network import configure_device
+        print(configure_device(), flush=True)
+    first = configs[args.workers[0]]
+    rows: list[tuple[str, float, str]] = []
+    trainer_ups = measure_trainer(args, first)
+    limit = 4 * trainer_ups
+    rows.append(("trainer alone", limit, f"{trainer_ups:.1f} updates/s"))
+    print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s", flush=True)
+    result: dict = {"game": first.game, "simulated": simulated,
+                    "trainer_updates_per_second": trainer_ups,
+                    "training_limit_steps_per_second": limit}
+    serial = None
+    if not args.skip_serial:
+        serial = measure_loop(args, bench_config(args, 1), fast=False)["steps_per_second"]
+        rows.append(("serial reference", serial, ""))
+        print(f"serial: {serial:.0f} steps/s", flush=True)
+        result["serial_steps_per_second"] = serial
+    fast_results = {}
+    for workers, config in configs.items():
+        measured = measure_loop(args, config, fast=True)
+        fast_results[workers] = measured
+        note = f"trainer busy {measured['trainer_busy']:.0%}"
+        rows.append((f"fast, {workers} workers", measured["steps_per_second"], note))
+        print(f"fast W={workers}: {measured['steps_per_second']:.0f} steps/s, {note}", flush=True)
+    best_workers = max(fast_results, key=lambda w: fast_results[w]["steps_per_second"])
+    best = fast_results[best_workers]
+    result.update({
+        "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
+        "fast_over_limit": best["steps_per_second"] / limit,
+        "fast_by_workers": {str(w): m["steps_per_second"] for w, m in fast_results.items()},
+    })
+    if serial:
+        result["fast_over_serial"] = best["steps_per_second"] / serial
+    if simulated:
+        result.update({"trainer_stub_ms": args.trainer_stub_ms,
+                       "query_stub_ms": args.query_stub_ms,
+                       "sim_steps_per_second": best["steps_per_second"],
+                       "sim_trainer_busy": best["trainer_busy"]})
+    print_table(rows, serial, limit)
+    print(json.dumps(result, sort_keys=True), flush=True)
+    return 0
+
+
+def print_table(rows: list[tuple[str, float, str]], serial: float | None, limit: float) -> None:
+    print(f"\n{'configuration':<22}{'steps/s':>10}{'x serial':>10}{'x limit':>10}  note")
+    for name, steps_per_second, note in rows:
+        over_serial = f"{steps_per_second / serial:.2f}" if serial else "-"
+        print(f"{name:<22}{steps_per_second:>10.0f}{over_serial:>10}"
+              f"{steps_per_second / limit:>10.2f}  {note}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Tests of the environment pools (fast_dqn/samplers.py); CPU only, no TensorFlow."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from fast_dqn.atari import AtariStep
+from fast_dqn.samplers import PoolStep, ThreadEnvPool, VectorEnvPool, make_env_pool
+
+DEADLINE_S = 60.0  # a call that takes longer than this counts as a hang
+
+
+def make_pool(backend: str, num_envs: int = 2, game: str = "breakout", **kwargs):
+    settings = {"seed": 0, "noop_max": 0, "sticky_actions": 0.0,
+                "max_episode_steps": 27_000, "interp": "area"} | kwargs
+    return make_env_pool(backend, game, num_envs, **settings)
+
+
+def finishes(fn: Callable[[], object]) -> object:
+    """Runs fn in a helper thread; fails the test if it does not return within the deadline.
+    Returns fn's result, or the exception it raised."""
+    outcome: list[object] = []
+
+    def target() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as error:  # handed to the test
+            outcome.append(error)
+
+    helper = threading.Thread(target=target, name="test-deadline", daemon=True)
+    helper.start()
+    helper.join(DEADLINE_S)
+    assert not helper.is_alive(), f"call did not return within {DEADLINE_S} s"
+    return outcome[0]
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sampler-")]
+
+
+class FakeEnv:
+    """A tiny stand-in for AtariEnv: frames hold the step count; can fail on demand."""
+
+    n_actions = 3
+
+    def __init__(self, index: int, fail_at_step: int | None = None):
+        self.index = index
+        self.fail_at_step = fail_at_step
+        self.steps = 0
+        self.closed = False
+        self.thread_name = threading.current_thread().name
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        self.steps = 0
+        return np.full((84, 84), self.index, np.uint8)
+
+    def step(self, action: int) -> AtariStep:
+        self.steps += 1
+        if self.steps == self.fail_at_step:
+            raise RuntimeError(f"boom in env {self.index}")
+        frame = np.full((84, 84), self.steps % 256, np.uint8)
+        return AtariStep(frame, float(action), False, False, False)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_pool_shapes_and_dtypes(backend):
+    pool = make_pool(backend, num_envs=3, game="pong")
+    frames = pool.reset(seed=1)
+    step = pool.step(np.zeros(3, np.int64))
+    pool.close()
+    assert pool.num_envs == 3 and pool.n_actions == 6
+    assert frames.shape == (3, 84, 84) and frames.dtype == np.uint8
+    assert isinstance(step, PoolStep)
+    assert step.frames.shape == (3, 84, 84) and step.frames.dtype == np.uint8
+    assert step.rewards.shape == (3,) and step.rewards.dtype == np.float32
+    for flags in (step.terminals, step.episode_ends, step.game_overs):
+        assert flags.shape == (3,) and flags.dtype == np.bool_
+
+
+def record(pool, actions: np.ndarray) -> dict[str, np.ndarray]:
+    steps = [pool.step(a) for a in actions]
+    pool.close()
+    return {name: np.stack([getattr(s, name) for s in steps]) for name in PoolStep._fields}
+
+
+@pytest.mark.parametrize("steps, max_episode_steps", [(400, 27_000), (120, 25)])
+def test_backends_give_identical_runs(steps, max_episode_steps):
+    actions = np.random.default_rng(0).integers(0, 4, size=(steps, 2))
+    runs = {}
+    for backend in ("vector", "threads"):
+        pool = make_pool(backend, max_episode_steps=max_episode_steps)
+        runs[backend] = record(pool, actions)
+    for name in PoolStep._fields:
+        assert np.array_equal(runs["vector"][name], runs["threads"][name]), name
+    run = runs["threads"]
+    assert (run["terminals"] & ~run["game_overs"]).any(), "the run should lose a life"
+    assert run["game_overs"].any(), "the run should end a game"
+    if max_episode_steps < steps:
+        assert (run["episode_ends"] & ~run["terminals"]).any(), "the run should truncate"
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_env_i_is_seeded_seed_plus_i(backend):
+    settings = {"noop_max": 30, "sticky_actions": 0.25}
+    actions = np.random.default_rng(1).integers(0, 4, size=(40, 3))
+    pool = make_pool(backend, num_envs=3, seed=10, **settings)
+    first = pool.reset(seed=10)
+    run = record(pool, actions)
+    single = make_pool(backend, num_envs=1, seed=12, **settings)
+    single_first = single.reset(seed=12)
+    single_run = record(single, actions[:, 2:3])
+    assert np.array_equal(first[2], single_first[0])
+    assert np.array_equal(run["frames"][:, 2], single_run["frames"][:, 0])
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_bad_actions_raise_value_error(backend):
+    # ale-py 0.12.1's vector env never returns from an out-of-range action: check first.
+    pool = make_pool(backend)
+    for bad in (np.array([0, 4]), np.array([-1, 0]), np.array([0]), np.array([0.0, 1.0])):
+        error = finishes(lambda: pool.step(bad))
+        assert isinstance(error, ValueError) and "actions" in str(error), bad
+    pool.close()
+
+
+def test_make_env_pool_rejects_bad_settings():
+    with pytest.raises(ValueError, match="backend"):
+        make_pool("processes")
+    with pytest.raises(ValueError, match="threads backend"):
+        make_pool("vector", interp="nearest")
+    with pytest.raises(ValueError, match="unknown game 'pongg'; did you mean: pong"):
+        make_pool("threads", game="pongg")
+
+
+def test_run_in_samplers_runs_in_each_sampler_thread():
+    pool = ThreadEnvPool(lambda i: FakeEnv(i), num_envs=3)
+    names = pool.run_in_samplers(lambda i: (i, threading.current_thread().name))
+    owners = pool.run_in_envs(lambda i, env: env.thread_name)
+    pool.close()
+    assert names == [(0, "sampler-0"), (1, "sampler-1"), (2, "sampler-2")]
+    assert owners == ["sampler-0", "sampler-1", "sampler-2"]
+
+
+def test_vector_run_in_samplers_runs_in_caller():
+    pool = VectorEnvPool("pong", 2, noop_max=0, sticky_actions=0.0, max_episode_steps=100)
+    names = pool.run_in_samplers(lambda i: (i, threading.current_thread().name))
+    pool.close()
+    assert names == [(0, threading.current_thread().name), (1, threading.current_thread().name)]
+
+
+def test_sampler_exception_is_raised_by_step_without_hanging():
+    envs: list[FakeEnv] = []
+
+    def factory(i: int) -> FakeEnv:
+        envs.append(FakeEnv(i, fail_at_step=3 if i == 1 else None))
+        return envs[-1]
+
+    pool = ThreadEnvPool(factory, num_envs=3)
+    pool.reset(seed=0)
+    for _ in range(2):
+        pool.step(np.zeros(3, np.int64))
+    error = finishes(lambda: pool.step(np.zeros(3, np.int64)))
+    assert isinstance(error, RuntimeError) and "boom in env 1" in str(error)
+    assert any("sampler-1" in note for note in getattr(error, "__notes__", []))
+    finishes(pool.close)
+    assert not sampler_threads()
+    assert all(env.closed for env in envs)
+
+
+def test_env_creation_failure_is_raised_by_constructor_and_threads_stop():
+    def factory(i: int) -> FakeEnv:
+        if i == 2:
+            raise OSError("no ROM for env 2")
+        return FakeEnv(i)
+
+    error = finishes(lambda: ThreadEnvPool(factory, num_envs=3))
+    assert isinstance(error, OSError) and "no ROM for env 2" in str(error)
+    assert not sampler_threads()
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_close_stops_threads_and_is_idempotent(backend):
+    pool = make_pool(backend, num_envs=2)
+    assert len(sampler_threads()) == (2 if backend == "threads" else 0)
+    finishes(pool.close)
+    finishes(pool.close)
+    assert not sampler_threads()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.step(np.zeros(2, np.int64))
