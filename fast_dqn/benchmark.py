@@ -29,6 +29,7 @@ from fast_dqn.atari import resolve_game
 from fast_dqn.config import ALGO_FAST_DQN, Config, OneLineErrorParser, validate
 from fast_dqn.launch import make_pool
 from fast_dqn.replay_memory import Batch, ReplayMemory
+from fast_dqn.samplers import SERIAL
 
 
 class NullRunLog:
@@ -147,7 +148,7 @@ def make_network(args: argparse.Namespace, n_actions: int, config: Config):
 
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     num_envs = config.workers if fast else 1
-    pool = make_pool(config, num_envs, config.backend if fast else "serial", config.seed)
+    pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     network = make_network(args, pool.n_actions, config)
     busy = BusyClock()
     network.train = busy.wrap(network.train)

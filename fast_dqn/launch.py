@@ -24,7 +24,7 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_s
                              make_parser, validate)
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_files import Progress, RunFiles, check_run_dir_writable, default_run_dir
-from fast_dqn.samplers import EnvPool, make_env_pool
+from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
 
 DESCRIPTIONS = {
     ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "
@@ -99,7 +99,7 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
     if algo == ALGO_FAST_DQN:
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
-        pool = make_pool(config, 1, "threads", config.seed)
+        pool = make_pool(config, 1, SERIAL, config.seed)
     network = QNetwork(pool.n_actions, lr=config.lr, rho=config.rmsprop_rho,
                        epsilon=config.rmsprop_epsilon, discount=config.discount,
                        seed=config.seed)

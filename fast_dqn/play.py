@@ -114,10 +114,10 @@ def check_video_path(path: Path) -> None:
     Checked up front because OpenCV reports a file it cannot open only by `isOpened()` and
     by warnings on stderr.
     """
-    if path.suffix.lower() != VIDEO_SUFFIX:
-        raise ValueError(f"--video must name an {VIDEO_SUFFIX} file; got {str(path)!r}")
     if path.is_dir():
         raise ValueError(f"--video {path} is a directory; name a file in it")
+    if path.suffix.lower() != VIDEO_SUFFIX:
+        raise ValueError(f"--video must name an {VIDEO_SUFFIX} file; got {str(path)!r}")
     parent = path.parent
     if not parent.is_dir():
         raise ValueError(f"cannot write --video {path}: directory {parent} does not exist")
@@ -142,7 +142,8 @@ def load_run(run_dir: Path) -> RunToPlay:
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no complete checkpoint (looked for "
                          f"checkpoint/{MANIFEST} and checkpoint.old/{MANIFEST})")
-    step = _read_json(checkpoint / MANIFEST).get("step")
+    manifest = _read_json(checkpoint / MANIFEST)
+    step = manifest.get("step") if isinstance(manifest, dict) else None
     return RunToPlay(config, str(saved.get("algo", "?")), checkpoint,
                      step if isinstance(step, int) else None)
 
@@ -322,6 +323,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = load_run(args.run_dir)
     except ValueError as error:
         parser.error(_one_line(error))
+    try:
+        results, recorder = _play_run(run, args, parser)
+    except KeyboardInterrupt:  # the recorder was left by the exception: no video was written
+        print("play: interrupted" + ("; no video written" if args.video else ""),
+              file=sys.stderr)
+        return 130
+    _print_summary(results, recorder)
+    return 0
+
+
+def _play_run(run: RunToPlay, args: argparse.Namespace, parser: OneLineErrorParser
+              ) -> tuple[list[GameResult], VideoRecorder | None]:
+    """Sets up the env, the video and the network, then plays; the video is renamed into
+    place only when every game has been played."""
     seed = run.config.seed if args.seed is None else args.seed
     max_steps = run.config.max_episode_steps if args.max_steps is None else args.max_steps
     with contextlib.ExitStack() as stack:
@@ -335,8 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_header(run, args, seed, max_steps)
         results = play_games(env, policy, games=args.episodes, seed=seed, recorder=recorder,
                              on_game=lambda i, r: _print_game(i, args.episodes, r))
-    _print_summary(results, recorder)
-    return 0
+    return results, recorder
 
 
 def _open_recorder(path: Path | None, env: AtariEnv,
@@ -350,7 +364,8 @@ def _open_recorder(path: Path | None, env: AtariEnv,
 def _load_policy(run: RunToPlay, env: AtariEnv, epsilon: float, seed: int) -> Policy:
     from fast_dqn.q_network import configure_device
 
-    print(configure_device(), file=sys.stderr)
+    # configure_device() words it for training ("training on GPU: ..."); the device is the same.
+    print("device: " + configure_device().removeprefix("training on "), flush=True)
     network = load_network(run.config, env.n_actions, run.checkpoint)
     return epsilon_greedy_policy(lambda states: network.greedy_actions(states, use_target=False),
                                  epsilon=epsilon, n_actions=env.n_actions,

@@ -22,10 +22,11 @@ from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from fast_dqn.atari import AtariEnv, make_atari_env, resolve_game
+from fast_dqn.atari import AtariEnv, AtariStep, make_atari_env, resolve_game
 from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
 
 T = TypeVar("T")
+SERIAL = "serial"  # the serial reference's pool: envs stepped in the caller's thread
 
 
 class PoolStep(NamedTuple):
@@ -239,12 +240,7 @@ class ThreadEnvPool:
     def step(self, actions: np.ndarray) -> PoolStep:
         actions = _check_actions(actions, self.num_envs, self.n_actions)
         steps = self.run_in_envs(lambda i, env: env.step(int(actions[i])))
-        terminals = np.array([s.terminal for s in steps], dtype=bool)
-        truncations = np.array([s.truncated for s in steps], dtype=bool)
-        return PoolStep(frames=np.stack([s.frame for s in steps]),
-                        rewards=np.array([s.reward for s in steps], dtype=np.float32),
-                        terminals=terminals, episode_ends=terminals | truncations,
-                        game_overs=np.array([s.game_over for s in steps], dtype=bool))
+        return _pool_step(steps)
 
     def close(self) -> None:
         """Stops every sampler thread (each closes its env) and joins them. Idempotent."""
@@ -277,6 +273,42 @@ class ThreadEnvPool:
         return results
 
 
+class SerialEnvPool:
+    """W `AtariEnv`s stepped one after another in the caller's thread.
+
+    The serial reference trainer's single game, with no thread hop per step.
+    """
+
+    def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
+        self.num_envs = num_envs
+        self._envs = [env_factory(i) for i in range(num_envs)]
+        self.n_actions: int = self._envs[0].n_actions
+
+    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+        return [fn(i) for i in range(self.num_envs)]
+
+    def reset(self, seed: int) -> np.ndarray:
+        return np.stack([env.reset(seed=seed + i) for i, env in enumerate(self._envs)])
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        actions = _check_actions(actions, self.num_envs, self.n_actions)
+        return _pool_step([env.step(int(a)) for env, a in zip(self._envs, actions)])
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+
+def _pool_step(steps: list[AtariStep]) -> PoolStep:
+    terminals = np.array([s.terminal for s in steps], dtype=bool)
+    truncations = np.array([s.truncated for s in steps], dtype=bool)
+    return PoolStep(frames=np.stack([s.frame for s in steps]),
+                    rewards=np.array([s.reward for s in steps], dtype=np.float32),
+                    terminals=terminals, episode_ends=terminals | truncations,
+                    game_overs=np.array([s.game_over for s in steps], dtype=bool))
+
+
 def _bind(factory: Callable[[int], AtariEnv], index: int) -> Callable[[], AtariEnv]:
     return lambda: factory(index)
 
@@ -293,7 +325,7 @@ def make_env_pool(backend: str, game: str, num_envs: int, *, seed: int, noop_max
         ValueError: unknown backend or game, or `interp` other than area with the vector
             backend (ale-py's vector env always resizes with area interpolation).
     """
-    if backend not in BACKENDS:
+    if backend not in (*BACKENDS, SERIAL):
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     game = resolve_game(game)
     pool: EnvPool
@@ -308,6 +340,7 @@ def make_env_pool(backend: str, game: str, num_envs: int, *, seed: int, noop_max
             return make_atari_env(game, seed=seed + i, noop_max=noop_max,
                                   sticky_actions=sticky_actions,
                                   max_episode_steps=max_episode_steps, interp=interp)
-        pool = ThreadEnvPool(make_env, num_envs)
+        pool_class = SerialEnvPool if backend == SERIAL else ThreadEnvPool
+        pool = pool_class(make_env, num_envs)
     pool.reset(seed)
     return pool

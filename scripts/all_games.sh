@@ -3,7 +3,7 @@
 # Run with --help for the options; README-sweeps.md has the whole procedure.
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
+# shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

@@ -184,30 +184,33 @@ print_tasks() {
   done
 }
 
-# _run_one INDEX STATUS_DIR: runs one task with its output in its log and writes its exit
-# status to STATUS_DIR/INDEX. SIGTERM is passed on to the trainer, which then writes a
-# checkpoint and exits; this waits for that.
+# _run_one INDEX STATUS_DIR: runs one task, its output in its log, and writes its exit
+# status to STATUS_DIR/INDEX ("stopped" when a SIGTERM from run_tasks ended it). SIGTERM is
+# passed on to the trainer, which writes a checkpoint and exits; this waits for that.
 _run_one() {
-  local i=$1 status_dir=$2 child rc=0
-  trap 'kill -TERM "$child" 2>/dev/null' TERM
-  trap '' INT  # Ctrl-C reaches the trainers through the main shell's TERM
-  (eval "exec ${TASK_CMDS[i]}") >"${TASK_LOGS[i]}" 2>&1 &
+  local i=$1 status_dir=$2 child rc=0 stopped=0
+  trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM
+  (eval "exec ${TASK_CMDS[i]}") </dev/null >"${TASK_LOGS[i]}" 2>&1 &
   child=$!
   wait "$child" || rc=$?
   while kill -0 "$child" 2>/dev/null; do  # a signal cut the wait short; the run goes on
     rc=0
     wait "$child" || rc=$?
   done
-  echo "$rc" >"$status_dir/$i"
   if ((rc == 0)); then
-    note "done   ${TASK_NAMES[i]}"
+    note "done    ${TASK_NAMES[i]}"
+  elif ((stopped)); then
+    note "stopped ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})"
+    rc=stopped
   else
-    note "FAILED ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})"
+    note "FAILED  ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})"
   fi
+  echo "$rc" >"$status_dir/$i"
 }
 
 _INTERRUPTED=0
 
+# On Ctrl-C or SIGTERM: stop starting runs, and send each running trainer one SIGTERM.
 _on_interrupt() {
   _INTERRUPTED=1
   note "interrupted: asking the running trainers to checkpoint and stop"
@@ -219,35 +222,41 @@ _on_interrupt() {
 
 # run_tasks JOBS: runs the task list here, at most JOBS runs at once, each from REPO_ROOT
 # with stdout and stderr in its log. Returns 0 if all succeeded; otherwise lists the failed
-# runs on stderr and returns 1 (130 when interrupted).
+# runs on stderr and returns 1, or 130 when interrupted.
+#
+# Job control (set -m) puts every run in its own process group, so that Ctrl-C in the
+# terminal reaches only this shell, which then sends each trainer exactly one SIGTERM (a
+# trainer takes a second signal as "stop now, without a checkpoint").
 run_tasks() {
-  local max_jobs=$1 status_dir i rc failed=0 missing=0
+  local max_jobs=$1 status_dir i rc failed=0 stopped=0 missing=0 failures=()
   status_dir=$(mktemp -d) || die "cannot create a temporary directory"
   trap _on_interrupt INT TERM
+  set -m
   for i in "${!TASK_CMDS[@]}"; do
     while (($(jobs -rp | wc -l) >= max_jobs)) && ((!_INTERRUPTED)); do
       wait -n || true
     done
     ((_INTERRUPTED)) && break
-    note "start  ${TASK_NAMES[i]} (log: ${TASK_LOGS[i]})"
+    note "start   ${TASK_NAMES[i]} (log: ${TASK_LOGS[i]})"
     (cd "$REPO_ROOT" && _run_one "$i" "$status_dir") &
   done
   while [[ -n $(jobs -rp) ]]; do
     wait || true
   done
+  set +m
   trap - INT TERM
 
-  local failures=()
   for i in "${!TASK_CMDS[@]}"; do
-    if [[ ! -f $status_dir/$i ]]; then
-      missing=$((missing + 1))
-      continue
-    fi
-    rc=$(<"$status_dir/$i")
-    if [[ $rc != 0 ]]; then
-      failed=$((failed + 1))
-      failures+=("  ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})")
-    fi
+    rc=$(cat "$status_dir/$i" 2>/dev/null) || rc=
+    case $rc in
+      0) ;;
+      '') missing=$((missing + 1)) ;;
+      stopped) stopped=$((stopped + 1)) ;;
+      *)
+        failed=$((failed + 1))
+        failures+=("  ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})")
+        ;;
+    esac
   done
   rm -rf -- "$status_dir"
   if ((failed)); then
@@ -255,7 +264,8 @@ run_tasks() {
     printf '%s\n' "${failures[@]}" >&2
   fi
   if ((_INTERRUPTED)); then
-    note "interrupted; $missing run(s) not started. Run the same command again to resume."
+    note "interrupted: $stopped run(s) stopped, $missing not started;" \
+      "run the same command again to go on"
     return 130
   fi
   ((failed == 0))
@@ -371,6 +381,7 @@ parse_slurm_option() {
   esac
 }
 
+# shellcheck disable=SC2034  # used in the --help of the scripts that source this file
 SLURM_USAGE='SLURM (with --slurm):
   --slurm-partition P   partition to submit to (default: the cluster default)
   --slurm-time T        time limit per run (default: 24:00:00)

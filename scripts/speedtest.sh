@@ -3,7 +3,7 @@
 # counts x concurrent on/off x synchronize on/off. Run with --help for the options.
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
+# shellcheck source=lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

@@ -1,0 +1,187 @@
+"""Tests of `python -m fast_dqn.play`: a fake run directory, a short game, its video, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from fast_dqn import play
+from fast_dqn.config import ALGO_DQN, Config
+from fast_dqn.replay_memory import FrameHistory
+
+PONG_ACTIONS = 6
+RUN_SEED = 0  # the seed in config.json: `play` builds its network with it before restoring
+SAVED_SEED = 7  # the saved network's seed, so that restored weights differ from fresh ones
+
+
+def write_run_dir(run_dir: Path, **config_changes) -> Path:
+    """config.json as a training run writes it (settings plus the algorithm)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = Config(game="pong", max_episode_steps=200, seed=RUN_SEED).replace(**config_changes)
+    settings = {**dataclasses.asdict(config), "algo": ALGO_DQN}
+    (run_dir / "config.json").write_text(json.dumps(settings))
+    return run_dir
+
+
+def write_fake_checkpoint(checkpoint: Path, manifest: dict | None = None) -> None:
+    """A complete checkpoint's marker files without TensorFlow, for the cheap error paths."""
+    (checkpoint / "network").mkdir(parents=True)
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest or {}))
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
+    """A run directory with a real pong checkpoint; returns it and the saved online weights."""
+    from fast_dqn.q_network import QNetwork
+
+    run_dir = write_run_dir(tmp_path_factory.mktemp("run"))
+    network = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
+                       seed=SAVED_SEED)
+    network.checkpoint().write(str(run_dir / "checkpoint" / "network" / "ckpt"))
+    (run_dir / "checkpoint" / "manifest.json").write_text(json.dumps({"step": 1234}))
+    return run_dir, [variable.numpy() for variable in network.online.variables]
+
+
+def test_play_prints_scores_and_writes_a_readable_video(trained_run, tmp_path, capsys):
+    run_dir, _ = trained_run
+    video = tmp_path / "game.mp4"
+    status = play.main([str(run_dir), "--episodes", "1", "--video", str(video),
+                        "--max-steps", "30", "--seed", "3"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "at step 1,234" in out
+    assert "game 1/1: score " in out and "(30 steps, cut off)" in out
+    assert "mean score over 1 game(s): " in out
+    assert [p.name for p in tmp_path.iterdir()] == ["game.mp4"]  # no temporary file left
+    capture = cv2.VideoCapture(str(video))
+    try:
+        assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 30  # one screen per agent step
+        assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(15)
+        ok, frame = capture.read()
+    finally:
+        capture.release()
+    assert ok and frame.shape == (210, 160, 3)
+    assert frame.std() > 0  # a picture, not a blank frame
+
+
+def test_restores_the_online_weights_that_were_saved(trained_run):
+    from fast_dqn.q_network import QNetwork
+
+    run_dir, saved = trained_run
+    run = play.load_run(run_dir)
+    network = play.load_network(run.config, PONG_ACTIONS, run.checkpoint)
+    fresh = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
+                     seed=RUN_SEED)
+    restored = [variable.numpy() for variable in network.online.variables]
+    assert len(restored) == len(saved) == 10
+    assert all(np.array_equal(a, b) for a, b in zip(restored, saved))
+    assert not np.array_equal(fresh.online.variables[0].numpy(), saved[0])
+
+
+def test_a_checkpoint_of_another_game_is_bad_input(trained_run, tmp_path, capsys):
+    run_dir, _ = trained_run
+    other = write_run_dir(tmp_path / "breakout", game="breakout")  # 4 actions, not 6
+    (other / "checkpoint").symlink_to(run_dir / "checkpoint")
+    assert_bad_input([str(other)], "cannot restore the online network", capsys)
+
+
+def assert_bad_input(argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        play.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.startswith("play: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--episodes", "0"], "--episodes must be at least 1"),
+    (["--epsilon", "1.5"], "--epsilon must be within [0, 1]"),
+    (["--epsilon", "-0.1"], "--epsilon must be within [0, 1]"),
+    (["--epsilon", "nan"], "--epsilon must be within [0, 1]"),
+    (["--max-steps", "0"], "--max-steps must be at least 1"),
+    (["--video", "/nonexistent-dir/out.mp4"], "does not exist"),
+    (["--video", "{tmp}"], "is a directory"),
+    (["--video", "{tmp}/out.avi"], "must name an .mp4 file"),
+])
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys, extra, message):
+    run_dir = write_run_dir(tmp_path / "run")
+    write_fake_checkpoint(run_dir / "checkpoint")
+    argv = [str(run_dir)] + [arg.format(tmp=tmp_path) for arg in extra]
+    assert_bad_input(argv, message, capsys)
+    assert not list(tmp_path.glob("*.mp4")) and not list(tmp_path.glob(".*"))
+
+
+def test_bad_run_directories_exit_2_with_one_line(tmp_path, capsys):
+    assert_bad_input([str(tmp_path / "missing")], "no run directory", capsys)
+    assert_bad_input([str(tmp_path)], "config.json: not found", capsys)
+    write_run_dir(tmp_path)
+    assert_bad_input([str(tmp_path)], "has no complete checkpoint", capsys)
+    (tmp_path / "checkpoint" / "network").mkdir(parents=True)  # no manifest: incomplete
+    assert_bad_input([str(tmp_path)], "has no complete checkpoint", capsys)
+    (tmp_path / "config.json").write_text("{not json")
+    assert_bad_input([str(tmp_path)], "cannot read", capsys)
+
+
+@pytest.mark.parametrize("complete, expected", [
+    (("checkpoint",), "checkpoint"),
+    (("checkpoint", "checkpoint.old"), "checkpoint"),
+    (("checkpoint.old",), "checkpoint.old"),  # a crash between the two renames
+])
+def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expected):
+    write_run_dir(tmp_path)
+    (tmp_path / "checkpoint" / "network").mkdir(parents=True)  # incomplete unless listed
+    for name in complete:
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "manifest.json").write_text('{"step": 5}')
+    run = play.load_run(tmp_path)
+    assert run.checkpoint == tmp_path / expected
+    assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, 5)
+
+
+def test_command_line_bad_input_has_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "fast_dqn.play", str(tmp_path / "none")],
+                            capture_output=True, text=True, cwd=Path(__file__).parents[1],
+                            timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("play: error: no run directory")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_play_games_feeds_padded_states_and_chains_games():
+    """Without a network: a recording greedy function sees the training loop's states."""
+    env = play.make_env(Config(game="pong", noop_max=0), seed=1, max_steps=5)
+    seen: list[np.ndarray] = []
+
+    def greedy(states: np.ndarray) -> np.ndarray:
+        seen.append(states.copy())
+        return np.zeros(len(states), dtype=np.int64)
+
+    policy = play.epsilon_greedy_policy(greedy, epsilon=0.0, n_actions=env.n_actions,
+                                        rng=np.random.default_rng(0))
+    results = play.play_games(env, policy, games=2, seed=1)
+    env.close()
+    assert results == [play.GameResult(0.0, 5, True)] * 2
+    assert len(seen) == 10
+    for game_start in (seen[0], seen[5]):  # each game starts from one frame and zero padding
+        assert not game_start[0, :-1].any() and game_start[0, -1].any()
+    assert seen[4][0, 0].any()  # four frames into a game the stack is full
+    expected = FrameHistory(1).reset(seen[0][0, -1][None])
+    np.testing.assert_array_equal(seen[0], expected)
+
+
+def test_video_recorder_leaves_nothing_behind_when_interrupted(tmp_path):
+    path = tmp_path / "game.mp4"
+    with pytest.raises(KeyboardInterrupt):
+        with play.VideoRecorder(path, (210, 160)) as recorder:
+            recorder.write(np.zeros((210, 160, 3), dtype=np.uint8))
+            assert [p.suffix for p in tmp_path.iterdir()] == [".mp4"]  # the temporary file
+            raise KeyboardInterrupt
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,555 @@
+"""Tests of the sweep scripts: scripts/all_games.sh, scripts/speedtest.sh, scripts/summarize.py.
+
+The shell scripts are tested through --dry-run output and with a fake trainer (a small bash
+script given as --python) that records its arguments and the signals it gets, so the
+orchestration (parallel runs, failures, Ctrl-C, SLURM task picking) is exercised without
+TensorFlow. One test runs a real two-game sweep end to end.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fast_dqn.atari_data import NATURE_GAMES
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_GAMES = REPO / "scripts" / "all_games.sh"
+SPEEDTEST = REPO / "scripts" / "speedtest.sh"
+SUMMARIZE = REPO / "scripts" / "summarize.py"
+PY = sys.executable
+
+# Stands in for "python run_fast_dqn.py ARGS": writes its arguments to LOGDIR/args, counts
+# the signals it gets in LOGDIR/signals, and after FAKE_STEPS tenths of a second writes a
+# finished summary.json. A first signal makes it "checkpoint" and exit 143, like the trainer.
+FAKE_TRAINER = r"""#!/usr/bin/env bash
+shift  # run_fast_dqn.py
+logdir=
+for arg in "$@"; do
+  case $arg in --logdir=*) logdir=${arg#*=} ;; esac
+done
+if [[ $1 == --resume ]]; then logdir=$2; fi
+mkdir -p "$logdir"
+printf '%s\n' "$@" >"$logdir/args"
+signals=0
+trap 'signals=$((signals + 1)); echo signal >>"$logdir/signals"' INT TERM
+case " $* " in *" --game=failgame "*) echo "fake failure" >&2; exit 3 ;; esac
+for ((i = 0; i < ${FAKE_STEPS:-3}; i++)); do
+  sleep 0.1
+  if ((signals)); then
+    sleep 0.5
+    echo '{"finished": false}' >"$logdir/summary.json"
+    exit 143
+  fi
+done
+echo '{"finished": true, "steps_per_second": 100.0}' >"$logdir/summary.json"
+echo "fake run done"
+"""
+
+
+def run(args, *, env=None, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def commands(stdout: str) -> list[list[str]]:
+    """The commands of a --dry-run listing (lines that are not comments)."""
+    return [shlex.split(line) for line in stdout.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def flags(command: list[str]) -> dict[str, str]:
+    return dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+
+
+@pytest.fixture
+def fake_python(tmp_path) -> Path:
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_TRAINER)
+    path.chmod(0o755)
+    return path
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+# ---------------------------------------------------------------------------- all_games.sh
+
+
+def test_dry_run_lists_49_games_times_3_seeds_and_writes_nothing(tmp_path):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--dry-run", "--out", out, "--python", PY])
+    assert result.returncode == 0, result.stderr
+    runs = commands(result.stdout)
+    assert len(runs) == 49 * 3
+    pairs = {(flags(c)["game"], flags(c)["seed"]) for c in runs}
+    assert pairs == {(g, s) for g in NATURE_GAMES for s in ("0", "1", "2")}
+    for command in runs:
+        assert command[:2] == [PY, "run_fast_dqn.py"]
+        game, seed = flags(command)["game"], flags(command)["seed"]
+        assert flags(command)["logdir"] == str(out / f"{game}-seed{seed}")
+    assert not out.exists()
+
+
+def test_games_subset_seeds_and_extra_flags(tmp_path):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds=0 5", "--dry-run",
+                  "--out", out, "--", "--timesteps=2000", "--workers", "4"])
+    assert result.returncode == 0, result.stderr
+    runs = commands(result.stdout)
+    assert [(flags(c)["game"], flags(c)["seed"]) for c in runs] == [
+        ("pong", "0"), ("pong", "5"), ("breakout", "0"), ("breakout", "5")]
+    for command in runs:
+        assert command[0] == "python"  # the default --python
+        assert command[-3:] == ["--timesteps=2000", "--workers", "4"]
+
+
+def test_finished_runs_are_skipped_and_checkpointed_runs_resumed(tmp_path):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "summary.json", {"finished": True, "steps": 10})
+    write_json(out / "pong-seed1" / "checkpoint" / "manifest.json", {"step": 5})
+    write_json(out / "pong-seed1" / "summary.json", {"finished": False})
+    write_json(out / "pong-seed2" / "checkpoint" / "manifest.json", {"step": 5})
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1 2",
+                  "--dry-run", "--out", out, "--python", PY,
+                  "--", "--timesteps", "5000", "--workers=4"])
+    assert result.returncode == 0, result.stderr
+    runs = commands(result.stdout)
+    by_dir = {flags(c).get("logdir") or c[c.index("--resume") + 1]: c for c in runs}
+    assert str(out / "pong-seed0") not in by_dir
+    assert "skip" in result.stderr and "pong-seed0" in result.stderr
+    for seed in (1, 2):
+        assert by_dir[str(out / f"pong-seed{seed}")] == [
+            PY, "run_fast_dqn.py", "--resume", str(out / f"pong-seed{seed}"), "--timesteps=5000"]
+    for seed in (0, 1, 2):
+        assert by_dir[str(out / f"breakout-seed{seed}")][-3:] == ["--timesteps", "5000",
+                                                                   "--workers=4"]
+    assert len(runs) == 5
+
+
+def test_resume_without_timesteps_in_extra_flags_passes_only_resume(tmp_path):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "checkpoint" / "manifest.json", {})
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--dry-run",
+                  "--out", out, "--", "--workers=4"])
+    assert commands(result.stdout) == [["python", "run_fast_dqn.py", "--resume",
+                                        str(out / "pong-seed0")]]
+
+
+def test_dry_run_leaves_a_directory_without_checkpoint_in_place(tmp_path):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--dry-run",
+                  "--out", out])
+    assert result.returncode == 0
+    assert flags(commands(result.stdout)[0])["logdir"] == str(out / "pong-seed0")
+    assert "moved aside" in result.stderr
+    assert (out / "pong-seed0" / "config.json").exists()
+
+
+def test_nothing_to_do_when_every_run_finished(tmp_path):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "summary.json", {"finished": True})
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out])
+    assert result.returncode == 0
+    assert "nothing to do" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["--jobs", "0"],
+    ["--jobs", "two"],
+    ["--seeds", "a b"],
+    ["--seeds", ""],
+    ["--games", "pong;rm"],
+    ["--games"],
+    ["--bogus"],
+    ["--slurm-gpus", "x"],
+    ["--slurm-mem", "lots"],
+    ["--", "--seed=1"],
+    ["--", "--logdir", "elsewhere"],
+    ["--", "--game=pong"],
+    ["--python", "/nonexistent/python"],
+])
+def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
+    result = run(["bash", ALL_GAMES, "--dry-run", "--out", tmp_path / "o", *args])
+    assert result.returncode == 2
+    assert result.stderr.startswith("all_games.sh: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+
+
+def test_help():
+    result = run(["bash", ALL_GAMES, "--help"])
+    assert result.returncode == 0
+    assert "Usage:" in result.stdout and "--slurm-partition" in result.stdout
+
+
+def test_runs_in_parallel_and_writes_one_log_per_run(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1",
+                  "--jobs", "4", "--out", out, "--python", fake_python, "--", "--workers=4"])
+    assert result.returncode == 0, result.stderr
+    for name in ("pong-seed0", "pong-seed1", "breakout-seed0", "breakout-seed1"):
+        assert json.loads((out / name / "summary.json").read_text())["finished"] is True
+        assert "fake run done" in (out / f"{name}.log").read_text()
+        args = (out / name / "args").read_text().split()
+        assert args[-1] == "--workers=4"
+    assert "at most 4 at once" in result.stderr
+
+
+def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--games", "pong failgame", "--seeds", "0",
+                  "--jobs", "2", "--out", out, "--python", fake_python])
+    assert result.returncode == 1
+    assert "1 of 2 run(s) failed" in result.stderr
+    assert f"failgame-seed0 (exit status 3; log: {out}/failgame-seed0.log)" in result.stderr
+    assert "fake failure" in (out / "failgame-seed0.log").read_text()
+    assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
+
+
+def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                  "--python", fake_python])
+    assert result.returncode == 0, result.stderr
+    aside = list(out.glob("pong-seed0.incomplete-*"))
+    assert len(aside) == 1 and (aside[0] / "config.json").exists()
+    assert (out / "pong-seed0" / "summary.json").exists()
+
+
+def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    env = dict(os.environ, FAKE_STEPS="600")
+    process = subprocess.Popen(
+        ["bash", str(ALL_GAMES), "--games", "pong breakout alien", "--seeds", "0",
+         "--jobs", "2", "--out", str(out), "--python", str(fake_python)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)  # its own process group, like a shell in a terminal
+    try:
+        deadline = time.monotonic() + 30
+        while not all((out / g / "args").exists() for g in ("pong-seed0", "breakout-seed0")):
+            assert time.monotonic() < deadline, "the fake trainers did not start"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    for name in ("pong-seed0", "breakout-seed0"):
+        assert (out / name / "signals").read_text().splitlines() == ["signal"]
+    assert not (out / "alien-seed0").exists()
+    assert "2 run(s) stopped, 1 not started" in stderr
+
+
+def _slurm_dry_run(tmp_path, *extra):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1 2",
+                  "--jobs", "2", "--slurm", "--dry-run", "--out", out, *extra])
+    assert result.returncode == 0, result.stderr
+    assert not out.exists()
+    script, tasks = result.stdout.split(f"# {out}/all_games.tasks\n")
+    return out, script, tasks
+
+
+def test_slurm_dry_run_prints_an_array_script_and_its_task_list(tmp_path):
+    out, script, tasks = _slurm_dry_run(
+        tmp_path, "--slurm-partition", "gpu", "--slurm-time", "12:00:00", "--slurm-gpus", "2",
+        "--slurm-cpus", "6", "--slurm-mem", "20G", "--", "--timesteps=100")
+    assert script.startswith(f"# {out}/all_games.sbatch\n#!/bin/bash\n")
+    for line in ("#SBATCH --array=0-5%2", "#SBATCH --partition=gpu", "#SBATCH --time=12:00:00",
+                 "#SBATCH --gres=gpu:2", "#SBATCH --cpus-per-task=6", "#SBATCH --mem=20G",
+                 f"#SBATCH --output={out}/slurm-%A_%a.out", f"TASKS={out}/all_games.tasks",
+                 f"cd {REPO} || exit 1"):
+        assert line in script.splitlines()
+    rows = [line.split("\t") for line in tasks.strip().splitlines()]
+    assert len(rows) == 6
+    for run_dir, log, command in rows:
+        assert log == run_dir + ".log"
+        assert flags(shlex.split(command))["logdir"] == run_dir
+        assert command.endswith("--timesteps=100")
+    syntax = subprocess.run(["bash", "-n"], input=script.split("\n", 1)[1], text=True,
+                            capture_output=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+
+def test_slurm_defaults(tmp_path):
+    out, script, _ = _slurm_dry_run(tmp_path)
+    lines = script.splitlines()
+    for line in ("#SBATCH --time=24:00:00", "#SBATCH --gres=gpu:1", "#SBATCH --cpus-per-task=8",
+                 "#SBATCH --mem=16G"):
+        assert line in lines
+    assert not any(line.startswith("#SBATCH --partition") for line in lines)
+
+
+def test_slurm_submits_and_each_array_task_runs_its_own_line(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/sbatch-args\necho "Submitted batch job 1"\n')
+    sbatch.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "3", "--slurm",
+                  "--out", out, "--python", fake_python], env=env)
+    assert result.returncode == 0, result.stderr
+    script = out / "all_games.sbatch"
+    assert (tmp_path / "sbatch-args").read_text().split() == [str(script)]
+    assert "#SBATCH --array=0-1%2" in script.read_text().splitlines()  # default: all at once
+    task = run(["bash", script], env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"))
+    assert task.returncode == 0, task.stdout + task.stderr
+    assert (out / "breakout-seed3" / "summary.json").exists()
+    assert not (out / "pong-seed3").exists()
+    assert "fake run done" in (out / "breakout-seed3.log").read_text()
+    again = run(["bash", script], env=dict(os.environ, SLURM_ARRAY_TASK_ID="1"))
+    assert again.returncode == 0 and "already finished" in again.stdout
+
+
+def test_slurm_without_sbatch_is_an_error(tmp_path):
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--slurm",
+                  "--out", tmp_path / "sweep"], env=env)
+    assert result.returncode == 1
+    assert "sbatch not found" in result.stderr
+
+
+# ---------------------------------------------------------------------------- speedtest.sh
+
+
+def test_speed_grid_size_and_flags(tmp_path):
+    out = tmp_path / "speed"
+    result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "1 2 4 8 16", "--seeds", "0 1",
+                  "--out", out, "--timesteps", "50000", "--", "--backend=threads"])
+    assert result.returncode == 0, result.stderr
+    runs = commands(result.stdout)
+    assert len(runs) == 5 * 2 * 2 * 2
+    grid = {(f["workers"], f["concurrent"], f["synchronize"], f["seed"])
+            for f in map(flags, runs)}
+    assert grid == {(w, c, y, s) for w in ("1", "2", "4", "8", "16") for c in ("true", "false")
+                    for y in ("true", "false") for s in ("0", "1")}
+    for command in runs:
+        f = flags(command)
+        assert command[:2] == ["python", "run_fast_dqn.py"]
+        assert f["game"] == "pong" and f["timesteps"] == "50000"
+        assert f["replay-start"] == "10000"
+        assert (f["exploration-steps"], f["evaluate"], f["checkpoint-every"]) == ("0", "0", "0")
+        assert f["logdir"] == str(out / (f"pong-w{f['workers']}-c{f['concurrent']}"
+                                         f"-s{f['synchronize']}-seed{f['seed']}"))
+        assert command[-1] == "--backend=threads"
+        assert "target-update" not in f
+
+
+def test_default_worker_counts_follow_nproc(tmp_path):
+    result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "speed"])
+    workers = sorted({int(flags(c)["workers"]) for c in commands(result.stdout)})
+    cpus = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    assert workers == ([1, 2, 4, 8, 16, 32] if cpus >= 32 else [1, 2, 4, 8, 16])
+
+
+def test_replay_start_and_target_update_are_rounded_for_the_worker_count(tmp_path):
+    result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "3 32", "--out", tmp_path / "s"])
+    assert result.returncode == 0, result.stderr
+    by_workers = {flags(c)["workers"]: flags(c) for c in commands(result.stdout)}
+    assert by_workers["3"]["replay-start"] == "10002"
+    assert by_workers["3"]["target-update"] == "10008"  # a multiple of 3 and of 4
+    assert by_workers["32"]["replay-start"] == "10016"
+    assert by_workers["32"]["target-update"] == "10016"
+
+
+def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
+    result = run(["bash", SPEEDTEST, "--dry-run", "--slurm", "--workers", "1 2",
+                  "--out", tmp_path / "s"])
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --array=0-7%1" in result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args", [
+    ["--workers", "0"],
+    ["--workers", "x"],
+    ["--timesteps", "5000"],  # not more than the replay start
+    ["--seeds", "-1"],
+    ["--jobs", "0"],
+    ["--", "--workers=3"],
+    ["--", "--concurrent", "false"],
+    ["--unknown"],
+])
+def test_speedtest_bad_options_exit_2(tmp_path, args):
+    result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "s", *args])
+    assert result.returncode == 2
+    assert result.stderr.startswith("speedtest.sh: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_speedtest_table_reads_steps_per_second_from_summaries(tmp_path):
+    out = tmp_path / "speed"
+    speeds = {(1, False, False): [100.0, 110.0], (8, True, True): [420.0, 420.0]}
+    for (workers, concurrent, synchronize), values in speeds.items():
+        for seed, steps in enumerate(values):
+            run_dir = out / f"pong-w{workers}-c{concurrent}-s{synchronize}-seed{seed}"
+            write_json(run_dir / "config.json", {"game": "pong", "workers": workers,
+                                                 "concurrent": concurrent,
+                                                 "synchronize": synchronize, "seed": seed})
+            write_json(run_dir / "summary.json", {"finished": True, "steps_per_second": steps,
+                                                  "updates_per_second": steps / 4,
+                                                  "device": "GPU:0"})
+    result = run(["bash", SPEEDTEST, "--table", "--out", out, "--python", PY])
+    assert result.returncode == 0, result.stderr
+    rows = {tuple(line.split()[1:4]): line.split() for line in result.stdout.splitlines()
+            if line.lstrip().startswith("pong")}
+    assert rows[("1", "false", "false")][5:9] == ["105", "7", "26", "1.00"]
+    assert rows[("8", "true", "true")][5:9] == ["420", "0", "105", "4.00"]
+
+
+def test_speedtest_table_without_runs_is_an_error(tmp_path):
+    result = run(["bash", SPEEDTEST, "--table", "--out", tmp_path, "--python", PY])
+    assert result.returncode == 2
+    assert "no runs" in result.stderr
+
+
+# ---------------------------------------------------------------------------- summarize.py
+
+
+def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None) -> Path:
+    run_dir = root / f"{game}-seed{seed}"
+    write_json(run_dir / "config.json", {"game": game, "seed": seed, "workers": 8,
+                                         "library_versions": {}})
+    if evaluations is not None:
+        rows = ["timestep,mean,std,episodes,hours"]
+        rows += [f"{t},{m},1.0,30,{t / 1e6}" for t, m in evaluations]
+        (run_dir / "evaluations.csv").write_text("\n".join(rows) + "\n")
+    if summary is not None:
+        write_json(run_dir / "summary.json", summary)
+    return run_dir
+
+
+@pytest.fixture
+def runs_dir(tmp_path) -> Path:
+    root = tmp_path / "runs"
+    summary = {"finished": True, "steps": 500000, "wall_seconds": 3600.0, "updates": 1,
+               "steps_per_second": 1000.0, "updates_per_second": 250.0, "device": "GPU:0",
+               "last_evaluation": None, "game": "pong", "algo": "fast_dqn", "seed": 0}
+    # pong: final evaluations 10 and 14 -> mean 12, std sqrt(8); (12 + 20.7) / 30 -> 109.0%
+    make_run(root, "pong", 0, [(250000, -20.0), (500000, 10.0)], summary)
+    make_run(root, "pong", 1, [(250000, 16.0), (500000, 14.0)],
+             dict(summary, steps_per_second=2000.0, seed=1))
+    # breakout: (16.75 - 1.7) / (31.8 - 1.7) -> 50.0%
+    make_run(root, "breakout", 0, [(250000, 16.75)], dict(summary, finished=False))
+    # alien: no evaluations yet, left out of the scores
+    make_run(root, "alien", 0, None, None)
+    # a directory set aside by all_games.sh is not a run
+    make_run(root / "nested", "pong", 9, [(1, 1.0)], None).rename(
+        root / "nested" / "pong-seed9.incomplete-20250101-000000")
+    return root
+
+
+def test_summary_table_and_normalized_scores(runs_dir):
+    result = run([PY, SUMMARIZE, runs_dir])
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("\n\n")[0].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[3:]}
+    assert set(rows) == {"pong", "breakout", "alien"}
+    # game  seeds  done  final-step  final-mean  std  best  human%  steps/s  updates/s  hours
+    assert rows["pong"][:11] == ["pong", "0,1", "2/2", "500,000", "12.0", "2.8", "13.0",
+                                 "109.0", "1,500", "250", "1.00"]
+    assert rows["breakout"][:8] == ["breakout", "0", "0/1", "250,000", "16.8", "-", "16.8",
+                                    "50.0"]
+    assert rows["alien"][3:8] == ["-", "-", "-", "-", "-"]
+    assert "over 2 game(s): median 79.5%, mean 79.5%" in result.stdout
+    assert "1 run(s) without evaluations" in result.stdout
+    assert "alien seed 0" in result.stdout
+    assert "seed 9" not in result.stdout and "4 run(s) of 3 game(s)" in result.stdout
+
+
+def test_summary_csv(runs_dir, tmp_path):
+    table = tmp_path / "table.csv"
+    result = run([PY, SUMMARIZE, runs_dir, "--csv", table])
+    assert result.returncode == 0, result.stderr
+    rows = {row["game"]: row for row in csv.DictReader(table.open())}
+    assert set(rows) == {"alien", "breakout", "pong"}
+    pong = rows["pong"]
+    assert pong["seeds"] == "0 1"
+    assert float(pong["final_mean"]) == pytest.approx(12.0)
+    assert float(pong["final_std"]) == pytest.approx(math.sqrt(8))
+    assert float(pong["best_mean"]) == pytest.approx((10.0 + 16.0) / 2)
+    assert float(pong["human_normalized"]) == pytest.approx(100 * (12 + 20.7) / 30)
+    assert float(pong["steps_per_second"]) == pytest.approx(1500.0)
+    assert float(pong["wall_hours"]) == pytest.approx(1.0)
+    assert pong["device"] == "GPU:0"
+    assert float(rows["breakout"]["human_normalized"]) == pytest.approx(50.0)
+    assert rows["alien"]["final_mean"] == "" and rows["alien"]["human_normalized"] == ""
+
+
+def test_summary_plot_writes_a_png(runs_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    image = tmp_path / "curves.png"
+    result = run([PY, SUMMARIZE, runs_dir, "--plot", image])
+    assert result.returncode == 0, result.stderr
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert image.stat().st_size > 10_000
+
+
+def test_summary_of_a_game_without_reference_scores(tmp_path):
+    make_run(tmp_path, "tetris", 0, [(1000, 5.0)], None)
+    result = run([PY, SUMMARIZE, tmp_path])
+    assert result.returncode == 0, result.stderr
+    assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "plot-dir", "csv-dir", "no-arg"])
+def test_summary_bad_input_exits_2(tmp_path, case):
+    args = {
+        "missing": [tmp_path / "nope"],
+        "empty": [tmp_path],
+        "plot-dir": [tmp_path, "--plot", tmp_path / "no" / "x.png"],
+        "csv-dir": [tmp_path, "--csv", tmp_path / "no" / "x.csv"],
+        "no-arg": [],
+    }[case]
+    if case in ("plot-dir", "csv-dir"):
+        make_run(tmp_path, "pong", 0, [(1, 1.0)], None)
+    result = run([PY, SUMMARIZE, *args])
+    assert result.returncode == 2
+    assert result.stderr.startswith("summarize.py: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.skipif(not (REPO / "run_fast_dqn.py").exists(),
+                    reason="run_fast_dqn.py is not in the repository yet")
+def test_real_two_game_sweep_then_summary(tmp_path):
+    out = tmp_path / "sweep"
+    result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
+                  "--out", out, "--python", PY, "--",
+                  "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
+                  "--evaluate=1000", "--eval-episodes=2", "--target-update=400", "--workers=4",
+                  "--max-episode-steps=300"], timeout=900)
+    assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
+    for game in ("pong", "breakout"):
+        summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
+        assert summary["finished"] is True and summary["steps"] == 2000
+    table = tmp_path / "table.csv"
+    summary = run([PY, SUMMARIZE, out, "--csv", table])
+    assert summary.returncode == 0, summary.stderr
+    rows = {row["game"]: row for row in csv.DictReader(table.open())}
+    assert set(rows) == {"pong", "breakout"}
+    for row in rows.values():
+        assert row["final_timestep"] == "2000"
+        assert row["human_normalized"] != ""
+        assert float(row["steps_per_second"]) > 0
+    assert "median" in summary.stdout
