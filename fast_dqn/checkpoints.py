@@ -16,6 +16,7 @@ directory without it is incomplete.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -57,25 +58,50 @@ def save_checkpoint(run_dir: Path, manifest: Mapping[str, Any],
         arrays: named arrays to store as .npy files (the replay memory), or None.
 
     Raises:
-        CheckpointError: the write failed (e.g. a full disk); the previous checkpoint is intact.
+        CheckpointError: the write failed (e.g. a full disk); the previous checkpoint is intact
+            and no `checkpoint.tmp` is left behind.
+        TypeError, ValueError: the manifest is not JSON-able or an array holds Python
+            objects (a bug, not a condition of the disk); nothing is written.
     """
     run_dir = Path(run_dir)
     staging = run_dir / NEW_CHECKPOINT
+    # Serialized before the disk is touched: a manifest that is not JSON fails here.
+    manifest_text = json.dumps({"format_version": FORMAT_VERSION, **manifest}, indent=2,
+                               sort_keys=True)
     try:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         if write_network is not None:
-            write_network(str(staging / NETWORK_PREFIX))
+            _write_network(write_network, staging / NETWORK_PREFIX, run_dir)
         if arrays is not None:
             _write_arrays(staging / REPLAY, arrays)
-        _write_manifest(staging / MANIFEST, {"format_version": FORMAT_VERSION, **manifest})
+        _write_manifest(staging / MANIFEST, manifest_text)
         _fsync_tree(staging)
         _swap_in(run_dir, staging)
-    except OSError as error:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise CheckpointError(f"could not write a checkpoint in {run_dir}: {error}; the "
-                              f"previous checkpoint is intact") from error
+        if isinstance(error, CheckpointError):
+            raise
+        if isinstance(error, OSError):
+            raise CheckpointError(_failure_message(run_dir, error)) from error
+        raise
     return run_dir / CHECKPOINT
+
+
+def _failure_message(run_dir: Path, error: BaseException) -> str:
+    full = getattr(error, "errno", None) == errno.ENOSPC or "No space left" in str(error)
+    hint = "; free some disk space" if full else ""
+    return (f"could not write a checkpoint in {run_dir}: {error}{hint}; the previous "
+            f"checkpoint, if any, is intact")
+
+
+def _write_network(write_network: Callable[[str], Any], prefix: Path, run_dir: Path) -> None:
+    try:
+        write_network(str(prefix))
+    except Exception as error:  # noqa: BLE001
+        # TensorFlow reports I/O failures with its own errors (a full disk raises
+        # tf.errors.ResourceExhaustedError), which are not OSError.
+        raise CheckpointError(_failure_message(run_dir, error)) from error
 
 
 def _write_arrays(directory: Path, arrays: Mapping[str, np.ndarray]) -> None:
@@ -86,14 +112,15 @@ def _write_arrays(directory: Path, arrays: Mapping[str, np.ndarray]) -> None:
             np.save(file, np.asarray(array), allow_pickle=False)
 
 
-def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+def _write_manifest(path: Path, text: str) -> None:
     with open(path, "w") as file:
-        json.dump(manifest, file, indent=2, sort_keys=True)
+        file.write(text)
         file.flush()
         os.fsync(file.fileno())
 
 
 def _fsync_tree(directory: Path) -> None:
+    """Makes the files of `directory`, and their names, durable before the swap."""
     for root, _, files in os.walk(directory):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
@@ -101,6 +128,7 @@ def _fsync_tree(directory: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        _fsync_dir(Path(root))
 
 
 def _swap_in(run_dir: Path, staging: Path) -> None:
@@ -122,11 +150,20 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def read_manifest(checkpoint: Path) -> dict[str, Any]:
-    with open(Path(checkpoint) / MANIFEST) as file:
-        manifest = json.load(file)
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{checkpoint} has checkpoint format "
-                              f"{manifest.get('format_version')}, expected {FORMAT_VERSION}")
+    """The checkpoint's manifest.
+
+    Raises:
+        CheckpointError: it cannot be read, is not JSON, or has another format version.
+    """
+    path = Path(checkpoint) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read the checkpoint manifest {path}: {error}") from None
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{checkpoint} has checkpoint format {version}, expected "
+                              f"{FORMAT_VERSION}")
     return manifest
 
 

@@ -55,7 +55,12 @@ split_equals "$@"
 set -- "${SPLIT_ARGS[@]}"
 while (($#)); do
   case $1 in
-    --games) need_value "$1" $#; GAMES=$2; shift 2 ;;
+    --games)
+      need_value "$1" $#
+      [[ -n ${2// /} ]] || die_usage "--games: no games given"
+      GAMES=$2
+      shift 2
+      ;;
     --seeds) need_value "$1" $#; SEEDS=$2; shift 2 ;;
     --jobs) need_value "$1" $#; JOBS=$2; shift 2 ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
@@ -96,7 +101,7 @@ fi
 read -r -a GAME_LIST <<<"$GAMES"
 ((${#GAME_LIST[@]})) || die_usage "--games: no games given"
 for game in "${GAME_LIST[@]}"; do
-  [[ $game =~ ^[A-Za-z0-9_/.-]+$ ]] || die_usage "--games: bad game name '$game'"
+  [[ $game =~ ^[A-Za-z0-9_]+$ ]] || die_usage "--games: bad game name '$game' (use ROM ids such as space_invaders)"
 done
 if ((!DRY_RUN)) && [[ ! -f $REPO_ROOT/run_fast_dqn.py ]]; then
   die_usage "$REPO_ROOT/run_fast_dqn.py not found"

@@ -85,7 +85,7 @@ if [[ -z $WORKERS ]]; then
     WORKERS+=" 32"
   fi
 fi
-[[ $GAME =~ ^[A-Za-z0-9_/.-]+$ ]] || die_usage "--game: bad game name '$GAME'"
+[[ $GAME =~ ^[A-Za-z0-9_]+$ ]] || die_usage "--game: bad game name '$GAME' (use a ROM id such as space_invaders)"
 is_positive_int "$TIMESTEPS" || die_usage "--timesteps: expected a positive whole number, got '$TIMESTEPS'"
 is_uint "$REPLAY_START" || die_usage "--replay-start: expected a whole number, got '$REPLAY_START'"
 ((10#$TIMESTEPS > 10#$REPLAY_START)) ||
@@ -156,6 +156,7 @@ for (game, workers, concurrent, synchronize), runs in sorted(rows.items()):
     ratio = f"{steps / statistics.fmean(r[0] for r in base_runs):.2f}" if base_runs else "-"
     seeds = str(len(runs)) + ("" if all(r[2] for r in runs) else "*")
     devices = ",".join(sorted({r[3] for r in runs}))
+    devices = devices if len(devices) <= 40 else devices[:37] + "..."
     lines.append((game, str(workers), str(concurrent).lower(), str(synchronize).lower(), seeds,
                   f"{steps:.0f}", f"{spread:.0f}", f"{mean_std([r[1] for r in runs])[0]:.0f}",
                   ratio, devices))

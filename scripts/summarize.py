@@ -208,6 +208,10 @@ def _fmt(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _shorten(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def format_table(rows: Sequence[GameRow]) -> str:
     header = ("game", "seeds", "done", "final step", "final mean", "+- std", "best",
               "human %", "steps/s", "updates/s", "hours", "device")
@@ -225,7 +229,7 @@ def format_table(rows: Sequence[GameRow]) -> str:
             _fmt(row.steps_per_second, 0),
             _fmt(row.updates_per_second, 0),
             _fmt(row.wall_hours, 2),
-            row.device or "-",
+            _shorten(row.device) or "-",
         ))
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     left = {0, 1, 11}  # text columns; numbers are right-aligned
@@ -301,7 +305,7 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
     columns = min(7, math.ceil(math.sqrt(len(plotted))))
     lines = math.ceil(len(plotted) / columns)
     figure, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.6 * lines),
-                                squeeze=False)
+                                squeeze=False, layout="constrained")
     for axis in axes.flat[len(plotted):]:
         axis.set_visible(False)
     for axis, game in zip(axes.flat, plotted):
@@ -310,16 +314,18 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
         axis.fill_between(frames, low, high, alpha=0.25, linewidth=0)
         axis.plot(frames, mean, linewidth=1.5, marker="." if len(frames) < 20 else None)
         score = rows[game].human_normalized
-        title = game if score is None else f"{game} ({score:,.0f}% human)"
-        axis.set_title(f"{title}, {len(runs)} seed(s)", fontsize=9)
+        details = [] if score is None else [f"{score:,.0f}%"]
+        details.append(f"{len(runs)} seed" + ("s" if len(runs) != 1 else ""))
+        axis.set_title(f"{game} ({', '.join(details)})", fontsize=9)
         axis.tick_params(labelsize=7)
         axis.grid(alpha=0.3)
     for axis in axes[-1]:
         axis.set_xlabel("frames (millions)", fontsize=8)
     for axis in axes[:, 0]:
         axis.set_ylabel("evaluation return", fontsize=8)
-    figure.suptitle("Evaluation return (mean over seeds; band: min to max)", fontsize=11)
-    figure.tight_layout()
+    figure.suptitle("Evaluation return over frames: mean over seeds, band from min to max. "
+                    "Titles: game (human-normalized score of the final mean, seeds)",
+                    fontsize=11)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return True
@@ -375,4 +381,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the output went into a pipe that closed early (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -173,6 +173,7 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
     ["--seeds", "a b"],
     ["--seeds", ""],
     ["--games", "pong;rm"],
+    ["--games=", "--seeds", "0"],
     ["--games"],
     ["--bogus"],
     ["--slurm-gpus", "x"],

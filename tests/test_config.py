@@ -1,0 +1,132 @@
+"""The settings: Nature defaults pinned, flags generated from the dataclass, validation."""
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from fast_dqn import config as config_module
+from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, parse_bool,
+                             validate)
+
+# Mnih et al. (2015), Extended Data Table 1, and DESIGN.md §1/§6. A change here is a change
+# of the learning problem: it must be deliberate.
+NATURE_DEFAULTS = {
+    "game": "pong",
+    "timesteps": 50_000_000,
+    "evaluate": 250_000,
+    "interp": "area",
+    "replay_capacity": 1_000_000,
+    "replay_start": 50_000,
+    "train_freq": 4,
+    "target_update": 10_000,
+    "batch_size": 32,
+    "lr": 2.5e-4,
+    "rmsprop_rho": 0.95,
+    "rmsprop_epsilon": 0.01,
+    "discount": 0.99,
+    "initial_epsilon": 1.0,
+    "exploration_steps": 1_000_000,
+    "final_epsilon": 0.1,
+    "eval_episodes": 30,
+    "eval_epsilon": 0.05,
+    "sticky_actions": 0.0,
+    "noop_max": 30,
+    "max_episode_steps": 27_000,
+    "checkpoint_every": 1_000_000,
+    "checkpoint_replay": True,
+    "workers": 8,
+    "concurrent": True,
+    "synchronize": True,
+    "backend": "vector",
+}
+
+
+@pytest.mark.parametrize("name,value", sorted(NATURE_DEFAULTS.items()))
+def test_nature_default(name, value):
+    assert getattr(Config(), name) == value
+
+
+def test_protocol_constants():
+    assert config_module.FRAME_SKIP == 4
+    assert config_module.FRAME_SIZE == 84
+    assert config_module.HISTORY == 4
+
+
+def test_every_field_has_a_flag_with_its_default_in_help():
+    parser = make_parser(ALGO_FAST_DQN, "test")
+    help_text = parser.format_help()
+    for field in dataclasses.fields(Config):
+        flag = "--" + field.name.replace("_", "-")
+        assert flag in help_text
+    assert "(default: 1000000)" in help_text
+    assert "(default: 0.00025)" in help_text
+
+
+def test_fast_only_flags_are_absent_from_the_serial_trainer():
+    help_text = make_parser(ALGO_DQN, "test").format_help()
+    for name in ("--workers", "--concurrent", "--synchronize", "--backend"):
+        assert name not in help_text
+    with pytest.raises(SystemExit) as exit_info:
+        make_parser(ALGO_DQN, "test").parse_args(["--workers=8"])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("text,value", [
+    ("true", True), ("True", True), ("1", True), ("yes", True),
+    ("false", False), ("FALSE", False), ("0", False), ("no", False),
+])
+def test_boolean_spellings(text, value):
+    assert parse_bool(text) is value
+
+
+def test_bad_boolean_is_a_usage_error():
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_bool("maybe")
+
+
+def test_flags_override_defaults():
+    args = make_parser(ALGO_FAST_DQN, "t").parse_args(
+        ["--replay-capacity=20000", "--concurrent=false", "--lr=0.001", "--backend=threads"])
+    config = config_module.config_from_args(args)
+    assert config.replay_capacity == 20_000
+    assert config.concurrent is False
+    assert config.lr == 0.001
+    assert config.backend == "threads"
+    assert config.target_update == 10_000  # untouched defaults stay Nature's
+
+
+def test_config_is_frozen_and_round_trips_through_json():
+    config = Config(workers=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.workers = 2  # type: ignore[misc]
+    assert Config(**json.loads(config.to_json())) == config
+
+
+@pytest.mark.parametrize("changes,algo,message", [
+    ({"workers": 0}, ALGO_FAST_DQN, "--workers must be at least 1"),
+    ({"workers": 3}, ALGO_FAST_DQN, "--workers \\(3\\) must divide --target-update"),
+    ({"timesteps": -5}, ALGO_DQN, "--timesteps must be at least 1"),
+    ({"replay_capacity": 0}, ALGO_DQN, "--replay-capacity must be at least 1"),
+    ({"replay_start": 2_000_000}, ALGO_DQN, "must not exceed --replay-capacity"),
+    ({"sticky_actions": 1.5}, ALGO_DQN, "--sticky-actions must be within \\[0, 1\\]"),
+    ({"eval_epsilon": -0.1}, ALGO_DQN, "--eval-epsilon must be within"),
+    ({"evaluate": -1}, ALGO_DQN, "--evaluate must be 0 or more"),
+    ({"lr": 0.0}, ALGO_DQN, "--lr must be positive"),
+    ({"train_freq": 3}, ALGO_FAST_DQN, "--train-freq \\(3\\) must divide"),
+    ({"interp": "linear"}, ALGO_FAST_DQN, "needs --backend=threads"),
+])
+def test_validation_errors(changes, algo, message):
+    with pytest.raises(ValueError, match=message):
+        validate(Config(**changes), algo)
+
+
+def test_workers_error_suggests_a_divisor():
+    with pytest.raises(ValueError, match="try 8"):
+        validate(Config(workers=7, replay_start=56_000), ALGO_FAST_DQN)
+
+
+def test_defaults_are_valid_for_both_trainers():
+    validate(Config(), ALGO_DQN)
+    validate(Config(), ALGO_FAST_DQN)

@@ -1,0 +1,182 @@
+"""Both trainers run for real with tiny flags: run files, determinism, failing threads."""
+
+import csv
+import json
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
+from fast_dqn.launch import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--game=breakout", "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
+        "--target-update=400", "--evaluate=1000", "--eval-episodes=2",
+        "--max-episode-steps=300", "--checkpoint-every=0"]
+EPISODE_COLUMNS = ["episode", "timestep", "length", "return", "avg_length", "avg_return",
+                   "hours"]
+EVALUATION_COLUMNS = ["timestep", "mean", "std", "episodes", "hours"]
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict]]:
+    with open(path) as file:
+        reader = csv.DictReader(file)
+        return reader.fieldnames, list(reader)
+
+
+def without_hours(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "hours"} for row in rows]
+
+
+def check_run_files(run_dir: Path, algo: str, steps: int) -> dict:
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["algo"] == algo
+    assert config["game"] == "breakout"
+    assert "tensorflow" in config["library_versions"]
+    columns, episodes = read_rows(run_dir / "episodes.csv")
+    assert columns == EPISODE_COLUMNS
+    assert episodes, "a few games of breakout end within 2000 steps"
+    assert [int(row["episode"]) for row in episodes] == list(range(1, len(episodes) + 1))
+    columns, evaluations = read_rows(run_dir / "evaluations.csv")
+    assert columns == EVALUATION_COLUMNS
+    assert [int(row["episodes"]) for row in evaluations] == [2] * len(evaluations)
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True
+    assert summary["steps"] == steps
+    assert summary["updates"] == (steps - 400) // 4
+    assert summary["steps_per_second"] > 0
+    assert summary["device"].startswith("training on")
+    assert (run_dir / "checkpoint" / "manifest.json").is_file()
+    return summary
+
+
+def test_run_dqn_writes_every_run_file(tmp_path, capsys):
+    run_dir = tmp_path / "dqn"
+    assert main(TINY + [f"--logdir={run_dir}"], ALGO_DQN) == 0
+    out = capsys.readouterr().out
+    assert "training on CPU" in out
+    summary = check_run_files(run_dir, ALGO_DQN, 2000)
+    _, evaluations = read_rows(run_dir / "evaluations.csv")
+    assert [int(row["timestep"]) for row in evaluations] == [1000, 2000]
+    assert summary["last_evaluation"]["timestep"] == 2000
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_run_fast_dqn_writes_every_run_file(tmp_path, backend):
+    run_dir = tmp_path / backend
+    argv = TINY + ["--workers=4", f"--backend={backend}", f"--logdir={run_dir}"]
+    assert main(argv, ALGO_FAST_DQN) == 0
+    check_run_files(run_dir, ALGO_FAST_DQN, 2000)
+    _, evaluations = read_rows(run_dir / "evaluations.csv")
+    # Evaluations happen at the first sync point at or after each multiple of --evaluate.
+    assert [int(row["timestep"]) for row in evaluations] == [1200, 2000]
+
+
+@pytest.mark.parametrize("flags", [["--concurrent=false"], ["--synchronize=false"]])
+def test_fast_dqn_variants_run(tmp_path, flags):
+    run_dir = tmp_path / "variant"
+    argv = TINY + ["--workers=2", "--evaluate=0", f"--logdir={run_dir}"] + flags
+    assert main(argv, ALGO_FAST_DQN) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["updates"] == (2000 - 400) // 4
+
+
+def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
+    """Same seed, same run; one of the two has a trainer slowed by random sleeps."""
+    argv = TINY + ["--workers=4", "--timesteps=2400"]
+    assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
+
+    from fast_dqn.q_network import QNetwork
+    original_train = QNetwork.train
+    jitter = random.Random()  # deliberately unseeded: the timing differs on every run
+
+    def slow_train(self, batch):
+        time.sleep(jitter.random() * 0.01)
+        original_train(self, batch)
+
+    monkeypatch.setattr(QNetwork, "train", slow_train)
+    assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
+
+    for name in ("episodes.csv", "evaluations.csv"):
+        _, rows_a = read_rows(tmp_path / "a" / name)
+        _, rows_b = read_rows(tmp_path / "b" / name)
+        assert without_hours(rows_a) == without_hours(rows_b)
+        assert rows_a
+    for array in ("frames", "actions", "rewards", "terminals", "episode_ends"):
+        saved_a = np.load(tmp_path / "a" / "checkpoint" / "replay" / f"{array}.npy")
+        saved_b = np.load(tmp_path / "b" / "checkpoint" / "replay" / f"{array}.npy")
+        np.testing.assert_array_equal(saved_a, saved_b)
+    weights_a = _saved_variables(tmp_path / "a")
+    weights_b = _saved_variables(tmp_path / "b")
+    assert weights_a.keys() == weights_b.keys()
+    for name in weights_a:
+        np.testing.assert_array_equal(weights_a[name], weights_b[name], err_msg=name)
+
+
+def _saved_variables(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every variable of the saved networks and optimizer slots."""
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoint" / "network" / "ckpt"))
+    names = [name for name in reader.get_variable_to_shape_map()
+             if name != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    assert len(names) > 20  # online and target layers and the optimizer's slots
+    return {name: reader.get_tensor(name) for name in names}
+
+
+FAULT_DRIVER = textwrap.dedent("""
+    import sys
+    from fast_dqn.config import ALGO_FAST_DQN
+    from fast_dqn.launch import main
+    {patch}
+    sys.exit(main(sys.argv[1:], ALGO_FAST_DQN))
+""")
+
+SAMPLER_FAULT = """
+from fast_dqn import atari
+calls = [0]
+original = atari.AtariEnv.step
+def failing_step(self, action):
+    calls[0] += 1
+    if calls[0] > 700:
+        raise RuntimeError("injected sampler failure")
+    return original(self, action)
+atari.AtariEnv.step = failing_step
+"""
+
+TRAINER_FAULT = """
+from fast_dqn import q_network
+calls = [0]
+original = q_network.QNetwork.train
+def failing_train(self, batch):
+    calls[0] += 1
+    if calls[0] > 30:
+        raise RuntimeError("injected trainer failure")
+    return original(self, batch)
+q_network.QNetwork.train = failing_train
+"""
+
+
+@pytest.mark.parametrize("patch,backend,message", [
+    (SAMPLER_FAULT, "threads", "injected sampler failure"),
+    (TRAINER_FAULT, "vector", "injected trainer failure"),
+])
+def test_a_failing_thread_stops_the_run(tmp_path, patch, backend, message):
+    run_dir = tmp_path / "run"
+    argv = TINY + ["--workers=4", f"--backend={backend}", "--timesteps=20000",
+                   f"--logdir={run_dir}"]
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", FAULT_DRIVER.format(patch=patch), *argv],
+                            cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert time.monotonic() - started < 240
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is False
+    assert summary["steps"] < 20000

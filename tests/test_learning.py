@@ -1,0 +1,419 @@
+"""Learning, for real: the DQN and FastDQN loops with the real Nature CNN, replay memory and
+update learn the closed-form optimal Q-values of a small image corridor (tests/synthetic_env.py).
+Plus tape tests of FastDQN's orchestration with a fake network that records what it is asked.
+
+Only flags change: a small replay memory and schedule, discount 0.9 (so that Q-values of
+neighbouring cells differ by more than the tolerance) and a larger learning rate (so that a
+few hundred minibatches suffice on a 2-core CPU). The network, loss and optimizer are the
+Nature ones, unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop, updates_due
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
+from fast_dqn.replay_memory import Batch, ReplayMemory, SamplerBuffer
+from fast_dqn.samplers import PoolStep
+from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
+                                 CorridorPool, draw, optimal_q)
+
+
+class FakeRunLog:
+    """Records what a loop logs (the real one is fast_dqn.run_files.RunFiles)."""
+
+    def __init__(self):
+        self.episodes: list[tuple[int, int, float]] = []  # timestep, length, return
+        self.evaluations: list[tuple[int, list[float]]] = []
+        self.scalars: list[tuple[int, dict[str, float]]] = []
+
+    def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None:
+        self.episodes.append((timestep, length, ret))
+
+    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
+        self.evaluations.append((timestep, returns))
+        return {"mean": float(np.mean(returns))}
+
+    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        self.scalars.append((step, dict(scalars)))
+
+
+def make_loop(loop_class: type[TrainingLoop], config: Config, pool: Any, network: Any,
+              memory_class: type[ReplayMemory] = ReplayMemory) -> TrainingLoop:
+    """Wires the parts as fast_dqn.launch.build_loop does (same seeding), minus the files."""
+    validate(config, ALGO_FAST_DQN if loop_class is FastDQN else ALGO_DQN)
+    seeds = np.random.SeedSequence(config.seed).spawn(2)
+    memory = memory_class(config.replay_capacity, np.random.default_rng(seeds[0]))
+    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+                      make_eval_pool=None, run_log=FakeRunLog(),
+                      rng=np.random.default_rng(seeds[1]))
+    return loop_class(parts)
+
+
+# ------------------------------------------------------------------- learning, for real
+
+LEARNING = Config(timesteps=3000, evaluate=0, replay_capacity=5000, replay_start=500,
+                  target_update=200, exploration_steps=1500, discount=0.9, lr=1e-3, seed=0)
+TOLERANCE = 0.15
+
+
+def stack(cells: list[int]) -> np.ndarray:
+    """The state after visiting `cells` since the episode started (zero padding in front)."""
+    state = np.zeros((4, 84, 84), np.uint8)
+    for k, cell in enumerate(cells[-4:]):
+        state[4 - len(cells[-4:]) + k] = draw(cell)
+    return state
+
+
+def on_path_states(discount: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every state of the optimal walks from each start cell, and its Q* [left, right]."""
+    states, q_star = [], []
+    for start in START_CELLS:
+        visited = [start]
+        for cell in range(start, GOAL):
+            states.append(stack(visited))
+            q_star.append(optimal_q(cell, discount))
+            visited.append(cell + 1)
+    return np.stack(states), np.stack(q_star)
+
+
+def check_learned(loop: TrainingLoop) -> None:
+    from fast_dqn.q_network import QNetwork
+    network = loop.network
+    assert isinstance(network, QNetwork)
+    states, q_star = on_path_states(loop.config.discount)
+    q = network.q_values(states)
+    error = np.abs(q - q_star)
+    assert error.max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{np.round(q_star, 3)}"
+    assert (q.argmax(axis=1) == RIGHT).all()  # the greedy policy is optimal everywhere
+    assert loop.step == loop.config.timesteps
+    assert loop.updates == updates_due(loop.config.timesteps, loop.config)
+    # the log holds raw game scores; late games are mostly won
+    log = loop.run_log
+    assert {ret for _, _, ret in log.episodes} <= {GOAL_REWARD, PIT_REWARD, 0.0}
+    late = [ret for _, _, ret in log.episodes[-50:]]
+    assert np.mean([ret == GOAL_REWARD for ret in late]) > 0.8
+    losses = [s["train/loss"] for _, s in log.scalars if "train/loss" in s]
+    assert losses and np.isfinite(losses).all()
+
+
+def real_network(config: Config, n_actions: int):
+    from fast_dqn.q_network import QNetwork, configure_device
+    configure_device()
+    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
+                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
+
+
+def test_dqn_learns_the_optimal_q_values():
+    pytest.importorskip("tensorflow")
+    config = LEARNING.replace(workers=1)
+    pool = CorridorPool(1)
+    loop = make_loop(DQN, config, pool, real_network(config, pool.n_actions))
+    loop.run()
+    check_learned(loop)
+
+
+def test_fast_dqn_learns_the_optimal_q_values():
+    pytest.importorskip("tensorflow")
+    config = LEARNING.replace(workers=2, concurrent=True, synchronize=True)
+    pool = CorridorPool(2)
+    loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions))
+    loop.run()
+    check_learned(loop)
+
+
+def test_fast_dqn_with_the_real_network_is_deterministic():
+    """DESIGN.md 2: the same seed gives the same run, bit for bit on CPU, whatever the timing
+    of the trainer thread."""
+    pytest.importorskip("tensorflow")
+    config = TAPE.replace(timesteps=500, lr=1e-3)
+
+    def run() -> TrainingLoop:
+        pool = CorridorPool(config.workers, max_steps=8)
+        loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions))
+        loop.run()
+        return loop
+
+    first, second = run(), run()
+    for a, b in zip(first.network.online.variables, second.network.online.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for name, array in first.memory.state_dict().items():
+        np.testing.assert_array_equal(second.memory.state_dict()[name], array, err_msg=name)
+    assert first.run_log.episodes == second.run_log.episodes
+    assert first.updates == second.updates == 75
+
+
+def test_optimal_q_is_the_bellman_fixed_point():
+    """The closed form of tests/synthetic_env.py, checked by value iteration on the cells."""
+    discount = 0.9
+    v = np.zeros(GOAL + 1)
+    for _ in range(100):
+        q = {}
+        for cell in START_CELLS:
+            for action, move in ((LEFT, -1), (RIGHT, 1)):
+                nxt = cell + move
+                reward = 1.0 if nxt == GOAL else -1.0 if nxt == 0 else 0.0
+                terminal = nxt in (0, GOAL)
+                q[cell, action] = reward + (0.0 if terminal else discount * v[nxt])
+        v = np.array([0.0] + [max(q[c, LEFT], q[c, RIGHT]) for c in START_CELLS] + [0.0])
+    for cell in START_CELLS:
+        np.testing.assert_allclose([q[cell, LEFT], q[cell, RIGHT]], optimal_q(cell, discount))
+
+
+# ------------------------------------------------------- tape tests of the orchestration
+
+
+class Tape:
+    """Events in the order they happened, from the main and the trainer threads."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def record(self, *event: Any) -> None:
+        self.events.append((threading.current_thread().name, *event))
+
+    def main_thread(self) -> list[tuple]:
+        return [e for e in self.events if e[0] == threading.main_thread().name]
+
+
+class RecordingNetwork:
+    """A fake Q-network: each train call makes a new online 'version'; sync copies it.
+
+    The greedy action depends on the agent's cell and on the version of the network asked,
+    so a run's replay contents depend on when the target was synced and how many minibatches
+    had been trained by then.
+    """
+
+    n_actions = 2
+
+    def __init__(self, tape: Tape):
+        self.tape = tape
+        self.online_version = 0
+        self.target_version = 0
+        self._updates_since_stats = 0
+        self.queried_states: list[np.ndarray] = []
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
+        self.tape.record("query", use_target, len(states))
+        self.queried_states.append(states.copy())
+        version = self.target_version if use_target else self.online_version
+        cells = states[:, -1, 40, :].argmax(axis=1) // 14
+        return ((cells + version // 7) % 2).astype(np.int64)
+
+    def train(self, batch: Batch) -> None:
+        self.tape.record("train", self.online_version)
+        self.online_version += 1
+        self._updates_since_stats += 1
+
+    def sync_target(self) -> None:
+        self.tape.record("sync", self.online_version)
+        self.target_version = self.online_version
+
+    def take_train_stats(self) -> tuple[float, float, int]:
+        count, self._updates_since_stats = self._updates_since_stats, 0
+        return (0.5, 1.0, count) if count else (float("nan"), float("nan"), 0)
+
+
+def recording_memory(tape: Tape) -> type[ReplayMemory]:
+    class RecordingMemory(ReplayMemory):
+        def add(self, *args, **kwargs) -> None:
+            super().add(*args, **kwargs)
+            tape.record("add", self.size)
+
+        def add_many(self, *args, **kwargs) -> None:
+            super().add_many(*args, **kwargs)
+            tape.record("flush", self.size)
+
+        def sample(self, batch_size: int) -> Batch:
+            tape.record("sample", self.size)
+            return super().sample(batch_size)
+
+    return RecordingMemory
+
+
+TAPE = Config(timesteps=700, evaluate=0, replay_capacity=1000, replay_start=200,
+              target_update=100, exploration_steps=200, train_freq=4, workers=2, seed=3)
+
+
+class RecordingPool(CorridorPool):
+    """Keeps every transition each env produced: (frame acted on, action, reward, terminal,
+    episode end), the frame being the newest of the state the action was chosen in."""
+
+    def __init__(self, num_envs: int, tape: Tape):
+        # short games, so that truncations (episode ends that are not terminal) happen too
+        super().__init__(num_envs, max_steps=8,
+                         on_step=lambda actions: tape.record("step", len(actions)))
+        self.transitions: list[list[tuple]] = [[] for _ in range(num_envs)]
+        self._last_frames = None
+
+    def reset(self, seed: int) -> np.ndarray:
+        self._last_frames = super().reset(seed)
+        return self._last_frames
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        result = super().step(actions)
+        for env in range(self.num_envs):
+            self.transitions[env].append((self._last_frames[env], int(actions[env]),
+                                          float(result.rewards[env]),
+                                          bool(result.terminals[env]),
+                                          bool(result.episode_ends[env])))
+        self._last_frames = result.frames
+        return result
+
+
+def taped_run(loop_class: type[TrainingLoop], config: Config) -> tuple[TrainingLoop, Tape]:
+    tape = Tape()
+    pool = RecordingPool(config.workers if loop_class is FastDQN else 1, tape)
+    loop = make_loop(loop_class, config, pool, RecordingNetwork(tape), recording_memory(tape))
+    loop.run()
+    return loop, tape
+
+
+def naive_states(transitions: list[tuple]) -> list[np.ndarray]:
+    """The state each transition was acted in: the episode's last 4 frames, zeros in front."""
+    states, episode = [], []
+    for frame, _, _, _, episode_end in transitions:
+        episode.append(frame)
+        states.append(stack_frames(episode))
+        if episode_end:
+            episode = []
+    return states
+
+
+def stack_frames(frames: list[np.ndarray]) -> np.ndarray:
+    padded = [np.zeros((84, 84), np.uint8)] * 4 + frames[-4:]
+    return np.stack(padded[-4:])
+
+
+def check_queried_states(loop: TrainingLoop, tape: Tape) -> None:
+    """The states the network was asked about are the states the memory rebuilds (the same
+    padding rule; tests/test_replay_memory.py checks the memory against the same rule)."""
+    pool, network = loop.actor.pool, loop.network
+    truncations = sum(end and not terminal for env in pool.transitions
+                      for _, _, _, terminal, end in env)
+    assert truncations > 0
+    expected = [naive_states(env) for env in pool.transitions]
+    queries = steps_at_events(tape, "query")
+    assert len(queries) == len(network.queried_states)
+    for (step, _), states in zip(queries, network.queried_states):
+        if pool.num_envs == 1:
+            np.testing.assert_array_equal(states[0], expected[0][step], err_msg=f"{step}")
+            continue
+        for env in range(pool.num_envs):
+            np.testing.assert_array_equal(states[env], expected[env][step // pool.num_envs],
+                                          err_msg=f"env {env}, step {step}")
+
+
+def steps_at_events(tape: Tape, kind: str) -> list[tuple[int, tuple]]:
+    """(agent steps taken before the event, event) for each main-thread event of `kind`."""
+    steps, out = 0, []
+    for event in tape.main_thread():
+        if event[1] == "step":
+            steps += event[2]
+        elif event[1] == kind:
+            out.append((steps, event))
+    return out
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+def test_fast_dqn_orchestration_tape(concurrent):
+    config = TAPE.replace(concurrent=concurrent)
+    loop, tape = taped_run(FastDQN, config)
+    start, period = config.replay_start, config.target_update
+
+    queries = [e for e in tape.events if e[1] == "query"]
+    assert queries and all(use_target for _, _, use_target, _ in queries)
+    check_queried_states(loop, tape)
+    assert all(count == config.workers for *_, count in queries)  # one batched query a round
+    # no query while every sampler's epsilon is 1 (the random replay start)
+    assert steps_at_events(tape, "query")[0][0] == start
+
+    syncs = steps_at_events(tape, "sync")
+    assert [step for step, _ in syncs] == list(range(period, config.timesteps + 1, period))
+    assert all((step - start) % period == 0 for step, _ in syncs)
+    # at each sync the trainer has finished every minibatch due by then
+    assert [event[2] for _, event in syncs] == [updates_due(step, config) for step, _ in syncs]
+
+    trains = [e for e in tape.events if e[1] == "train"]
+    assert len(trains) == (config.timesteps - start) // config.train_freq == loop.updates
+    if concurrent:
+        assert {e[0] for e in trains} == {"trainer"}
+
+    # trainer drained -> buffers flushed in sampler order -> target synced, every epoch;
+    # during an epoch the trainer samples the memory as it stood at the last boundary
+    size_at_boundary = 0
+    for event in tape.events:
+        kind = event[1]
+        if kind == "flush":
+            size_at_boundary = None  # the flush of the W buffers is under way
+            last_flush_size = event[2]
+        elif kind == "sync":
+            size_at_boundary = last_flush_size
+        elif kind == "sample":
+            assert event[2] == size_at_boundary
+    flushes_per_sync = [sum(1 for e in tape.main_thread()[i:j] if e[1] == "flush")
+                        for i, j in _between(tape.main_thread(), "sync")]
+    assert all(count == config.workers for count in flushes_per_sync)
+    # the memory holds the samplers' transitions, flushed in sampler order at the boundaries
+    expected = ReplayMemory(config.replay_capacity, np.random.default_rng(0))
+    buffers = [SamplerBuffer() for _ in range(config.workers)]
+    rounds_done = 0
+    for step, _ in syncs:
+        rounds = step // config.workers
+        for env, buffer in enumerate(buffers):
+            rows = loop.actor.pool.transitions[env][rounds_done:rounds]
+            buffer.extend(*(np.array(column) for column in zip(*rows)))
+            expected.add_many(*buffer.take())
+        rounds_done = rounds
+    for name, array in expected.state_dict().items():
+        np.testing.assert_array_equal(loop.memory.state_dict()[name], array, err_msg=name)
+    # each transition is sampleable once, but for the games still running at the end
+    sampleable = int(loop.memory.sampleable[:loop.memory.size].sum())
+    assert config.timesteps - config.workers <= sampleable <= config.timesteps
+
+
+def _between(events: list[tuple], kind: str) -> list[tuple[int, int]]:
+    """(start, end) index ranges that end at each event of `kind`."""
+    ranges, begin = [], 0
+    for index, event in enumerate(events):
+        if event[1] == kind:
+            ranges.append((begin, index))
+            begin = index + 1
+    return ranges
+
+
+def test_fast_dqn_same_seed_same_replay_and_log():
+    first, first_tape = taped_run(FastDQN, TAPE)
+    second, second_tape = taped_run(FastDQN, TAPE)
+    for name, array in first.memory.state_dict().items():
+        np.testing.assert_array_equal(second.memory.state_dict()[name], array, err_msg=name)
+    assert first.run_log.episodes == second.run_log.episodes
+    assert len(first.run_log.episodes) > 10
+    assert first_tape.main_thread() == second_tape.main_thread()
+    other, _ = taped_run(FastDQN, TAPE.replace(seed=4))
+    assert other.run_log.episodes != first.run_log.episodes
+
+
+def test_dqn_orchestration_tape():
+    config = TAPE.replace(workers=1)
+    loop, tape = taped_run(DQN, config)
+    start, period = config.replay_start, config.target_update
+    queries = [e for e in tape.events if e[1] == "query"]
+    assert queries and not any(use_target for _, _, use_target, _ in queries)
+    check_queried_states(loop, tape)
+    syncs = steps_at_events(tape, "sync")
+    assert [step for step, _ in syncs] == list(range(start + period, config.timesteps + 1,
+                                                      period))
+    assert len([e for e in tape.events if e[1] == "train"]) == \
+        (config.timesteps - start) // config.train_freq == loop.updates
+    # every train_freq steps, one minibatch, right after the step's transition is stored
+    adds_before_train = [sum(1 for e in tape.events[:i] if e[1] == "add")
+                         for i, e in enumerate(tape.events) if e[1] == "train"]
+    assert adds_before_train == list(range(start + config.train_freq, config.timesteps + 1,
+                                           config.train_freq))
+    assert loop.memory.size == config.timesteps

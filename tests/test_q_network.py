@@ -1,0 +1,273 @@
+"""Tests of fast_dqn.q_network on the CPU: the Nature CNN, the optimizer, the DQN update.
+
+Networks are expensive to build and trace on a 2-core CPU, so a few are shared per module;
+a test that trains a network builds its own, so the order of tests never matters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from fast_dqn.config import Config  # noqa: E402
+from fast_dqn.q_network import (QNetwork, build_nature_cnn, configure_device,  # noqa: E402
+                                huber)
+from fast_dqn.replay_memory import Batch  # noqa: E402
+
+keras = tf.keras
+N_ACTIONS = 6
+
+
+def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = None) -> QNetwork:
+    """A QNetwork built the way the entry points build it (fast_dqn.launch.build_loop)."""
+    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
+                    epsilon=config.rmsprop_epsilon, discount=config.discount,
+                    seed=config.seed if seed is None else seed)
+
+
+def random_batch(seed: int, size: int = 32, n_actions: int = N_ACTIONS,
+                 terminal_every: int = 4) -> Batch:
+    rng = np.random.default_rng(seed)
+    terminals = np.arange(size) % terminal_every == 0
+    return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 actions=rng.integers(0, n_actions, size).astype(np.int32),
+                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
+                 next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 terminals=terminals)
+
+
+def td_errors(network: QNetwork, batch: Batch) -> np.ndarray:
+    """r + discount * max Q_target(s') (no bootstrap at terminals) - Q_online(s, a)."""
+    targets = network.td_targets(tf.constant(batch.rewards), tf.constant(batch.next_states),
+                                 tf.constant(batch.terminals)).numpy()
+    q_taken = network.q_values(batch.states)[np.arange(len(batch.actions)), batch.actions]
+    return targets - q_taken
+
+
+def expected_loss(network: QNetwork, batch: Batch) -> float:
+    errors = np.abs(td_errors(network, batch)).astype(np.float64)
+    return float(np.mean(np.where(errors <= 1, 0.5 * errors**2, errors - 0.5)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_device():
+    line = configure_device()  # deterministic ops on the CPU, as in a real run
+    assert "CPU" in line or "GPU" in line
+
+
+@pytest.fixture(scope="module")
+def default_network() -> QNetwork:
+    """Built from the Config defaults; tests must not train it."""
+    return network_from(Config())
+
+
+# ------------------------------------------------------------------------ architecture
+
+
+def test_nature_cnn_layer_shapes(default_network):
+    model = default_network.online
+    assert model.inputs[0].dtype == "uint8"
+    assert tuple(model.inputs[0].shape) == (None, 4, 84, 84)
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    denses = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    assert [(c.filters, c.kernel_size, c.strides) for c in convs] == [
+        (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
+    assert [tuple(c.output.shape) for c in convs] == [
+        (None, 20, 20, 32), (None, 9, 9, 64), (None, 7, 7, 64)]
+    assert [tuple(d.output.shape) for d in denses] == [(None, 512), (None, N_ACTIONS)]
+    assert [layer.activation.__name__ for layer in convs + denses] == ["relu"] * 4 + ["linear"]
+    assert all(c.padding == "valid" for c in convs)
+    assert model.count_params() == (
+        (8 * 8 * 4 * 32 + 32) + (4 * 4 * 32 * 64 + 64) + (3 * 3 * 64 * 64 + 64)
+        + (7 * 7 * 64 * 512 + 512) + (512 * N_ACTIONS + N_ACTIONS))
+
+
+def test_input_is_scaled_by_1_over_255(default_network):
+    rescale = [layer for layer in default_network.online.layers
+               if isinstance(layer, keras.layers.Rescaling)]
+    assert len(rescale) == 1 and rescale[0].scale == pytest.approx(1 / 255)
+
+
+def test_build_nature_cnn_output_for_a_batch():
+    model = build_nature_cnn(3, "probe")
+    out = model(np.zeros((5, 4, 84, 84), np.uint8))
+    assert tuple(out.shape) == (5, 3)
+
+
+def test_online_and_target_start_equal(default_network):
+    states = random_batch(0, size=4).states
+    np.testing.assert_array_equal(default_network.q_values(states, use_target=False),
+                                  default_network.q_values(states, use_target=True))
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def test_optimizer_is_centered_rmsprop_with_nature_settings(default_network):
+    optimizer = default_network.optimizer
+    assert isinstance(optimizer, keras.optimizers.RMSprop)
+    assert optimizer.centered is True
+    assert optimizer.momentum == 0.0
+    assert float(np.asarray(optimizer.learning_rate)) == pytest.approx(2.5e-4)
+    assert optimizer.rho == pytest.approx(0.95)
+    assert optimizer.epsilon == pytest.approx(0.01)
+    assert default_network.discount == pytest.approx(0.99)
+
+
+def test_first_update_follows_deepminds_rmsprop():
+    """DeepMind's update (dqn/NeuralQLearner.lua): g = .95 g + .05 dw, g2 = .95 g2 + .05 dw^2,
+    w -= lr * dw / sqrt(g2 - g^2 + 0.01): epsilon inside the square root."""
+    network = network_from(Config(), seed=11)
+    batch = random_batch(1)
+    before = [v.numpy() for v in network.online.trainable_variables]
+    targets = network.td_targets(tf.constant(batch.rewards), tf.constant(batch.next_states),
+                                 tf.constant(batch.terminals))
+    with tf.GradientTape() as tape:
+        q = network.online(tf.constant(batch.states), training=True)
+        q_taken = tf.gather(q, batch.actions, axis=1, batch_dims=1)
+        loss = tf.reduce_mean(huber(targets - q_taken))
+    grads = [g.numpy().astype(np.float64)
+             for g in tape.gradient(loss, network.online.trainable_variables)]
+    network.train(batch)
+    after = [v.numpy() for v in network.online.trainable_variables]
+    lr, rho, eps = 2.5e-4, 0.95, 0.01
+    for index in (-2, -1):  # the output layer's kernel and bias
+        g = (1 - rho) * grads[index]
+        g2 = (1 - rho) * grads[index] ** 2
+        expected_step = lr * grads[index] / np.sqrt(g2 - g**2 + eps)
+        # float32 gradients of two graphs differ in their last bits; an epsilon outside the
+        # root (lr * dw / (sqrt(g2 - g^2) + 0.01)) would be off by up to 10x
+        np.testing.assert_allclose(before[index] - after[index], expected_step, rtol=1e-2,
+                                   atol=1e-3 * np.abs(expected_step).max())
+
+
+# ------------------------------------------------------------------------------- loss
+
+
+@pytest.mark.parametrize("x, expected", [(0.0, 0.0), (0.5, 0.125), (-0.5, 0.125), (1.0, 0.5),
+                                         (-1.0, 0.5), (2.0, 1.5), (-3.0, 2.5), (100.0, 99.5)])
+def test_huber_matches_its_definition(x, expected):
+    assert float(huber(tf.constant(x))) == pytest.approx(expected)
+
+
+def test_huber_gradient_is_clipped_to_one():
+    x = tf.constant([-5.0, -0.3, 0.0, 0.4, 7.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(huber(x))
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), [-1.0, -0.3, 0.0, 0.4, 1.0])
+
+
+# ------------------------------------------------------------------------ the DQN update
+
+
+def test_train_moves_q_toward_the_td_target():
+    network = network_from(Config(), seed=1)
+    batch = random_batch(2)
+    initial = td_errors(network, batch)
+    mean_errors = [np.abs(initial).mean()]
+    for _ in range(4):
+        for _ in range(5):
+            network.train(batch)
+        mean_errors.append(np.abs(td_errors(network, batch)).mean())
+    assert all(np.diff(mean_errors) < 0), mean_errors  # shrinks with every few steps
+    assert mean_errors[-1] < mean_errors[0] - 0.01, mean_errors
+    closer = np.abs(td_errors(network, batch)) < np.abs(initial)
+    assert closer.mean() > 0.7  # most Q(s, a) moved toward their own targets
+    # the target network did not move: only the online network learns between syncs
+    np.testing.assert_array_equal(
+        network.q_values(batch.next_states, use_target=True),
+        network_from(Config(), seed=1).q_values(batch.next_states, use_target=True))
+
+
+def test_terminal_transitions_do_not_bootstrap():
+    network = network_from(Config(), n_actions=2, seed=2)
+    output_bias = network.target.layers[-1].bias
+    output_bias.assign([1e6, 2e6])  # the target network now says every state is worth ~2e6
+    rng = np.random.default_rng(0)
+    next_states = tf.constant(rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8))
+    targets = network.td_targets(tf.constant([0.5, -1.0, 1.0]), next_states,
+                                 tf.constant([True, True, False])).numpy()
+    assert targets[0] == 0.5 and targets[1] == -1.0
+    assert targets[2] == pytest.approx(1.0 + 0.99 * 2e6, rel=1e-3)
+    # a minibatch of terminal transitions trains on r alone: a modest loss
+    batch = random_batch(3, size=8, n_actions=2, terminal_every=1)
+    network.train(batch)
+    loss, _, count = network.take_train_stats()
+    assert count == 1 and loss < 5.0
+
+
+def test_sync_target_copies_the_weights_exactly():
+    network = network_from(Config(), seed=3)
+    batch = random_batch(4)
+    for _ in range(2):
+        network.train(batch)
+    online = [v.numpy() for v in network.online.variables]
+    assert any(not np.array_equal(o, t.numpy())
+               for o, t in zip(online, network.target.variables))
+    network.sync_target()
+    for o, t in zip(online, network.target.variables):
+        np.testing.assert_array_equal(t.numpy(), o)
+    np.testing.assert_array_equal(network.q_values(batch.states, use_target=True),
+                                  network.q_values(batch.states, use_target=False))
+    np.testing.assert_array_equal(network.greedy_actions(batch.states, use_target=True),
+                                  network.greedy_actions(batch.states, use_target=False))
+
+
+def test_greedy_actions_are_the_argmax(default_network):
+    states = random_batch(5, size=6).states
+    q = default_network.q_values(states)
+    assert default_network.greedy_actions(states, use_target=False).tolist() == \
+        q.argmax(axis=1).tolist()
+
+
+# ---------------------------------------------------------------------- training stats
+
+
+def test_take_train_stats_returns_mean_loss_and_count():
+    network = network_from(Config(), seed=4)
+    assert network.take_train_stats()[2] == 0
+    losses, mean_qs = [], []
+    for seed in (5, 6, 7):
+        batch = random_batch(seed)
+        losses.append(expected_loss(network, batch))
+        mean_qs.append(float(network.q_values(batch.states)[np.arange(32), batch.actions].mean()))
+        network.train(batch)
+    loss, mean_q, count = network.take_train_stats()
+    assert count == 3
+    assert loss == pytest.approx(np.mean(losses), rel=1e-4)
+    assert mean_q == pytest.approx(np.mean(mean_qs), rel=1e-4, abs=1e-6)
+    loss, mean_q, count = network.take_train_stats()  # the sums were reset
+    assert count == 0 and np.isnan(loss) and np.isnan(mean_q)
+
+
+def test_non_finite_loss_shows_in_train_stats():
+    network = network_from(Config(), seed=5)
+    batch = random_batch(8)
+    batch = batch._replace(rewards=np.full(32, np.nan, np.float32))
+    network.train(batch)
+    loss, _, count = network.take_train_stats()
+    assert count == 1 and not np.isfinite(loss)
+
+
+# ---------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_same_batches_gives_identical_weights():
+    batches = [random_batch(seed) for seed in (10, 11, 12)]
+
+    def trained(seed: int) -> list[np.ndarray]:
+        network = network_from(Config(), seed=seed)
+        for batch in batches:
+            network.train(batch)
+        network.sync_target()
+        network.train(batches[0])
+        return [v.numpy() for v in network.online.variables + network.target.variables]
+
+    first, second = trained(seed=21), trained(seed=21)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)  # bit for bit
+    other = trained(seed=22)
+    assert any(not np.array_equal(a, b) for a, b in zip(first, other))

@@ -1,0 +1,614 @@
+"""Tests of fast_dqn.replay_memory: index arithmetic, padding, wrap-around, the fast scheme's
+sampler buffers, and sampling.
+
+Table-driven cases name every stored frame by an id (a frame filled with that value, 0 being
+padding), so an expected state reads as a list of ids, oldest first. The randomized cases
+compare the memory against a naive reference that keeps whole states.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+from fast_dqn.config import HISTORY
+from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, FrameHistory,
+                                    ReplayMemory, SamplerBuffer, check_memory_for, clip_reward)
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def id_frame(frame_id: int) -> np.ndarray:
+    return np.full(FRAME_SHAPE, frame_id, dtype=np.uint8)
+
+
+def ids_of(state: np.ndarray) -> list[int]:
+    """The frame ids of a (HISTORY, 84, 84) state made of `id_frame`s."""
+    assert all((frame == frame[0, 0]).all() for frame in state)
+    return [int(frame[0, 0]) for frame in state]
+
+
+def parse_steps(spec: str) -> list[tuple[int, bool, bool]]:
+    """'1 2 3T 4X' -> [(id, terminal, truncated)]: T ends with a terminal, X cuts off."""
+    steps = []
+    for token in spec.split():
+        steps.append((int(token.rstrip("TX")), token.endswith("T"), token.endswith("X")))
+    return steps
+
+
+def memory_from(spec: str, capacity: int, seed: int = 0) -> ReplayMemory:
+    """Adds the transitions of `spec` in order; transition k (1-based id) goes to slot k - 1."""
+    memory = ReplayMemory(capacity, np.random.default_rng(seed))
+    for frame_id, terminal, truncated in parse_steps(spec):
+        memory.add(id_frame(frame_id), action=frame_id % 3, reward=float(frame_id),
+                   terminal=terminal, episode_end=truncated)
+    return memory
+
+
+def slot_of(frame_id: int, capacity: int) -> int:
+    return (frame_id - 1) % capacity
+
+
+def valid_ids(memory: ReplayMemory) -> set[int]:
+    slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
+    return {int(memory.frames[slot, 0, 0]) for slot in slots}
+
+
+# ------------------------------------------------------------------- table-driven cases
+
+
+class Case(NamedTuple):
+    steps: str  # see parse_steps
+    capacity: int
+    valid: set[int]  # ids of the sampleable transitions
+    states: dict[int, list[int]]  # id -> the state's frame ids, oldest first
+    next_states: dict[int, list[int]]  # id -> next state's frame ids (valid, non-terminal)
+
+
+CASES = {
+    # cursor at 1: one transition, nothing comes after it
+    "one non-terminal step": Case("1", 8, set(), {1: [0, 0, 0, 1]}, {}),
+    # a terminal newest slot needs no next frame
+    "one terminal step": Case("1T", 8, {1}, {1: [0, 0, 0, 1]}, {}),
+    "newest slot not sampleable": Case("1 2 3", 8, {1, 2}, {3: [0, 1, 2, 3]},
+                                       {2: [0, 1, 2, 3]}),
+    "newest slot terminal is sampleable": Case("1 2 3T", 8, {1, 2, 3}, {3: [0, 1, 2, 3]}, {}),
+    # cursor at capacity - 1
+    "cursor at capacity - 1": Case(
+        "1 2 3 4 5 6 7", 8, {1, 2, 3, 4, 5, 6},
+        {1: [0, 0, 0, 1], 4: [1, 2, 3, 4], 6: [3, 4, 5, 6], 7: [4, 5, 6, 7]},
+        {1: [0, 0, 1, 2], 6: [4, 5, 6, 7]}),
+    # full, cursor back at 0: the oldest HISTORY - 1 slots (ids 1-3) are not sampleable
+    "full, cursor at 0": Case("1 2 3 4 5 6 7 8", 8, {4, 5, 6, 7},
+                              {4: [1, 2, 3, 4], 7: [4, 5, 6, 7]}, {7: [5, 6, 7, 8]}),
+    # wrapped: ids 9, 10 overwrote 1, 2 in slots 0, 1; cursor at 2 (id 3, the oldest)
+    "wrap-around": Case(
+        "1 2 3 4 5 6 7 8 9 10", 8, {6, 7, 8, 9},
+        {9: [6, 7, 8, 9], 10: [7, 8, 9, 10], 6: [3, 4, 5, 6],
+         # no state reaches back across the cursor into the newest frames
+         3: [0, 0, 0, 3], 4: [0, 0, 3, 4], 5: [0, 3, 4, 5]},
+        {9: [7, 8, 9, 10], 6: [4, 5, 6, 7]}),
+    "wrap-around, terminal newest": Case("1 2 3 4 5 6 7 8 9 10T", 8, {6, 7, 8, 9, 10},
+                                         {10: [7, 8, 9, 10]}, {}),
+    # capacity 5 holds ids 16-20; only age 1 (id 19) has its whole state and a next frame
+    "wrap-around twice": Case(" ".join(str(i) for i in range(1, 21)), 5, {19},
+                              {19: [16, 17, 18, 19], 18: [0, 16, 17, 18], 16: [0, 0, 0, 16]},
+                              {19: [17, 18, 19, 20]}),
+    # episode starts: frames before the start are zero
+    "episode start after a terminal": Case(
+        "1 2T 3 4 5", 8, {1, 2, 3, 4},
+        {2: [0, 0, 1, 2], 3: [0, 0, 0, 3], 4: [0, 0, 3, 4], 5: [0, 3, 4, 5]},
+        {1: [0, 0, 1, 2], 3: [0, 0, 3, 4], 4: [0, 3, 4, 5]}),
+    "terminal inside the stack": Case(
+        "1 2 3T 4 5 6 7", 8, {1, 2, 3, 4, 5, 6},
+        {4: [0, 0, 0, 4], 5: [0, 0, 4, 5], 6: [0, 4, 5, 6], 7: [4, 5, 6, 7]},
+        {4: [0, 0, 4, 5], 6: [4, 5, 6, 7]}),
+    "two short episodes in one stack": Case(
+        "1T 2T 3 4", 8, {1, 2, 3},
+        {1: [0, 0, 0, 1], 2: [0, 0, 0, 2], 3: [0, 0, 0, 3], 4: [0, 0, 3, 4]},
+        {3: [0, 0, 3, 4]}),
+    # truncation: an episode end without terminal has no next state
+    "truncated episode end": Case(
+        "1 2 3X 4 5", 8, {1, 2, 4},
+        {3: [0, 1, 2, 3], 4: [0, 0, 0, 4], 5: [0, 0, 4, 5]},
+        {2: [0, 1, 2, 3], 4: [0, 0, 4, 5]}),
+    "truncated newest slot": Case("1 2X", 8, {1}, {2: [0, 0, 1, 2]}, {1: [0, 0, 1, 2]}),
+    # wrapped: ids 4-11 stored; the terminal 5 and the episode start 6 are among the oldest
+    # slots (not sampleable), yet later states keep the padding of that start
+    "episode start near the oldest slots": Case(
+        "1 2 3 4 5T 6 7 8 9 10 11", 8, {7, 8, 9, 10},
+        {4: [0, 0, 0, 4], 6: [0, 0, 0, 6], 7: [0, 0, 6, 7], 9: [6, 7, 8, 9],
+         11: [8, 9, 10, 11]},
+        {7: [0, 6, 7, 8], 10: [8, 9, 10, 11]}),
+    "minimum capacity": Case("1 2 3 4 5 6", HISTORY + 1, {5},
+                             {5: [2, 3, 4, 5], 4: [0, 2, 3, 4], 2: [0, 0, 0, 2]},
+                             {5: [3, 4, 5, 6]}),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_valid_slots(case: Case):
+    memory = memory_from(case.steps, case.capacity)
+    assert valid_ids(memory) == case.valid
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_rebuilt_states(case: Case):
+    memory = memory_from(case.steps, case.capacity)
+    for frame_id, expected in case.states.items():
+        slot = slot_of(frame_id, case.capacity)
+        assert memory.frames[slot, 0, 0] == frame_id, "table names an overwritten id"
+        assert ids_of(memory.state_at(slot)) == expected, f"state of id {frame_id}"
+        if frame_id in case.valid:
+            batch = memory.batch(np.array([slot]))
+            assert ids_of(batch.states[0]) == expected, f"batch state of id {frame_id}"
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_rebuilt_next_states(case: Case):
+    memory = memory_from(case.steps, case.capacity)
+    for frame_id, expected in case.next_states.items():
+        assert frame_id in case.valid
+        batch = memory.batch(np.array([slot_of(frame_id, case.capacity)]))
+        assert not batch.terminals[0]
+        assert ids_of(batch.next_states[0]) == expected, f"next state of id {frame_id}"
+
+
+@pytest.mark.parametrize("count, cursor, size", [(0, 0, 0), (1, 1, 1), (7, 7, 7), (8, 0, 8),
+                                                 (9, 1, 8), (15, 7, 8), (16, 0, 8)])
+def test_cursor_and_size(count, cursor, size):
+    memory = memory_from(" ".join(str(i) for i in range(1, count + 1)), 8)
+    assert (memory.cursor, memory.size, len(memory)) == (cursor, size, size)
+
+
+def test_add_many_matches_add_across_the_wrap_point():
+    spec = "1 2 3T 4 5 6X 7 8 9 10 11 12T 13"
+    one_by_one = memory_from(spec, 8)
+    steps = parse_steps(spec)
+    in_pieces = ReplayMemory(8, np.random.default_rng(0))
+    for piece in (steps[:1], steps[1:7], steps[7:]):  # the last piece wraps
+        in_pieces.add_many(np.stack([id_frame(i) for i, _, _ in piece]),
+                           np.array([i % 3 for i, _, _ in piece]),
+                           np.array([float(i) for i, _, _ in piece]),
+                           np.array([t for _, t, _ in piece]), np.array([x for _, _, x in piece]))
+    for name, array in one_by_one.state_dict().items():
+        np.testing.assert_array_equal(in_pieces.state_dict()[name], array, err_msg=name)
+
+
+def test_add_many_longer_than_capacity_keeps_the_newest():
+    memory = ReplayMemory(6, np.random.default_rng(0))
+    ids = np.arange(1, 15)
+    memory.add_many(np.stack([id_frame(i) for i in ids]), ids % 3, np.zeros(14),
+                    np.zeros(14, bool), np.zeros(14, bool))
+    assert memory.size == 6
+    assert valid_ids(memory) == {12, 13}
+    assert memory.cursor == 0
+    assert ids_of(memory.state_at(4)) == [10, 11, 12, 13]
+
+
+# ------------------------------------------------------------------ explicit indices
+
+
+def test_batch_at_explicit_indices_in_the_given_order():
+    memory = memory_from("1 2 3T 4 5 6 7", 8)
+    indices = np.array([slot_of(5, 8), slot_of(2, 8), slot_of(5, 8), slot_of(3, 8)])
+    batch = memory.batch(indices)
+    assert [ids_of(s) for s in batch.states] == [
+        [0, 0, 4, 5], [0, 0, 1, 2], [0, 0, 4, 5], [0, 1, 2, 3]]
+    assert batch.actions.tolist() == [5 % 3, 2 % 3, 5 % 3, 3 % 3]
+    assert batch.rewards.tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert batch.terminals.tolist() == [False, False, False, True]
+    assert ids_of(batch.next_states[1]) == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------------------- rewards
+
+
+@pytest.mark.parametrize("raw, clipped", [(-7.5, -1.0), (-0.01, -1.0), (0.0, 0.0), (0.2, 1.0),
+                                          (1.0, 1.0), (400.0, 1.0)])
+def test_rewards_are_clipped_to_their_sign(raw, clipped):
+    assert clip_reward(raw) == clipped
+    memory = ReplayMemory(8, np.random.default_rng(0))
+    memory.add(id_frame(1), 0, raw, terminal=True, episode_end=True)
+    memory.add_many(id_frame(2)[None], np.array([1]), np.array([raw]), np.array([True]),
+                    np.array([True]))
+    assert memory.rewards[:2].tolist() == [clipped, clipped]
+    assert memory.batch(np.array([0, 1])).rewards.tolist() == [clipped, clipped]
+    assert memory.rewards.dtype == np.float32
+
+
+# ------------------------------------------------------------------- state_dict round trip
+
+
+def filled_memory(capacity: int, transitions: int, seed: int) -> ReplayMemory:
+    stream = random_stream(np.random.default_rng(seed), transitions)
+    memory = ReplayMemory(capacity, np.random.default_rng(seed))
+    for step in stream.steps:
+        memory.add(step.frame, step.action, step.reward, step.terminal, step.episode_end)
+    return memory
+
+
+def test_state_dict_round_trip():
+    original = filled_memory(40, 57, seed=3)  # wrapped, cursor mid-way
+    original.sampleable[5] = False  # as a context copy would be
+    restored = ReplayMemory(40, np.random.default_rng(99))
+    restored.load_state_dict({k: np.copy(v) for k, v in original.state_dict().items()})
+    assert (restored.cursor, restored.size) == (original.cursor, original.size) == (17, 40)
+    for name, array in original.state_dict().items():
+        np.testing.assert_array_equal(restored.state_dict()[name], array, err_msg=name)
+    slots = np.arange(40)
+    np.testing.assert_array_equal(restored.valid(slots), original.valid(slots))
+    indices = np.flatnonzero(original.valid(slots))
+    for a, b in zip(original.batch(indices), restored.batch(indices)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_load_state_dict_rejects_another_capacity():
+    state = filled_memory(40, 10, seed=0).state_dict()
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayMemory(41, np.random.default_rng(0)).load_state_dict(state)
+
+
+# ------------------------------------------------------------- naive reference, one actor
+
+
+class Step(NamedTuple):
+    frame: np.ndarray  # newest frame of the state the action was taken in
+    action: int
+    reward: float  # raw
+    terminal: bool
+    episode_end: bool
+    next_frame: np.ndarray  # the frame the env returned (the next episode's first after an end)
+
+
+class Stream(NamedTuple):
+    first_frame: np.ndarray
+    steps: list[Step]
+
+
+def random_frame(rng: np.random.Generator) -> np.ndarray:
+    """A nonzero frame (so that zero padding is never mistaken for it)."""
+    return rng.integers(1, 256, size=FRAME_SHAPE, dtype=np.uint8)
+
+
+def random_stream(rng: np.random.Generator, transitions: int) -> Stream:
+    """Episodes of random lengths (1-12) ending in a terminal (a life loss, say) or a
+    truncation; the last episode may be unfinished."""
+    steps = []
+    frame = first_frame = random_frame(rng)
+    left = int(rng.integers(1, 13))
+    for _ in range(transitions):
+        left -= 1
+        ends = left == 0
+        terminal = ends and rng.random() < 0.7
+        next_frame = random_frame(rng)
+        reward = float(rng.choice([-2.5, 0.0, 0.0, 0.0, 1.0, 7.0]))
+        steps.append(Step(frame, int(rng.integers(0, 6)), reward, terminal, ends, next_frame))
+        frame = next_frame
+        if ends:
+            left = int(rng.integers(1, 13))
+    return Stream(first_frame, steps)
+
+
+class Reference(NamedTuple):
+    """A whole transition, as a naive replay memory would store it."""
+
+    state: np.ndarray
+    action: int
+    reward: float  # clipped
+    next_state: np.ndarray
+    terminal: bool
+    truncated: bool
+
+
+def naive_transitions(stream: Stream) -> list[Reference]:
+    """States rebuilt the obvious way: the last HISTORY frames of the current episode, with
+    zeros in front while the episode is shorter than that."""
+    def stack(episode: list[np.ndarray]) -> np.ndarray:
+        frames = [np.zeros(FRAME_SHAPE, np.uint8)] * HISTORY + episode
+        return np.stack(frames[-HISTORY:])
+
+    episode = [stream.first_frame]
+    out = []
+    for step in stream.steps:
+        state = stack(episode)
+        episode = episode + [step.next_frame]
+        next_state = stack(episode)
+        out.append(Reference(state, step.action, float(np.sign(step.reward)), next_state,
+                             step.terminal, step.episode_end and not step.terminal))
+        if step.episode_end:
+            episode = [step.next_frame]
+    return out
+
+
+def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(state, state after the step) as the actors' `FrameHistory` sees them."""
+    history = FrameHistory(1)
+    history.reset(stream.first_frame[None])
+    out = []
+    for step in stream.steps:
+        state = history.states[0].copy()
+        assert (state[-1] == step.frame).all()
+        history.push(step.next_frame[None], np.array([step.episode_end]))
+        out.append((state, history.states[0].copy()))
+    return out
+
+
+def expected_valid(reference: list[Reference], capacity: int) -> set[int]:
+    """Transition numbers that must be sampleable after adding all of `reference`."""
+    count = len(reference)
+    oldest_sampleable = count - capacity + HISTORY - 1 if count >= capacity else 0
+    return {t for t, r in enumerate(reference)
+            if t >= oldest_sampleable and not r.truncated and (r.terminal or t < count - 1)}
+
+
+@pytest.mark.parametrize("capacity, transitions, seed", [
+    (1000, 300, 0),  # no wrap
+    (64, 300, 1),  # wraps several times, cursor mid-way
+    (50, 300, 2),  # cursor exactly at 0 after wrapping
+    (HISTORY + 1, 40, 3),  # the smallest memory
+    (37, 37, 4),  # exactly full
+])
+def test_memory_matches_naive_reference(capacity, transitions, seed):
+    stream = random_stream(np.random.default_rng(seed), transitions)
+    reference = naive_transitions(stream)
+    memory = ReplayMemory(capacity, np.random.default_rng(seed))
+    for step in stream.steps:
+        memory.add(step.frame, step.action, step.reward, step.terminal, step.episode_end)
+
+    slots = np.arange(capacity)
+    valid_transitions = {int(t) for t in np.flatnonzero(memory.valid(slots))}
+    expected = expected_valid(reference, capacity)
+    # slot of transition t is t % capacity
+    assert valid_transitions == {t % capacity for t in expected}
+    assert expected, "the stream should leave something to sample"
+    order = sorted(expected)
+    batch = memory.batch(np.array([t % capacity for t in order]))
+    for row, t in enumerate(order):
+        ref = reference[t]
+        np.testing.assert_array_equal(batch.states[row], ref.state, err_msg=f"state {t}")
+        assert batch.actions[row] == ref.action
+        assert batch.rewards[row] == ref.reward
+        assert batch.terminals[row] == ref.terminal
+        if not ref.terminal:
+            np.testing.assert_array_equal(batch.next_states[row], ref.next_state,
+                                          err_msg=f"next state {t}")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_frame_history_gives_the_states_of_the_reference(seed):
+    """The actor's padding rule is the memory's: the FrameHistory states equal the
+    reference's, which equal the memory's (test above)."""
+    stream = random_stream(np.random.default_rng(seed), 200)
+    reference = naive_transitions(stream)
+    for t, ((state, after), ref) in enumerate(zip(actor_states(stream), reference)):
+        np.testing.assert_array_equal(state, ref.state, err_msg=f"state {t}")
+        if not ref.terminal and not ref.truncated:
+            np.testing.assert_array_equal(after, ref.next_state, err_msg=f"next state {t}")
+
+
+def test_frame_history_reset_and_starts_per_env():
+    history = FrameHistory(2)
+    history.reset(np.stack([id_frame(1), id_frame(2)]))
+    assert [ids_of(s) for s in history.states] == [[0, 0, 0, 1], [0, 0, 0, 2]]
+    history.push(np.stack([id_frame(3), id_frame(4)]), np.array([False, True]))
+    history.push(np.stack([id_frame(5), id_frame(6)]), np.array([False, False]))
+    assert [ids_of(s) for s in history.states] == [[0, 1, 3, 5], [0, 0, 4, 6]]
+
+
+# ----------------------------------------------- the fast scheme: sampler buffers, flushes
+
+
+def tagged_frame(rng: np.random.Generator, env: int, obs: int) -> np.ndarray:
+    """A random nonzero frame whose first pixels say which env and observation it is."""
+    frame = random_frame(rng)
+    frame[0, :3] = (env + 1, obs // 256, obs % 256)
+    return frame
+
+
+def tag_of(frame: np.ndarray) -> tuple[int, int]:
+    return int(frame[0, 0]) - 1, int(frame[0, 1]) * 256 + int(frame[0, 2])
+
+
+def sampler_streams(rng: np.random.Generator, num_envs: int, rounds: int) -> list[Stream]:
+    """One stream per sampler; transition t of env e has observation t's frame."""
+    streams = []
+    for env in range(num_envs):
+        stream = random_stream(rng, rounds)
+        frames = [tagged_frame(rng, env, obs) for obs in range(rounds + 1)]
+        steps = [s._replace(frame=frames[t], next_frame=frames[t + 1])
+                 for t, s in enumerate(stream.steps)]
+        streams.append(Stream(frames[0], steps))
+    return streams
+
+
+def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[int],
+                 rng: np.random.Generator) -> None:
+    """Feeds W buffers round by round (in random-sized chunks, as an epoch's staging area
+    would) and flushes them in sampler order at the sync rounds and at the end."""
+    buffers = [SamplerBuffer() for _ in streams]
+    rounds = len(streams[0].steps)
+    pending = [[] for _ in streams]
+
+    def hand_over(env: int) -> None:
+        if pending[env]:
+            steps = pending[env]
+            buffers[env].extend(np.stack([s.frame for s in steps]),
+                                np.array([s.action for s in steps]),
+                                np.array([s.reward for s in steps], np.float32),
+                                np.array([s.terminal for s in steps]),
+                                np.array([s.episode_end for s in steps]))
+            pending[env] = []
+
+    for r in range(rounds):
+        for env, stream in enumerate(streams):
+            pending[env].append(stream.steps[r])
+            if rng.random() < 0.2:
+                hand_over(env)
+        if r + 1 in sync_rounds or r + 1 == rounds:
+            for env, buffer in enumerate(buffers):
+                hand_over(env)
+                flushed = buffer.take()
+                if flushed is not None:
+                    memory.add_many(*flushed)
+
+
+def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool) -> None:
+    references = [naive_transitions(stream) for stream in streams]
+    for stream, reference in zip(streams, references):  # the actors saw the same states
+        for (state, after), ref in zip(actor_states(stream), reference):
+            np.testing.assert_array_equal(state, ref.state)
+            if not ref.terminal and not ref.truncated:
+                np.testing.assert_array_equal(after, ref.next_state)
+
+    slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
+    tags = [tag_of(memory.frames[slot]) for slot in slots]
+    assert len(set(tags)) == len(tags), "a transition is sampleable twice"
+    expected = {(env, t) for env, reference in enumerate(references)
+                for t in expected_valid(reference, capacity=10**9)}
+    if wrapped:
+        assert set(tags) <= expected
+    else:
+        assert set(tags) == expected, "every finished transition is sampleable exactly once"
+    batch = memory.batch(slots)
+    for row, (env, t) in enumerate(tags):
+        ref = references[env][t]
+        np.testing.assert_array_equal(batch.states[row], ref.state, err_msg=f"{env}, {t}")
+        assert (batch.actions[row], batch.rewards[row], batch.terminals[row]) == (
+            ref.action, ref.reward, ref.terminal)
+        if not ref.terminal:
+            np.testing.assert_array_equal(batch.next_states[row], ref.next_state,
+                                          err_msg=f"next state {env}, {t}")
+
+
+@pytest.mark.parametrize("num_envs, rounds, sync_every, seed", [
+    (3, 150, (1, 9), 0),  # many short pieces: contexts shorter than HISTORY - 1
+    (3, 150, (10, 40), 1),
+    (2, 120, (1, 3), 2),  # a piece of one row per sampler now and then
+    (4, 100, (25, 26), 3),
+    (1, 90, (1, 20), 4),
+])
+def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, sync_every, seed):
+    rng = np.random.default_rng(seed)
+    streams = sampler_streams(rng, num_envs, rounds)
+    syncs, r = set(), 0
+    while r < rounds:
+        r += int(rng.integers(*sync_every))
+        syncs.add(r)
+    memory = ReplayMemory(10_000, np.random.default_rng(seed))
+    run_samplers(streams, memory, syncs, rng)
+    check_fast_memory(memory, streams, wrapped=False)
+    # context copies (and the first copy of a carried row) are stored but never sampleable
+    stored = [tag_of(memory.frames[slot]) for slot in range(memory.size)]
+    assert len(stored) > len(set(stored)), "expected episodes left unfinished across flushes"
+    valid = memory.valid(np.arange(memory.size))
+    for tag in set(stored):
+        copies = [slot for slot, other in enumerate(stored) if other == tag]
+        assert valid[copies].sum() <= 1
+
+
+@pytest.mark.parametrize("capacity, seed", [(97, 0), (150, 1), (HISTORY + 1, 2), (40, 3)])
+def test_sampler_buffers_with_wrap_around(capacity, seed):
+    rng = np.random.default_rng(seed)
+    streams = sampler_streams(rng, 3, 120)
+    syncs = set(np.cumsum(rng.integers(1, 15, size=40)).tolist())
+    memory = ReplayMemory(capacity, np.random.default_rng(seed))
+    run_samplers(streams, memory, syncs, rng)
+    assert memory.size == capacity
+    check_fast_memory(memory, streams, wrapped=True)
+
+
+@pytest.mark.parametrize("context_rows", [0, 1, 2, 3])
+def test_unfinished_episode_is_carried_with_its_context(context_rows):
+    """flush k:  | ... a_n [a_n+1: end, not sampled] |  flush k+1: | (context) a_n+1 ... |"""
+    buffer = SamplerBuffer()
+    ids = np.arange(1, context_rows + 2)
+    buffer.extend(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
+                  np.zeros(len(ids), bool), np.zeros(len(ids), bool))
+    frames, actions, _, terminals, ends, sampleable = buffer.take()
+    assert actions.tolist() == ids.tolist()
+    assert ends.tolist() == [False] * context_rows + [True]
+    assert sampleable.tolist() == [True] * context_rows + [False]
+    assert len(buffer) == 1
+    buffer.extend(id_frame(50)[None], np.array([50]), np.zeros(1), np.array([True]),
+                  np.array([True]))
+    frames, actions, _, terminals, ends, sampleable = buffer.take()
+    assert actions.tolist() == ids[-4:].tolist() + [50]
+    assert sampleable.tolist() == [False] * min(context_rows, HISTORY - 1) + [True, True]
+    assert ends.tolist()[-2:] == [False, True]
+    assert buffer.take() is None and len(buffer) == 0
+
+
+# ---------------------------------------------------------------------------- sampling
+
+
+def test_sampling_is_uniform_over_valid_slots():
+    memory = filled_memory(200, 450, seed=5)
+    slots = np.arange(200)
+    valid = np.flatnonzero(memory.valid(slots))
+    assert 100 < len(valid) < 200  # wrapped, with truncations and a newest slot to skip
+    draws = 200_000
+    indices = memory.sample_indices(draws)
+    assert memory.valid(indices).all()
+    counts = np.bincount(indices, minlength=200)
+    assert counts[~memory.valid(slots)].sum() == 0
+    expected = draws / len(valid)
+    chi_square = float(((counts[valid] - expected) ** 2 / expected).sum())
+    dof = len(valid) - 1
+    assert chi_square < dof + 6 * np.sqrt(2 * dof), chi_square  # ~ 6 sigma
+
+
+def test_sampling_uses_the_injected_rng():
+    first = filled_memory(100, 260, seed=7)
+    second = ReplayMemory(100, np.random.default_rng(7))
+    second.load_state_dict(first.state_dict())
+    assert first.rng is not second.rng
+    for _ in range(5):
+        np.testing.assert_array_equal(first.sample_indices(32), second.sample_indices(32))
+    other = ReplayMemory(100, np.random.default_rng(8))
+    other.load_state_dict(first.state_dict())
+    assert not np.array_equal(first.sample_indices(32), other.sample_indices(32))
+
+
+def test_sample_shapes_and_dtypes():
+    memory = filled_memory(300, 200, seed=1)
+    batch = memory.sample(32)
+    assert batch.states.shape == batch.next_states.shape == (32, HISTORY, *FRAME_SHAPE)
+    assert batch.states.dtype == batch.next_states.dtype == np.uint8
+    assert batch.actions.shape == batch.rewards.shape == batch.terminals.shape == (32,)
+    assert batch.actions.dtype == np.int32
+    assert batch.rewards.dtype == np.float32
+    assert batch.terminals.dtype == np.bool_
+
+
+def test_sampling_with_nothing_valid_raises():
+    memory = memory_from("1X 2X 3", 8)
+    with pytest.raises(RuntimeError, match="no valid transitions"):
+        memory.sample(4)
+
+
+# ----------------------------------------------------------------------------- memory cost
+
+
+def test_a_million_transitions_fit_in_7_2_gb():
+    assert BYTES_PER_TRANSITION * 1_000_000 < 7.2e9
+    memory = ReplayMemory(10, np.random.default_rng(0))
+    per_slot = sum(array.nbytes for array in memory.state_dict().values()
+                   if array.ndim and len(array) == 10) / 10
+    assert per_slot <= BYTES_PER_TRANSITION
+
+
+def test_check_memory_for_an_absurd_capacity():
+    with pytest.raises(ValueError, match="--replay-capacity"):
+        check_memory_for(10**12)
+
+
+def test_check_memory_for_a_small_capacity_passes():
+    check_memory_for(1000)
+
+
+def test_capacity_below_one_state_is_rejected():
+    with pytest.raises(ValueError, match="at least"):
+        ReplayMemory(HISTORY, np.random.default_rng(0))
