@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains run_fast_dqn.py on the 49 games of the Nature DQN study, several seeds each.
-# Run with --help for the options; README-sweeps.md has the whole procedure.
+# Run with --help for the options; README.md (Sweeps and results) has the whole procedure.
 set -euo pipefail
 
 # shellcheck source=lib.sh source-path=SCRIPTDIR

@@ -130,3 +130,11 @@ def test_workers_error_suggests_a_divisor():
 def test_defaults_are_valid_for_both_trainers():
     validate(Config(), ALGO_DQN)
     validate(Config(), ALGO_FAST_DQN)
+
+
+def test_readme_flag_table_is_generated_from_the_config():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- flags-table:start -->\n") + len("<!-- flags-table:start -->\n")
+    end = readme.index("\n<!-- flags-table:end -->")
+    assert readme[start:end] == config_module.flags_markdown_table()
