@@ -100,8 +100,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("vector", "threads"), default="vector")
     parser.add_argument("--random-steps", type=int, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
-    parser.add_argument("--steps", type=int, default=4000,
-                        help="agent steps measured per configuration (default: 4000)")
+    parser.add_argument("--steps", type=int, default=6000,
+                        help="agent steps measured per configuration (default: 6000)")
     parser.add_argument("--target-update", type=int, default=10_000,
                         help="epoch length in agent steps (default: 10000, the Nature value)")
     parser.add_argument("--trainer-seconds", type=float, default=10.0,
@@ -146,10 +146,21 @@ def make_network(args: argparse.Namespace, n_actions: int, config: Config):
                     epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
 
 
+def warm_up(network, num_envs: int, batch_size: int) -> None:
+    """Traces the network's functions so that no compilation falls in a measured window."""
+    states = np.zeros((batch_size, 4, 84, 84), dtype=np.uint8)
+    network.train(Batch(states, np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
+                        states, np.zeros(batch_size, bool)))
+    network.greedy_actions(states[:num_envs], use_target=True)
+    network.greedy_actions(states[:num_envs], use_target=False)
+    network.take_train_stats()
+
+
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     network = make_network(args, pool.n_actions, config)
+    warm_up(network, num_envs, config.batch_size)
     busy = BusyClock()
     network.train = busy.wrap(network.train)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))

@@ -346,16 +346,17 @@ def test_fast_dqn_orchestration_tape(concurrent):
 
     # trainer drained -> buffers flushed in sampler order -> target synced, every epoch;
     # during an epoch the trainer samples the memory as it stood at the last boundary
-    size_at_boundary = 0
+    at_boundary, size_at_boundary, last_flush_size = False, 0, 0
     for event in tape.events:
         kind = event[1]
         if kind == "flush":
-            size_at_boundary = None  # the flush of the W buffers is under way
-            last_flush_size = event[2]
+            at_boundary, last_flush_size = True, event[2]
         elif kind == "sync":
-            size_at_boundary = last_flush_size
-        elif kind == "sample":
-            assert event[2] == size_at_boundary
+            at_boundary, size_at_boundary = False, last_flush_size
+        elif kind in ("sample", "train"):
+            assert not at_boundary, "the trainer ran between a flush and the target sync"
+            if kind == "sample":
+                assert event[2] == size_at_boundary
     flushes_per_sync = [sum(1 for e in tape.main_thread()[i:j] if e[1] == "flush")
                         for i, j in _between(tape.main_thread(), "sync")]
     assert all(count == config.workers for count in flushes_per_sync)

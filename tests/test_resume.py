@@ -1,0 +1,429 @@
+"""End-to-end tests of interruption and --resume (DESIGN.md section 5), with tiny runs.
+
+The entry points run as subprocesses from the repository root, on the CPU (where a seed fixes
+a run bit for bit): a first SIGINT/SIGTERM stops a run at the end of its round with a
+checkpoint and exit status 130/143; `--resume RUN_DIR` continues it. One test restores a
+checkpoint in this process and compares every array with the run that wrote it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
+                                  read_manifest, save_checkpoint)
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_FAST_DQN = REPO / "run_fast_dqn.py"
+RUN_DQN = REPO / "run_dqn.py"
+# The CPU only, so that runs are deterministic on any machine; TensorFlow's logs kept short.
+ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
+        "--target-update=400", "--max-episode-steps=400", "--seed=0"]
+FAST = [*TINY, "--workers=4"]
+STOP_SECONDS = 20  # a signalled run must be gone within this
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float  # from start (or from the signal, for a signalled run) to exit
+
+
+def start(script: Path, args: list[str], log: Path) -> subprocess.Popen:
+    """Starts an entry point; stdout and stderr go to LOG.out and LOG.err (no pipe to fill)."""
+    out = open(log.with_suffix(".out"), "w")  # noqa: SIM115 -- closed by finish()
+    err = open(log.with_suffix(".err"), "w")  # noqa: SIM115
+    process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, env=ENV,
+                               stdout=out, stderr=err)
+    process.log = log  # type: ignore[attr-defined]
+    process.files = (out, err)  # type: ignore[attr-defined]
+    process.started = time.monotonic()  # type: ignore[attr-defined]
+    return process
+
+
+def finish(process: subprocess.Popen, timeout: float, since: float | None = None) -> Finished:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(f"{process.args} did not exit within {timeout} s")
+    finally:
+        for file in process.files:  # type: ignore[attr-defined]
+            file.close()
+    seconds = time.monotonic() - (since if since is not None else process.started)
+    log = process.log  # type: ignore[attr-defined]
+    return Finished(process.returncode, log.with_suffix(".out").read_text(),
+                    log.with_suffix(".err").read_text(), seconds)
+
+
+def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:
+    return finish(start(script, args, log), timeout)
+
+
+def wait_for(process: subprocess.Popen, path: Path, timeout: float = 90) -> None:
+    """Waits until `path` exists while the process still runs."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            result = finish(process, 1)
+            pytest.fail(f"the run exited ({result.returncode}) before {path} appeared:\n"
+                        f"{result.stderr[-3000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            finish(process, 10)
+            pytest.fail(f"{path} did not appear within {timeout} s")
+        time.sleep(0.1)
+
+
+def interrupt(script: Path, args: list[str], run_dir: Path, signum: int) -> Finished:
+    """Starts a long run, signals it once its first checkpoint exists, waits for its exit."""
+    process = start(script, [*args, "--timesteps=20000", f"--logdir={run_dir}"],
+                    run_dir.parent / f"{run_dir.name}-interrupted")
+    wait_for(process, run_dir / CHECKPOINT / MANIFEST)
+    signalled = time.monotonic()
+    process.send_signal(signum)
+    return finish(process, timeout=60, since=signalled)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def without_hours(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{key: value for key, value in row.items() if key != "hours"} for row in rows]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_no_traceback(result: Finished) -> None:
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(directory)): path.read_bytes()
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+# -- SIGINT, then --resume --------------------------------------------------------------------
+
+RESUMED_STEPS = 2000
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory) -> tuple[Path, Finished]:
+    """A fast run with evaluations, stopped by SIGINT after its first periodic checkpoint."""
+    run_dir = tmp_path_factory.mktemp("sigint") / "run"
+    result = interrupt(RUN_FAST_DQN, [*FAST, "--evaluate=800", "--eval-episodes=2",
+                                      "--checkpoint-every=800"], run_dir, signal.SIGINT)
+    return run_dir, result
+
+
+@pytest.fixture(scope="module")
+def resumed_twice(interrupted, tmp_path_factory) -> list[tuple[Path, Finished]]:
+    """Two copies of the interrupted run, resumed side by side to RESUMED_STEPS."""
+    run_dir, _ = interrupted
+    root = tmp_path_factory.mktemp("resumed")
+    copies = [root / "a", root / "b"]
+    for copy in copies:
+        shutil.copytree(run_dir, copy)
+    processes = [start(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={RESUMED_STEPS}"],
+                       root / f"{copy.name}-resume") for copy in copies]
+    return [(copy, finish(process, timeout=150)) for copy, process in zip(copies, processes)]
+
+
+def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
+    run_dir, result = interrupted
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.seconds < STOP_SECONDS
+    assert_no_traceback(result)
+    manifest = read_manifest(latest_checkpoint(run_dir))
+    assert latest_checkpoint(run_dir) == run_dir / CHECKPOINT
+    done = summary(run_dir)
+    assert done["finished"] is False
+    assert done["stopped_by_signal"] == signal.SIGINT
+    assert done["steps"] == manifest["step"] > 800  # stopped after the periodic checkpoint
+    assert done["updates"] == manifest["updates"]
+
+
+def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
+    run_dir, _ = interrupted
+    before = read_csv(run_dir / "episodes.csv")
+    stopped_at = read_manifest(latest_checkpoint(run_dir))["step"]
+    resumed_dir, result = resumed_twice[0]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_no_traceback(result)
+    assert f"resumed from {resumed_dir / CHECKPOINT} at step {stopped_at}" in result.stdout
+    done = summary(resumed_dir)
+    assert done["finished"] is True
+    assert done["steps"] >= RESUMED_STEPS
+    assert done["stopped_by_signal"] is None
+
+    rows = read_csv(resumed_dir / "episodes.csv")
+    assert rows[:len(before)] == before  # nothing before the stop was lost or rewritten
+    assert len(rows) > len(before)  # and games went on after it
+    assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
+    timesteps = [int(row["timestep"]) for row in rows]
+    assert timesteps == sorted(timesteps)
+    assert int(rows[len(before)]["timestep"]) > stopped_at
+    hours = [float(row["hours"]) for row in rows]
+    assert hours == sorted(hours)  # the clock continues too
+
+    evaluations = [int(row["timestep"]) for row in read_csv(resumed_dir / "evaluations.csv")]
+    assert evaluations == [800, 1600, 2000]
+    config = json.loads((resumed_dir / "config.json").read_text())
+    assert config["timesteps"] == RESUMED_STEPS and config["evaluate"] == 800
+
+
+def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
+    (dir_a, result_a), (dir_b, result_b) = resumed_twice
+    assert result_a.returncode == result_b.returncode == 0, result_b.stderr[-3000:]
+    for name in ("episodes.csv", "evaluations.csv"):
+        rows_a, rows_b = read_csv(dir_a / name), read_csv(dir_b / name)
+        assert rows_a, name
+        assert without_hours(rows_a) == without_hours(rows_b), name
+    summary_a, summary_b = summary(dir_a), summary(dir_b)
+    for key in ("steps", "updates", "evaluations"):
+        assert summary_a[key] == summary_b[key], key
+    assert summary_a["last_evaluation"]["mean"] == summary_b["last_evaluation"]["mean"]
+    manifest_a = read_manifest(dir_a / CHECKPOINT)
+    manifest_b = read_manifest(dir_b / CHECKPOINT)
+    for key in ("step", "updates", "rng", "replay_rng", "recent_scores", "episode_stats"):
+        assert manifest_a[key] == manifest_b[key], key
+
+
+# -- SIGTERM, and a checkpoint without the replay memory ---------------------------------------
+
+
+def test_sigterm_gives_143_and_a_resume_without_replay_refills(tmp_path):
+    run_dir = tmp_path / "run"
+    result = interrupt(RUN_FAST_DQN, [*FAST, "--evaluate=0", "--checkpoint-every=400",
+                                      "--checkpoint-replay=false"], run_dir, signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert result.seconds < STOP_SECONDS
+    assert_no_traceback(result)
+    assert summary(run_dir)["stopped_by_signal"] == signal.SIGTERM
+    checkpoint = latest_checkpoint(run_dir)
+    assert not (checkpoint / "replay").exists()
+    stopped_at = read_manifest(checkpoint)["step"]
+
+    resumed = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), "--timesteps=1200"],
+                      tmp_path / "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_no_traceback(resumed)
+    warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "--checkpoint-replay=false" in warnings[0]
+    done = summary(run_dir)
+    assert done["finished"] is True and done["steps"] >= 1200
+    # Learning paused while the memory refilled (replay start = 400 steps), then went on.
+    updates_before = read_manifest(checkpoint)["updates"]
+    assert done["updates"] == updates_before + max(0, 1200 - stopped_at - 400) // 4
+
+
+# -- bad --resume command lines -----------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_run(tmp_path) -> Path:
+    """A run directory with config.json and a (fake) checkpoint of a fast_dqn run."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = Config(game="breakout", timesteps=1000, logdir=str(run_dir))
+    (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
+                                                     **dataclasses.asdict(config)}))
+    save_checkpoint(run_dir, {"step": 500}, None, None)
+    return run_dir
+
+
+def corrupt_manifest(run_dir: Path, text: str) -> None:
+    (run_dir / CHECKPOINT / MANIFEST).write_text(text)
+
+
+@pytest.mark.parametrize("script, args, prepare, message", [
+    (RUN_FAST_DQN, ["--seed=3"], None, "only --timesteps may be given with --resume; got --seed"),
+    (RUN_FAST_DQN, ["--timesteps=9", "--workers=2", "--lr=0.1"], None,
+     "only --timesteps may be given with --resume; got --lr, --workers"),
+    (RUN_FAST_DQN, ["--timesteps=-1"], None, "--timesteps must be at least 1"),
+    (RUN_DQN, [], None, "was trained by fast_dqn, not dqn"),
+    (RUN_FAST_DQN, [], lambda d: shutil.rmtree(d / CHECKPOINT), "has no complete checkpoint"),
+    (RUN_FAST_DQN, [], lambda d: (d / "config.json").unlink(), "no readable config.json"),
+    (RUN_FAST_DQN, [], lambda d: corrupt_manifest(d, '{"format_version": 99, "step": 5}'),
+     "checkpoint format 99, expected 1"),
+    (RUN_FAST_DQN, [], lambda d: corrupt_manifest(d, '{"step": '), "manifest"),
+], ids=["other-flag", "other-flags", "bad-timesteps", "wrong-entry-point", "no-checkpoint",
+        "no-config", "format-version", "torn-manifest"])
+def test_bad_resume_is_one_line_with_status_2(saved_run, tmp_path, script, args, prepare,
+                                              message):
+    if prepare is not None:
+        prepare(saved_run)
+    before = snapshot(saved_run)
+    result = run_cli(script, ["--resume", str(saved_run), *args], tmp_path / "bad",
+                     timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
+    assert message in result.stderr
+    assert snapshot(saved_run) == before  # nothing written
+
+
+def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
+    result = run_cli(RUN_FAST_DQN, ["--resume", str(tmp_path / "missing")], tmp_path / "bad")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert "cannot resume" in result.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+# -- divergence ---------------------------------------------------------------------------------
+
+
+def network_is_finite(checkpoint: Path) -> bool:
+    tf = pytest.importorskip("tensorflow")
+    reader = tf.train.load_checkpoint(network_prefix(checkpoint))
+    for name in reader.get_variable_to_shape_map():
+        value = np.asarray(reader.get_tensor(name))
+        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+            return False
+    return True
+
+
+@pytest.mark.parametrize("script, args", [
+    # Fast: the loss is checked at every sync point, and checkpoints are taken only there.
+    (RUN_FAST_DQN, [*FAST, "--checkpoint-every=400"]),
+    # Serial: the loss is checked at target updates (learning starts at step 100; checks at
+    # steps 300, 500, ...), checkpoints fall between them (steps 100, 200, 300, ...).
+    (RUN_DQN, [*TINY, "--replay-start=100", "--target-update=200", "--checkpoint-every=100"]),
+], ids=["fast", "serial"])
+def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, script, args):
+    run_dir = tmp_path / "run"
+    result = run_cli(script, [*args, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
+                              f"--logdir={run_dir}"], tmp_path / "diverge")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert_no_traceback(result)
+    match = re.search(r"error: training diverged at step (\d+): .*--lr", result.stderr)
+    assert match, result.stderr[-3000:]
+    diverged_at = int(match.group(1))
+    assert summary(run_dir)["finished"] is False
+    checkpoint = latest_checkpoint(run_dir)
+    assert checkpoint is not None  # the flags put a checkpoint before the first loss check
+    assert read_manifest(checkpoint)["step"] <= diverged_at
+    assert network_is_finite(checkpoint), "the last checkpoint holds the diverged network"
+
+
+# -- exact restore, in this process ------------------------------------------------------------
+
+
+def stop_when(loop, step: int, done: threading.Event) -> threading.Thread:
+    """Sends this process SIGINT once `loop` has passed `step` (as Ctrl-C would)."""
+
+    def watch() -> None:
+        while not done.is_set():
+            if loop.step >= step:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, name="stopper", daemon=True)
+    thread.start()
+    return thread
+
+
+def variables(values) -> list[np.ndarray]:
+    return [np.array(v.numpy()) for v in values]
+
+
+def assert_all_equal(actual: list[np.ndarray], expected: list[np.ndarray], what: str) -> None:
+    assert len(actual) == len(expected), what
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        np.testing.assert_array_equal(a, e, err_msg=f"{what} #{i}")
+
+
+def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
+    pytest.importorskip("tensorflow")
+    from fast_dqn import launch
+    from fast_dqn.run_files import RunFiles
+
+    run_dir = tmp_path / "run"
+    argv = [*FAST, "--evaluate=400", "--eval-episodes=2", "--checkpoint-every=0",
+            "--timesteps=20000", f"--logdir={run_dir}"]
+    config = launch.prepare_config(argv, ALGO_FAST_DQN)
+    previous = signal.signal(signal.SIGINT, lambda *_: None)  # a late signal does no harm
+    done = threading.Event()
+    try:
+        with RunFiles(run_dir) as run_files:
+            run_files.write_config({"algo": ALGO_FAST_DQN, **dataclasses.asdict(config)})
+            loop, device = launch.build_loop(config, ALGO_FAST_DQN, run_files)
+            stopper = stop_when(loop, 600, done)  # mid-epoch: the target lags the online net
+            try:
+                status = launch.run(loop, run_files, device)
+            finally:
+                done.set()
+                stopper.join()
+            episode_stats = run_files.episode_stats.state()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert status == 128 + signal.SIGINT
+    original = loop
+    assert original.updates > 0 and original.evaluations == 1
+
+    checkpoint = latest_checkpoint(run_dir)
+    manifest = read_manifest(checkpoint)
+    resumed_config = launch.prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN)
+    with RunFiles(run_dir, resume=True, resume_step=manifest["step"]) as run_files:
+        restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, run_files,
+                                        initial_step=manifest["step"])
+        try:
+            launch.restore(restored, run_files, manifest, checkpoint)
+        finally:
+            restored.close()
+        assert run_files.episode_stats.state() == episode_stats
+    assert "resumed from" in capsys.readouterr().out
+
+    # Networks and every optimizer variable (slots and the iteration count).
+    net, net2 = original.network, restored.network
+    online, target = variables(net.online.variables), variables(net.target.variables)
+    assert any((o != t).any() for o, t in zip(online, target)), "test needs target != online"
+    assert_all_equal(variables(net2.online.variables), online, "online")
+    assert_all_equal(variables(net2.target.variables), target, "target")
+    assert_all_equal(variables(net2.optimizer.variables), variables(net.optimizer.variables),
+                     "optimizer")
+    assert int(net2.optimizer.iterations.numpy()) == original.updates
+
+    # Counters, averages and both random generators (the loop's and the replay memory's).
+    state, state2 = original.state(), restored.state()
+    assert state2.pop("hours") >= state.pop("hours") > 0
+    assert state2 == state
+    assert (restored.step, restored.updates) == (original.step, original.updates)
+    assert restored.rng.random(4).tolist() == original.rng.random(4).tolist()
+    assert restored.memory.rng.random(4).tolist() == original.memory.rng.random(4).tolist()
+
+    # The replay memory (the resumed run ends the newest episode where it stood).
+    original.memory.close_open_episode()
+    memory, memory2 = original.memory.state_dict(), restored.memory.state_dict()
+    assert sorted(memory2) == sorted(memory)
+    assert int(memory["size"]) > 0
+    for name in memory:
+        np.testing.assert_array_equal(memory2[name], memory[name], err_msg=name)
