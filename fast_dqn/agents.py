@@ -385,12 +385,15 @@ class DQN(TrainingLoop):
     def _after_step(self, previous_step: int) -> None:
         config = self.config
         learning = self.step - config.replay_start
-        if learning > 0 and learning % config.target_update == 0:
+        synced = learning > 0 and learning % config.target_update == 0
+        if synced:
             self.network.sync_target()
             self.log_training()
         if self.evaluation_due(previous_step):
             self.run_evaluation()
         if self.checkpoint_due(previous_step) and self.step < config.timesteps:
+            if not synced:
+                self.log_training()  # the NaN guard runs before every checkpoint
             self.checkpoint()
 
 

@@ -180,6 +180,46 @@ def read_arrays(checkpoint: Path) -> dict[str, np.ndarray] | None:
             for path in sorted(directory.glob("*.npy"))}
 
 
+def read_arrays_into(checkpoint: Path, destination: Mapping[str, np.ndarray]) -> bool:
+    """Reads the stored arrays straight into `destination`'s arrays; False if none stored.
+
+    Each file is read into the existing buffer, so restoring a 7 GB replay memory needs no
+    second copy and no mapped pages.
+
+    Raises:
+        CheckpointError: an array is missing or its shape or dtype differs.
+    """
+    directory = Path(checkpoint) / REPLAY
+    if not directory.is_dir():
+        return False
+    for name, target in destination.items():
+        _read_npy_into(directory / f"{name}.npy", target)
+    return True
+
+
+def _read_npy_into(path: Path, target: np.ndarray) -> None:
+    if not (target.flags.c_contiguous and target.flags.writeable):
+        # reshape(-1) would read into a copy and leave `target` as it was.
+        raise ValueError(f"cannot read {path.name} into a non-contiguous or read-only array")
+    try:
+        with open(path, "rb") as file:
+            major, _ = np.lib.format.read_magic(file)
+            read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran_order, dtype = read_header(file)
+            if shape != target.shape or dtype != target.dtype or fortran_order:
+                raise CheckpointError(f"{path} holds {dtype} {shape}; expected "
+                                      f"{target.dtype} {target.shape}")
+            view = memoryview(target.reshape(-1).view(np.uint8))
+            while view.nbytes:
+                count = file.readinto(view)
+                if not count:
+                    raise CheckpointError(f"{path} ends early")
+                view = view[count:]
+    except (OSError, ValueError) as error:  # ValueError: not a .npy header
+        raise CheckpointError(f"cannot read {path}: {error}") from error
+
+
 def generator_state(rng: np.random.Generator) -> dict[str, Any]:
     return rng.bit_generator.state
 

@@ -19,7 +19,7 @@ import numpy as np
 from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop, check_resources
 from fast_dqn.atari import resolve_game
 from fast_dqn.checkpoints import (CheckpointError, latest_checkpoint, network_prefix,
-                                  read_arrays, read_manifest, save_checkpoint)
+                                  read_arrays_into, read_manifest, save_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, validate)
 from fast_dqn.replay_memory import ReplayMemory
@@ -128,26 +128,33 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
 def main(argv: Sequence[str] | None, algo: str) -> int:
     try:
         config = prepare_config(argv, algo)
-    except ValueError as error:
+        checkpoint = latest_checkpoint(Path(config.logdir)) if config.resume else None
+        manifest = read_manifest(checkpoint) if checkpoint is not None else None
+    except (ValueError, CheckpointError) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         return 2
     run_dir = Path(config.logdir)
-    manifest = read_manifest(latest_checkpoint(run_dir)) if config.resume else None
     resume_step = manifest["step"] if manifest else None
     with RunFiles(run_dir, resume=bool(config.resume), resume_step=resume_step) as run_files:
         run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
         print(f"run directory: {run_dir}", flush=True)
         loop, device = build_loop(config, algo, run_files, initial_step=resume_step or 0)
         if manifest is not None:
-            restore(loop, run_files, manifest, latest_checkpoint(run_dir))
+            try:
+                restore(loop, run_files, manifest, checkpoint)
+            except CheckpointError as error:
+                loop.close()
+                print(f"error: cannot resume {run_dir}: {error}", file=sys.stderr)
+                return 2
         return run(loop, run_files, device)
 
 
 def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
     """Loads networks, optimizer, replay memory, counters and generators from a checkpoint."""
     loop.network.checkpoint().read(network_prefix(checkpoint)).assert_consumed()
-    arrays = read_arrays(checkpoint)
-    if arrays is None:
+    arrays = loop.memory.state_dict()
+    if not read_arrays_into(checkpoint, arrays):
+        arrays = None
         print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
               "the resumed run refills it from scratch", file=sys.stderr)
     loop.restore(manifest)

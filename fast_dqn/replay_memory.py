@@ -20,6 +20,7 @@ same step are identical.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -47,15 +48,18 @@ def replay_bytes(capacity: int) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo, or None where the kernel does not say."""
+    """MemAvailable from /proc/meminfo; elsewhere the physical memory; None if unknown."""
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
         return None
-    return None
 
 
 def check_memory_for(capacity: int, headroom_bytes: int = 2 * 1024**3) -> None:
@@ -229,7 +233,8 @@ class ReplayMemory:
         return {
             "frames": self.frames, "actions": self.actions, "rewards": self.rewards,
             "terminals": self.terminals, "episode_ends": self.episode_ends,
-            "sampleable": self.sampleable, "cursor": np.array(self.cursor), "size": np.array(self.size),
+            "sampleable": self.sampleable, "cursor": np.array(self.cursor),
+            "size": np.array(self.size),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -237,7 +242,8 @@ class ReplayMemory:
             raise ValueError(f"checkpoint replay capacity {state['frames'].shape[0]} differs "
                              f"from {self.capacity}")
         for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
-            getattr(self, name)[...] = state[name]
+            if state[name] is not getattr(self, name):  # read in place: nothing to copy
+                getattr(self, name)[...] = state[name]
         self.cursor = int(state["cursor"])
         self.size = int(state["size"])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,9 @@ import pytest
 from fast_dqn import checkpoints
 from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHECKPOINT,
                                   OLD_CHECKPOINT, CheckpointError, generator_state,
-                                  latest_checkpoint, network_prefix, read_arrays, read_manifest,
-                                  restore_generator, save_checkpoint)
+                                  latest_checkpoint, network_prefix, read_arrays,
+                                  read_arrays_into, read_manifest, restore_generator,
+                                  save_checkpoint)
 
 
 def fake_network(payload: bytes):
@@ -88,6 +90,46 @@ def test_round_trip_of_manifest_network_and_arrays(tmp_path):
     assert not (tmp_path / OLD_CHECKPOINT).exists()
 
 
+def test_read_arrays_into_fills_the_given_buffers_in_place(tmp_path):
+    path = save(tmp_path, 9)
+    buffers = {name: np.zeros_like(array) for name, array in replay_arrays(0).items()}
+    targets = dict(buffers)
+    assert read_arrays_into(path, targets) is True
+    for name, expected in replay_arrays(9).items():
+        assert targets[name] is buffers[name]  # the same buffers, now filled
+        np.testing.assert_array_equal(buffers[name], expected)
+
+
+def test_read_arrays_into_without_replay(tmp_path):
+    path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), None)
+    target = {"frames": np.zeros((6, 84, 84), np.uint8)}
+    assert read_arrays_into(path, target) is False
+    assert not target["frames"].any()
+
+
+@pytest.mark.parametrize("name, buffer, message", [
+    ("frames", np.zeros((7, 84, 84), np.uint8),
+     re.escape("holds uint8 (6, 84, 84); expected uint8 (7, 84, 84)")),
+    ("rewards", np.zeros(6, np.float64), "expected float64"),
+    ("missing", np.zeros(3), "cannot read .*missing.npy"),
+])
+def test_read_arrays_into_refuses_a_mismatch(tmp_path, name, buffer, message):
+    path = save(tmp_path, 2)
+    with pytest.raises(CheckpointError, match=message):
+        read_arrays_into(path, {name: buffer})
+
+
+def test_read_arrays_into_a_torn_file(tmp_path):
+    path = save(tmp_path, 2)
+    frames = path / checkpoints.REPLAY / "frames.npy"
+    frames.write_bytes(frames.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="ends early"):
+        read_arrays_into(path, {"frames": np.zeros((6, 84, 84), np.uint8)})
+    frames.write_bytes(b"not numpy")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        read_arrays_into(path, {"frames": np.zeros((6, 84, 84), np.uint8)})
+
+
 def test_checkpoint_holds_no_pickles(tmp_path):
     path = save(tmp_path, 5)
     manifest = json.loads((path / MANIFEST).read_text())  # plain JSON
@@ -119,7 +161,7 @@ def test_without_arrays_there_is_no_replay(tmp_path):
 
 
 def test_real_tensorflow_network_round_trip(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
     variable = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
     path = save_checkpoint(tmp_path, {"step": 1}, tf.train.Checkpoint(v=variable).write, None)
     restored = tf.Variable(tf.zeros([2, 2]))

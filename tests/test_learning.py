@@ -110,7 +110,6 @@ def real_network(config: Config, n_actions: int):
 
 
 def test_dqn_learns_the_optimal_q_values():
-    pytest.importorskip("tensorflow")
     config = LEARNING.replace(workers=1)
     pool = CorridorPool(1)
     loop = make_loop(DQN, config, pool, real_network(config, pool.n_actions))
@@ -119,7 +118,6 @@ def test_dqn_learns_the_optimal_q_values():
 
 
 def test_fast_dqn_learns_the_optimal_q_values():
-    pytest.importorskip("tensorflow")
     config = LEARNING.replace(workers=2, concurrent=True, synchronize=True)
     pool = CorridorPool(2)
     loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions))
@@ -130,7 +128,6 @@ def test_fast_dqn_learns_the_optimal_q_values():
 def test_fast_dqn_with_the_real_network_is_deterministic():
     """DESIGN.md 2: the same seed gives the same run, bit for bit on CPU, whatever the timing
     of the trainer thread."""
-    pytest.importorskip("tensorflow")
     config = TAPE.replace(timesteps=500, lr=1e-3)
 
     def run() -> TrainingLoop:

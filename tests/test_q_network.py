@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.q_network import (QNetwork, build_nature_cnn, configure_device,  # noqa: E402
