@@ -1,0 +1,55 @@
+"""The benchmark runs end to end and prints its table and the JSON line of DESIGN.md §6.
+
+It checks the keys and that the figures are consistent, not how fast anything is: speed is
+reported by the benchmark itself, never asserted by a timed test.
+"""
+
+import json
+
+import pytest
+
+from fast_dqn import benchmark
+
+SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.5", "--target-update=200"]
+
+
+def last_json_line(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def test_real_network_benchmark_reports_the_ratios(capsys):
+    assert benchmark.main(SMALL + ["--workers", "2", "4"]) == 0
+    out = capsys.readouterr().out
+    result = last_json_line(out)
+    for key in ("trainer_updates_per_second", "serial_steps_per_second",
+                "fast_steps_per_second", "fast_over_serial", "fast_over_limit"):
+        assert result[key] > 0
+    assert set(result["fast_by_workers"]) == {"2", "4"}
+    assert result["fast_over_limit"] == pytest.approx(
+        result["fast_steps_per_second"] / (4 * result["trainer_updates_per_second"]))
+    assert result["fast_over_serial"] == pytest.approx(
+        result["fast_steps_per_second"] / result["serial_steps_per_second"])
+    assert "x serial" in out and "fast, 4 workers" in out
+    assert result["simulated"] is False
+
+
+def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
+    argv = SMALL + ["--workers", "4", "--skip-serial", "--trainer-stub-ms=0.8",
+                    "--query-stub-ms=0.3"]
+    assert benchmark.main(argv) == 0
+    result = last_json_line(capsys.readouterr().out)
+    assert result["simulated"] is True
+    assert 0 < result["sim_trainer_busy"] <= 1.05
+    assert result["sim_steps_per_second"] == result["fast_steps_per_second"]
+    assert result["sim_update_ms"] >= 0.8  # a wait never ends early
+    assert "serial_steps_per_second" not in result
+
+
+@pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],
+                                  ["--workers", "3"]])
+def test_bad_benchmark_input_exits_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        status = benchmark.main(argv)
+        raise SystemExit(status)
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
