@@ -196,6 +196,7 @@ class TrainingLoop:
         self.step = 0
         self.updates = 0
         self.evaluations = 0
+        self._evaluated_at = 0  # the step of the last evaluation
         self.last_evaluation: dict | None = None
         self.recent_scores: list[float] = []
         self._started = time.monotonic()
@@ -266,6 +267,7 @@ class TrainingLoop:
         returns = evaluate(self._eval_pool, greedy, epsilon=self.config.eval_epsilon,
                            seed=seed, rng=np.random.default_rng(seed))
         self.evaluations += 1
+        self._evaluated_at = self.step
         self.last_evaluation = self.run_log.log_evaluation(self.step, returns, self.hours())
         self.run_log.log_scalars(self.step, {"eval/mean_return": float(np.mean(returns))})
 
@@ -293,10 +295,13 @@ class TrainingLoop:
         if self._eval_pool is not None:
             self._eval_pool.close()
 
-    def evaluation_due(self, previous_step: int) -> bool:
-        """Whether a multiple of the evaluation period lies in (previous_step, step]."""
+    def evaluation_due(self) -> bool:
+        """Whether a multiple of the evaluation period has passed since the last evaluation.
+
+        An evaluation skipped by an interruption is made up when the run resumes.
+        """
         period = self.config.evaluate
-        return period > 0 and self.step // period > previous_step // period
+        return period > 0 and self.step // period > self._evaluated_at // period
 
     def run(self) -> None:
         """Trains until `timesteps` or a stop request, then checkpoints; see `train`."""
@@ -333,6 +338,7 @@ class TrainingLoop:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
         return {
             "step": self.step, "updates": self.updates, "evaluations": self.evaluations,
+            "evaluated_at": self._evaluated_at,
             "last_evaluation": self.last_evaluation, "recent_scores": self.recent_scores,
             "hours": self.hours(), "rng": self.rng.bit_generator.state,
             "replay_rng": self.memory.rng.bit_generator.state,
@@ -343,6 +349,7 @@ class TrainingLoop:
         self.step = int(state["step"])
         self.updates = int(state["updates"])
         self.evaluations = int(state["evaluations"])
+        self._evaluated_at = int(state["evaluated_at"])
         self.last_evaluation = state["last_evaluation"]
         self.recent_scores = [float(score) for score in state["recent_scores"]]
         self._hours_before = float(state["hours"])
@@ -363,6 +370,8 @@ class DQN(TrainingLoop):
     def train(self) -> None:
         config = self.config
         self.actor.reset(seed=self.env_seed)
+        if self.evaluation_due():
+            self.run_evaluation()
         last_log = time.monotonic()
         while self.step < config.timesteps and not self.stop:
             actions = self.choose_actions(use_target=False)
@@ -389,7 +398,7 @@ class DQN(TrainingLoop):
         if synced:
             self.network.sync_target()
             self.log_training()
-        if self.evaluation_due(previous_step):
+        if self.evaluation_due():
             self.run_evaluation()
         if self.checkpoint_due(previous_step) and self.step < config.timesteps:
             if not synced:
@@ -440,6 +449,8 @@ class FastDQN(TrainingLoop):
     def train(self) -> None:
         config = self.config
         self.actor.reset(seed=self.env_seed)
+        if self.evaluation_due():
+            self.run_evaluation()
         try:
             while self.step < config.timesteps and not self.stop:
                 previous_step = self.step
@@ -492,9 +503,8 @@ class FastDQN(TrainingLoop):
             return
         if epoch_updates <= 0:
             return
-        if self.stop:
-            self.trainer.close()  # abandon the rest of the epoch's minibatches
-        self.trainer.wait()
+        # On a stop request the rest of the epoch's minibatches are abandoned.
+        self.trainer.wait(abandon_if=lambda: bool(self.stop))
         self.updates += self.trainer.completed - self._completed_at_epoch_start
 
     def _sync_point(self, previous_step: int) -> None:
@@ -505,7 +515,7 @@ class FastDQN(TrainingLoop):
         self.network.sync_target()
         if self.step > self.config.replay_start:
             self.log_training()
-        if self.evaluation_due(previous_step):
+        if self.evaluation_due():
             self.run_evaluation()
         if self.checkpoint_due(previous_step) and self.step < self.config.timesteps:
             self.checkpoint()

@@ -12,6 +12,8 @@ import queue
 import threading
 from typing import Callable
 
+_POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
+
 _STOP = None  # sentinel that ends the thread
 
 
@@ -32,6 +34,7 @@ class Trainer:
         self._work: queue.Queue[int | None] = queue.Queue()
         self._done = threading.Semaphore(0)
         self._stop = threading.Event()
+        self._abandon = threading.Event()  # ends the running epoch early
         self._error: BaseException | None = None
         self._pending = 0
         self.completed = 0  # updates done; written by the trainer thread, read after `wait`
@@ -40,14 +43,21 @@ class Trainer:
 
     def start_epoch(self, updates: int) -> None:
         self.check()
+        self._abandon.clear()
         self._pending += 1
         self._work.put(updates)
 
-    def wait(self) -> None:
-        """Blocks until every started epoch is done; re-raises the trainer's exception."""
+    def wait(self, abandon_if: Callable[[], bool] | None = None) -> None:
+        """Blocks until every started epoch is done; re-raises the trainer's exception.
+
+        If `abandon_if()` becomes true while waiting (a stop was requested), the running
+        epoch ends after its current update; `completed` says how many were done.
+        """
         while self._pending:
-            self._done.acquire()
-            self._pending -= 1
+            if self._done.acquire(timeout=_POLL_SECONDS):
+                self._pending -= 1
+            elif abandon_if is not None and abandon_if():
+                self._abandon.set()
         self.check()
 
     def check(self) -> None:
@@ -79,7 +89,7 @@ class Trainer:
 
     def _run_epoch(self, updates: int) -> None:
         for _ in range(updates):
-            if self._stop.is_set() or self._error is not None:
+            if self._stop.is_set() or self._abandon.is_set() or self._error is not None:
                 return
             self._update()
             self.completed += 1

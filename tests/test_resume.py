@@ -453,3 +453,41 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert int(memory["size"]) > 0
     for name in memory:
         np.testing.assert_array_equal(memory2[name], memory[name], err_msg=name)
+
+
+def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
+    """Regression: a stop between an evaluation period's end and the next sync point lost
+    that evaluation for good."""
+    import numpy as np
+
+    from fast_dqn.agents import FastDQN, LoopParts
+    from fast_dqn.config import Config
+    from fast_dqn.replay_memory import ReplayMemory
+    from tests.synthetic_env import CorridorPool
+    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+
+    config = Config(timesteps=600, replay_start=100, target_update=100, evaluate=250,
+                    replay_capacity=2000, workers=2, exploration_steps=100, eval_episodes=2)
+
+    def make_loop(pool):
+        return FastDQN(LoopParts(
+            config=config, network=RecordingNetwork(Tape()),
+            memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)), pool=pool,
+            make_eval_pool=lambda: CorridorPool(2), run_log=FakeRunLog(),
+            rng=np.random.default_rng(1)))
+
+    class StoppingPool(CorridorPool):
+        def step(self, actions):
+            result = super().step(actions)
+            if first.step >= 268:
+                first.stop.signal_number = 2  # as the SIGINT handler does
+            return result
+
+    first = make_loop(StoppingPool(2))
+    first.train()
+    assert first.step == 270 and first.run_log.evaluations == []
+
+    second = make_loop(CorridorPool(2))
+    second.restore(first.state())
+    second.train()
+    assert [timestep for timestep, _ in second.run_log.evaluations] == [270, 500]
