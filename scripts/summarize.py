@@ -323,9 +323,9 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
         axis.set_xlabel("frames (millions)", fontsize=8)
     for axis in axes[:, 0]:
         axis.set_ylabel("evaluation return", fontsize=8)
-    figure.suptitle("Evaluation return over frames: mean over seeds, band from min to max. "
-                    "Titles: game (human-normalized score of the final mean, seeds)",
-                    fontsize=11)
+    # Two short lines, so that the title fits a figure of one or two panels too.
+    figure.suptitle("Evaluation return over frames\n(mean over seeds, band from min to max; "
+                    "titles: human-normalized final score, seeds)", fontsize=9)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return True
