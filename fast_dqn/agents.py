@@ -338,7 +338,8 @@ class TrainingLoop:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
         return {
             "step": self.step, "updates": self.updates, "evaluations": self.evaluations,
-            "evaluated_at": self._evaluated_at,
+            "evaluated_at": self._evaluated_at, "refill_until": self._refill_until,
+            "updates_before_refill": self._updates_before_refill,
             "last_evaluation": self.last_evaluation, "recent_scores": self.recent_scores,
             "hours": self.hours(), "rng": self.rng.bit_generator.state,
             "replay_rng": self.memory.rng.bit_generator.state,
@@ -350,6 +351,8 @@ class TrainingLoop:
         self.updates = int(state["updates"])
         self.evaluations = int(state["evaluations"])
         self._evaluated_at = int(state["evaluated_at"])
+        self._refill_until = int(state["refill_until"])
+        self._updates_before_refill = int(state["updates_before_refill"])
         self.last_evaluation = state["last_evaluation"]
         self.recent_scores = [float(score) for score in state["recent_scores"]]
         self._hours_before = float(state["hours"])

@@ -491,3 +491,40 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     second.restore(first.state())
     second.train()
     assert [timestep for timestep, _ in second.run_log.evaluations] == [270, 500]
+
+
+def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
+    """Regression: the refill offset was not checkpointed, so a second resume trained the
+    minibatches the refill had skipped all at once."""
+    import numpy as np
+
+    from fast_dqn.agents import DQN, LoopParts
+    from fast_dqn.config import Config
+    from fast_dqn.replay_memory import ReplayMemory
+    from tests.synthetic_env import CorridorPool
+    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+
+    config = Config(timesteps=400, replay_start=50, target_update=50, evaluate=0,
+                    replay_capacity=1000, exploration_steps=50)
+
+    def make_loop():
+        return DQN(LoopParts(
+            config=config, network=RecordingNetwork(Tape()),
+            memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
+            pool=CorridorPool(1), make_eval_pool=None, run_log=FakeRunLog(),
+            rng=np.random.default_rng(1)))
+
+    first = make_loop()
+    first.config = config.replace(timesteps=200)
+    first.train()
+    second = make_loop()
+    second.restore(first.state())
+    second.start_refill()  # as launch.restore does without a saved replay memory
+    second.config = config.replace(timesteps=300)
+    second.train()
+    third = make_loop()
+    third.restore(second.state())
+    third.train()
+    # 150 learning steps before the refill, 50 refill steps without updates, 150 after.
+    assert first.updates == (200 - 50) // 4
+    assert third.updates == first.updates + (400 - 200 - 50) // 4
