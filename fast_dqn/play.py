@@ -184,26 +184,8 @@ def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork"
     network = QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
                        epsilon=config.rmsprop_epsilon, discount=config.discount,
                        seed=config.seed)
-    restore_online(network, network_prefix(checkpoint))
+    network.restore_online(network_prefix(checkpoint))
     return network
-
-
-def restore_online(network: "QNetwork", prefix: str) -> None:
-    """Reads only the online network from a checkpoint written by `QNetwork.checkpoint()`.
-
-    Raises:
-        ValueError: no checkpoint at `prefix`, a damaged one, or one whose online network is
-            missing or has other shapes.
-    """
-    import tensorflow as tf
-
-    try:
-        status = tf.train.Checkpoint(online=network.online).read(prefix)
-        status.expect_partial()  # the target network and optimizer slots are not needed
-        status.assert_existing_objects_matched()  # every online weight came from the file
-    except (tf.errors.OpError, ValueError, AssertionError) as error:
-        raise ValueError(f"cannot restore the online network from {prefix} "
-                         f"({network.n_actions} actions): {_one_line(error)}") from None
 
 
 class VideoRecorder:
@@ -364,8 +346,7 @@ def _open_recorder(path: Path | None, env: AtariEnv,
 def _load_policy(run: RunToPlay, env: AtariEnv, epsilon: float, seed: int) -> Policy:
     from fast_dqn.q_network import configure_device
 
-    # configure_device() words it for training ("training on GPU: ..."); the device is the same.
-    print("device: " + configure_device().removeprefix("training on "), flush=True)
+    print(configure_device(activity="playing"), flush=True)
     network = load_network(run.config, env.n_actions, run.checkpoint)
     return epsilon_greedy_policy(lambda states: network.greedy_actions(states, use_target=False),
                                  epsilon=epsilon, n_actions=env.n_actions,

@@ -22,8 +22,8 @@ keras = tf.keras
 STATE_SHAPE = (HISTORY, FRAME_SIZE, FRAME_SIZE)
 
 
-def configure_device(deterministic_cpu: bool = True) -> str:
-    """Picks the training device and returns one line that names it.
+def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
+    """Picks the device and returns one line that names it ("<activity> on GPU: ...").
 
     GPUs get memory growth so that several runs of a sweep can share one card. On the CPU,
     ops are made deterministic so that a seed fixes a run bit for bit.
@@ -36,10 +36,10 @@ def configure_device(deterministic_cpu: bool = True) -> str:
             pass  # already initialized: the setting is fixed for this process
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
-        return f"training on GPU: {details.get('device_name', gpus[0].name)}"
+        return f"{activity} on GPU: {details.get('device_name', gpus[0].name)}"
     if deterministic_cpu:
         tf.config.experimental.enable_op_determinism()
-    return f"training on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
+    return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
 def build_nature_cnn(n_actions: int, name: str) -> keras.Model:
@@ -149,6 +149,22 @@ class QNetwork:
         self._q_sum.assign(0.0)
         self._updates.assign(0)
         return loss, mean_q, updates
+
+    def restore_online(self, prefix: str) -> None:
+        """Reads only the online network from a checkpoint written by `checkpoint()`.
+
+        Raises:
+            ValueError: no checkpoint at `prefix`, a damaged one, or one whose online network
+                is missing or has other shapes (another game's action count).
+        """
+        try:
+            status = tf.train.Checkpoint(online=self.online).read(prefix)
+            status.expect_partial()  # the target network and optimizer slots are not needed
+            status.assert_existing_objects_matched()  # every online weight came from the file
+        except (tf.errors.OpError, ValueError, AssertionError) as error:
+            message = " ".join(str(error).split())
+            raise ValueError(f"cannot restore the online network from {prefix} "
+                             f"({self.n_actions} actions): {message}") from None
 
     def checkpoint(self) -> tf.train.Checkpoint:
         """Networks and optimizer slots, saved by TensorFlow's own format (no pickles)."""
