@@ -21,8 +21,8 @@ import numpy as np
 
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.evaluation import epsilon_greedy, evaluate
-from fast_dqn.replay_memory import (Batch, SamplerBuffer, FrameHistory, ReplayMemory,
-                                    check_memory_for)
+from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
+                                    check_memory_for, empty_batch)
 from fast_dqn.samplers import EnvPool
 from fast_dqn.trainer import Trainer
 
@@ -192,6 +192,8 @@ class TrainingLoop:
         self._refill_until = 0
         self._updates_before_refill = 0
         self._eval_pool: EnvPool | None = None
+        # One minibatch buffer, reused: only one thread trains (see train_one_minibatch).
+        self._minibatch = empty_batch(self.config.batch_size)
         self.stop = StopRequest()
         self.step = 0
         self.updates = 0
@@ -313,6 +315,10 @@ class TrainingLoop:
         finally:
             self.stop.uninstall()
 
+    def train_one_minibatch(self) -> None:
+        """One update; in FastDQN on the trainer thread, else on the main thread."""
+        self.network.train(self.memory.sample(self.config.batch_size, out=self._minibatch))
+
     def updates_due(self, step: int) -> int:
         """Minibatch updates the run has made by agent step `step`."""
         if self._refill_until == 0:
@@ -386,7 +392,7 @@ class DQN(TrainingLoop):
             self.log_games(games)
             self._mark_learning_start()
             while self.updates < self.updates_due(self.step):
-                self.network.train(self.memory.sample(config.batch_size))
+                self.train_one_minibatch()
                 self.updates += 1
             self._after_step(previous_step=self.step - 1)
             if time.monotonic() - last_log > 0.5:
@@ -420,7 +426,7 @@ class FastDQN(TrainingLoop):
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self._train_one, name="trainer")
+            self.trainer = Trainer(self.train_one_minibatch, name="trainer")
         rounds = -(-self.config.target_update // num_envs)
         self._staging = _StagingArea(rounds, num_envs)
 
@@ -433,10 +439,6 @@ class FastDQN(TrainingLoop):
             return int(self.network.greedy_actions(states[env:env + 1], use_target)[0])
 
         return np.array(self.actor.pool.run_in_samplers(query_one), dtype=np.int64)
-
-    def _train_one(self) -> None:
-        """One minibatch; runs on the trainer thread (or inline without --concurrent)."""
-        self.network.train(self.memory.sample(self.config.batch_size))
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
@@ -496,7 +498,7 @@ class FastDQN(TrainingLoop):
         """Without --concurrent: the minibatches due by now, on this thread."""
         due = min(self.updates_due(self.step), self.updates_due(end))
         while done < due:
-            self._train_one()
+            self.train_one_minibatch()
             done += 1
         self.updates = max(self.updates, done)
         return done

@@ -28,7 +28,7 @@ from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import ALGO_FAST_DQN, Config, OneLineErrorParser, validate
 from fast_dqn.launch import make_pool
-from fast_dqn.replay_memory import Batch, ReplayMemory
+from fast_dqn.replay_memory import Batch, ReplayMemory, empty_batch
 from fast_dqn.samplers import SERIAL
 
 
@@ -193,9 +193,10 @@ def measure_trainer(args: argparse.Namespace, config: Config) -> float:
     for _ in range(10):  # compile and warm up
         network.train(memory.sample(config.batch_size))
     network.take_train_stats()
+    minibatch = empty_batch(config.batch_size)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
-        network.train(memory.sample(config.batch_size))
+        network.train(memory.sample(config.batch_size, out=minibatch))
         updates += 1
     network.take_train_stats()  # waits for the device to finish
     return updates / (time.perf_counter() - start)

@@ -226,9 +226,9 @@ def recording_memory(tape: Tape) -> type[ReplayMemory]:
             super().add_many(*args, **kwargs)
             tape.record("flush", self.size)
 
-        def sample(self, batch_size: int) -> Batch:
+        def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
             tape.record("sample", self.size)
-            return super().sample(batch_size)
+            return super().sample(batch_size, out)
 
     return RecordingMemory
 

@@ -612,3 +612,24 @@ def test_check_memory_for_a_small_capacity_passes():
 def test_capacity_below_one_state_is_rejected():
     with pytest.raises(ValueError, match="at least"):
         ReplayMemory(HISTORY, np.random.default_rng(0))
+
+
+def test_batch_into_reused_buffers_equals_a_fresh_batch():
+    """The trainers reuse one buffer per minibatch (fresh arrays cost page faults)."""
+    from fast_dqn.replay_memory import empty_batch
+
+    rng = np.random.default_rng(3)
+    memory = ReplayMemory(64, np.random.default_rng(0))
+    count = 150  # wraps around twice
+    memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+                    rng.integers(0, 6, count), rng.normal(size=count),
+                    rng.random(count) < 0.1, rng.random(count) < 0.15)
+    buffer = empty_batch(16)
+    for _ in range(5):
+        indices = memory.sample_indices(16)
+        fresh = memory.batch(indices)
+        reused = memory.batch(indices, out=buffer)
+        assert reused is buffer
+        for name in fresh._fields:
+            np.testing.assert_array_equal(getattr(fresh, name), getattr(reused, name))
+            assert getattr(fresh, name).dtype == getattr(reused, name).dtype
