@@ -100,8 +100,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("vector", "threads"), default="vector")
     parser.add_argument("--random-steps", type=int, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
-    parser.add_argument("--steps", type=int, default=6000,
-                        help="agent steps measured per configuration (default: 6000)")
+    parser.add_argument("--steps", type=int, default=10_000,
+                        help="agent steps measured per configuration (default: 10000)")
     parser.add_argument("--target-update", type=int, default=10_000,
                         help="epoch length in agent steps (default: 10000, the Nature value)")
     parser.add_argument("--trainer-seconds", type=float, default=10.0,
