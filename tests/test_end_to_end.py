@@ -131,48 +131,39 @@ def _saved_variables(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 FAULT_DRIVER = textwrap.dedent("""
+    import importlib
     import sys
     from fast_dqn.config import ALGO_FAST_DQN
     from fast_dqn.launch import main
-    {patch}
+
+    owner = getattr(importlib.import_module("{module}"), "{owner}")
+    original = getattr(owner, "{method}")
+    calls = [0]
+
+    def failing(self, *args):
+        calls[0] += 1
+        if calls[0] > {after}:
+            raise RuntimeError("{message}")
+        return original(self, *args)
+
+    setattr(owner, "{method}", failing)
     sys.exit(main(sys.argv[1:], ALGO_FAST_DQN))
 """)
 
-SAMPLER_FAULT = """
-from fast_dqn import atari
-calls = [0]
-original = atari.AtariEnv.step
-def failing_step(self, action):
-    calls[0] += 1
-    if calls[0] > 700:
-        raise RuntimeError("injected sampler failure")
-    return original(self, action)
-atari.AtariEnv.step = failing_step
-"""
 
-TRAINER_FAULT = """
-from fast_dqn import q_network
-calls = [0]
-original = q_network.QNetwork.train
-def failing_train(self, batch):
-    calls[0] += 1
-    if calls[0] > 30:
-        raise RuntimeError("injected trainer failure")
-    return original(self, batch)
-q_network.QNetwork.train = failing_train
-"""
-
-
-@pytest.mark.parametrize("patch,backend,message", [
-    (SAMPLER_FAULT, "threads", "injected sampler failure"),
-    (TRAINER_FAULT, "vector", "injected trainer failure"),
+@pytest.mark.parametrize("module,owner,method,after,backend,message", [
+    ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
+    ("fast_dqn.q_network", "QNetwork", "train", 30, "vector", "injected trainer failure"),
 ])
-def test_a_failing_thread_stops_the_run(tmp_path, patch, backend, message):
+def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,
+                                        message):
     run_dir = tmp_path / "run"
     argv = TINY + ["--workers=4", f"--backend={backend}", "--timesteps=20000",
                    f"--logdir={run_dir}"]
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-c", FAULT_DRIVER.format(patch=patch), *argv],
+    driver = FAULT_DRIVER.format(module=module, owner=owner, method=method, after=after,
+                                 message=message)
+    result = subprocess.run([sys.executable, "-c", driver, *argv],
                             cwd=REPO, capture_output=True, text=True, timeout=240)
     assert result.returncode != 0
     assert message in result.stderr
