@@ -183,6 +183,8 @@ def read_arrays(checkpoint: Path) -> dict[str, np.ndarray] | None:
 def read_arrays_into(checkpoint: Path, destination: Mapping[str, np.ndarray]) -> bool:
     """Reads the stored arrays straight into `destination`'s arrays; False if none stored.
 
+    A stored array may be shorter than its destination (its leading rows are filled).
+
     Each file is read into the existing buffer, so restoring a 7 GB replay memory needs no
     second copy and no mapped pages.
 
@@ -207,10 +209,14 @@ def _read_npy_into(path: Path, target: np.ndarray) -> None:
             read_header = (np.lib.format.read_array_header_1_0 if major == 1
                            else np.lib.format.read_array_header_2_0)
             shape, fortran_order, dtype = read_header(file)
-            if shape != target.shape or dtype != target.dtype or fortran_order:
+            # A leading part is fine: a memory that had not wrapped saves its filled slots.
+            fits = (shape[1:] == target.shape[1:] and len(shape) == target.ndim
+                    and (not shape or shape[0] <= target.shape[0]))
+            if not fits or dtype != target.dtype or fortran_order:
                 raise CheckpointError(f"{path} holds {dtype} {shape}; expected "
                                       f"{target.dtype} {target.shape}")
-            view = memoryview(target.reshape(-1).view(np.uint8))
+            rows = target[:shape[0]] if shape else target
+            view = memoryview(rows.reshape(-1).view(np.uint8))
             while view.nbytes:
                 count = file.readinto(view)
                 if not count:

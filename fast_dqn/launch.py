@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
 def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
     """Loads networks, optimizer, replay memory, counters and generators from a checkpoint."""
     loop.network.checkpoint().read(network_prefix(checkpoint)).assert_consumed()
-    arrays = loop.memory.state_dict()
+    arrays = loop.memory.buffers()
     if not read_arrays_into(checkpoint, arrays):
         arrays = None
         print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
@@ -161,7 +161,10 @@ def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint:
     if arrays is None:
         loop.start_refill()
     else:
-        loop.memory.load_state_dict(arrays)
+        try:
+            loop.memory.load_state_dict(arrays)
+        except ValueError as error:
+            raise CheckpointError(str(error)) from None
         loop.memory.close_open_episode()
     run_files.episode_stats.load_state(manifest["episode_stats"])
     print(f"resumed from {checkpoint} at step {loop.step}", flush=True)

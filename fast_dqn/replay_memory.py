@@ -251,25 +251,39 @@ class ReplayMemory:
             self.episode_ends[newest] = True
             self.sampleable[newest] = False
 
+    _ARRAYS = ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable")
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Arrays that restore this memory exactly (for checkpoints; no pickles)."""
-        return {
-            "frames": self.frames, "actions": self.actions, "rewards": self.rewards,
-            "terminals": self.terminals, "episode_ends": self.episode_ends,
-            "sampleable": self.sampleable, "cursor": np.array(self.cursor),
-            "size": np.array(self.size),
-        }
+        """Arrays that restore this memory exactly (for checkpoints; no pickles).
+
+        Before the memory first wraps around only the filled slots are given (views), so an
+        early checkpoint does not write gigabytes of empty slots.
+        """
+        filled = slice(0, self.size)
+        state = {name: getattr(self, name)[filled] for name in self._ARRAYS}
+        state.update(cursor=np.array(self.cursor), size=np.array(self.size),
+                     capacity=np.array(self.capacity))
+        return state
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        """The full arrays (and counters), for a checkpoint reader to fill in place."""
+        state = {name: getattr(self, name) for name in self._ARRAYS}
+        state.update(cursor=np.array(0), size=np.array(0), capacity=np.array(self.capacity))
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        if state["frames"].shape != self.frames.shape:
-            raise ValueError(f"checkpoint replay capacity {state['frames'].shape[0]} differs "
+        """Restores `state_dict()`; arrays that are this memory's own buffers (filled in
+        place from `buffers()`) are not copied again."""
+        size = int(state["size"])
+        if int(state["capacity"]) != self.capacity or len(state["frames"]) < size:
+            raise ValueError(f"checkpoint replay capacity {int(state['capacity'])} differs "
                              f"from {self.capacity}")
-        for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
-            if state[name] is not getattr(self, name):  # read in place: nothing to copy
-                getattr(self, name)[...] = state[name]
+        for name in self._ARRAYS:
+            target = getattr(self, name)
+            if state[name] is not target:
+                target[:len(state[name])] = state[name]
         self.cursor = int(state["cursor"])
-        self.size = int(state["size"])
-
+        self.size = size
 
 class FrameHistory:
     """The actors' side of the padding rule: W stacks of the last HISTORY frames.

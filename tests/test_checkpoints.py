@@ -108,8 +108,9 @@ def test_read_arrays_into_without_replay(tmp_path):
 
 
 @pytest.mark.parametrize("name, buffer, message", [
-    ("frames", np.zeros((7, 84, 84), np.uint8),
-     re.escape("holds uint8 (6, 84, 84); expected uint8 (7, 84, 84)")),
+    ("frames", np.zeros((5, 84, 84), np.uint8),
+     re.escape("holds uint8 (6, 84, 84); expected uint8 (5, 84, 84)")),
+    ("frames", np.zeros((6, 84, 80), np.uint8), "expected uint8"),
     ("rewards", np.zeros(6, np.float64), "expected float64"),
     ("missing", np.zeros(3), "cannot read .*missing.npy"),
 ])

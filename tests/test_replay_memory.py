@@ -633,3 +633,23 @@ def test_batch_into_reused_buffers_equals_a_fresh_batch():
         for name in fresh._fields:
             np.testing.assert_array_equal(getattr(fresh, name), getattr(reused, name))
             assert getattr(fresh, name).dtype == getattr(reused, name).dtype
+
+
+def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots(tmp_path):
+    """Regression: an early checkpoint wrote the whole 7 GB capacity of empty slots."""
+    from fast_dqn.checkpoints import latest_checkpoint, read_arrays_into, save_checkpoint
+
+    rng = np.random.default_rng(5)
+    memory = ReplayMemory(100, np.random.default_rng(0))
+    memory.add_many(rng.integers(0, 256, (30, 84, 84), dtype=np.uint8), rng.integers(0, 6, 30),
+                    rng.normal(size=30), rng.random(30) < 0.2, rng.random(30) < 0.3)
+    state = memory.state_dict()
+    assert len(state["frames"]) == 30
+    save_checkpoint(tmp_path, {"step": 30}, None, state)
+    restored = ReplayMemory(100, np.random.default_rng(0))
+    buffers = restored.buffers()
+    assert read_arrays_into(latest_checkpoint(tmp_path), buffers)
+    restored.load_state_dict(buffers)
+    assert (restored.cursor, restored.size) == (memory.cursor, memory.size)
+    for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
+        np.testing.assert_array_equal(getattr(restored, name), getattr(memory, name))
