@@ -21,8 +21,8 @@ import numpy as np
 
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.evaluation import epsilon_greedy, evaluate
-from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
-                                    check_memory_for, empty_batch)
+from fast_dqn.replay_memory import (FRAME_SHAPE, Batch, FrameHistory, ReplayMemory,
+                                    SamplerBuffer, check_memory_for, empty_batch)
 from fast_dqn.samplers import EnvPool
 from fast_dqn.trainer import Trainer
 
@@ -504,9 +504,7 @@ class FastDQN(TrainingLoop):
         return done
 
     def _finish_training(self, epoch_updates: int) -> None:
-        if self.trainer is None:
-            return
-        if epoch_updates <= 0:
+        if self.trainer is None or epoch_updates <= 0:
             return
         # On a stop request the rest of the epoch's minibatches are abandoned.
         self.trainer.wait(abandon_if=lambda: bool(self.stop))
@@ -540,7 +538,6 @@ class _StagingArea:
     """Preallocated (rounds, W, ...) arrays for one epoch's transitions."""
 
     def __init__(self, rounds: int, num_envs: int):
-        from fast_dqn.replay_memory import FRAME_SHAPE
         self.frames = np.zeros((rounds, num_envs, *FRAME_SHAPE), dtype=np.uint8)
         self.actions = np.zeros((rounds, num_envs), dtype=np.int64)
         self.rewards = np.zeros((rounds, num_envs), dtype=np.float32)

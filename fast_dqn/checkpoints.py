@@ -171,15 +171,6 @@ def network_prefix(checkpoint: Path) -> str:
     return str(Path(checkpoint) / NETWORK_PREFIX)
 
 
-def read_arrays(checkpoint: Path) -> dict[str, np.ndarray] | None:
-    """The stored arrays, memory-mapped (copied only where they are loaded into), or None."""
-    directory = Path(checkpoint) / REPLAY
-    if not directory.is_dir():
-        return None
-    return {path.stem: np.load(path, mmap_mode="r", allow_pickle=False)
-            for path in sorted(directory.glob("*.npy"))}
-
-
 def read_arrays_into(checkpoint: Path, destination: Mapping[str, np.ndarray]) -> bool:
     """Reads the stored arrays straight into `destination`'s arrays; False if none stored.
 
@@ -224,11 +215,3 @@ def _read_npy_into(path: Path, target: np.ndarray) -> None:
                 view = view[count:]
     except (OSError, ValueError) as error:  # ValueError: not a .npy header
         raise CheckpointError(f"cannot read {path}: {error}") from error
-
-
-def generator_state(rng: np.random.Generator) -> dict[str, Any]:
-    return rng.bit_generator.state
-
-
-def restore_generator(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
-    rng.bit_generator.state = dict(state)

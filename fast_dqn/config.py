@@ -87,10 +87,6 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-def fast_only_fields() -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(Config) if f.metadata["fast_only"])
-
-
 def parse_bool(text: str) -> bool:
     """Parses the boolean spellings the original tool accepted."""
     lowered = text.strip().lower()
@@ -141,10 +137,6 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the user gave on the command line (flags left out are None)."""
     names = {f.name for f in dataclasses.fields(Config)}
     return {k: v for k, v in vars(args).items() if k in names and v is not None}
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    return Config(**given_settings(args))
 
 
 def validate(config: Config, algo: str) -> None:

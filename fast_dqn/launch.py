@@ -153,19 +153,18 @@ def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint:
     """Loads networks, optimizer, replay memory, counters and generators from a checkpoint."""
     loop.network.checkpoint().read(network_prefix(checkpoint)).assert_consumed()
     arrays = loop.memory.buffers()
-    if not read_arrays_into(checkpoint, arrays):
-        arrays = None
-        print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
-              "the resumed run refills it from scratch", file=sys.stderr)
+    replay_restored = read_arrays_into(checkpoint, arrays)
     loop.restore(manifest)
-    if arrays is None:
-        loop.start_refill()
-    else:
+    if replay_restored:
         try:
             loop.memory.load_state_dict(arrays)
         except ValueError as error:
             raise CheckpointError(str(error)) from None
         loop.memory.close_open_episode()
+    else:
+        print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
+              "the resumed run refills it from scratch", file=sys.stderr)
+        loop.start_refill()
     run_files.episode_stats.load_state(manifest["episode_stats"])
     print(f"resumed from {checkpoint} at step {loop.step}", flush=True)
 

@@ -367,7 +367,3 @@ class SamplerBuffer:
         sampleable = sampleable.copy()
         sampleable[last] = False
         return rows, sampleable
-
-    def clear(self) -> None:
-        self._chunks = []
-        self._context = None

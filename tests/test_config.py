@@ -89,7 +89,7 @@ def test_bad_boolean_is_a_usage_error():
 def test_flags_override_defaults():
     args = make_parser(ALGO_FAST_DQN, "t").parse_args(
         ["--replay-capacity=20000", "--concurrent=false", "--lr=0.001", "--backend=threads"])
-    config = config_module.config_from_args(args)
+    config = Config(**config_module.given_settings(args))
     assert config.replay_capacity == 20_000
     assert config.concurrent is False
     assert config.lr == 0.001
