@@ -58,6 +58,9 @@ class Config:
     final_epsilon: float = _field(0.1, "exploration epsilon after the decay")
     eval_episodes: int = _field(30, "full games per evaluation")
     eval_epsilon: float = _field(0.05, "epsilon of the evaluation policy")
+    eval_max_episode_steps: int = _field(4_500, "agent steps before an evaluation game is cut "
+                                         "off (4,500 steps = 18,000 frames = 5 minutes, "
+                                         "Nature's Methods, 'Evaluation procedure')")
     sticky_actions: float = _field(0.0, "probability of repeating the previous action "
                                    "(Machado et al. 2018 use 0.25; Nature used none)")
     noop_max: int = _field(30, "maximum random no-op actions at the start of each game")
@@ -142,7 +145,7 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
 def validate(config: Config, algo: str) -> None:
     """Raises ValueError with a one-line, actionable message for settings that cannot run."""
     positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
-                "eval_episodes", "max_episode_steps", "workers")
+                "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers")
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"{flag_name(name)} must be at least 1; got {getattr(config, name)}")

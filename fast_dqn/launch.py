@@ -78,10 +78,13 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     return config
 
 
-def make_pool(config: Config, num_envs: int, backend: str, seed: int) -> EnvPool:
+def make_pool(config: Config, num_envs: int, backend: str, seed: int,
+              max_episode_steps: int | None = None) -> EnvPool:
+    """W envs of the run's game; games are cut off at the training cap unless told otherwise."""
+    cap = config.max_episode_steps if max_episode_steps is None else max_episode_steps
     return make_env_pool(backend, config.game, num_envs, seed=seed, noop_max=config.noop_max,
-                         sticky_actions=config.sticky_actions,
-                         max_episode_steps=config.max_episode_steps, interp=config.interp)
+                         sticky_actions=config.sticky_actions, max_episode_steps=cap,
+                         interp=config.interp)
 
 
 def eval_backend(config: Config) -> str:
@@ -107,7 +110,8 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
 
     def make_eval_pool() -> EnvPool:
-        return make_pool(config, config.eval_episodes, eval_backend(config), config.seed)
+        return make_pool(config, config.eval_episodes, eval_backend(config), config.seed,
+                         max_episode_steps=config.eval_max_episode_steps)
 
     def save(loop: TrainingLoop) -> None:
         manifest = {**loop.state(), "episode_stats": run_files.episode_stats.state(),

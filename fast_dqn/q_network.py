@@ -4,6 +4,11 @@ This and the TensorBoard writer are the only modules that import TensorFlow.
 Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
 layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
 learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
+
+The loss is summed over the minibatch, not averaged: DeepMind's Lua code back-propagates each
+sample's clipped TD error and accumulates the 32 gradients, and pfrl's Nature reproduction uses
+`batch_accumulator="sum"`. With a mean the gradient is 32 times smaller while the optimizer's
+epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 """
 
 from __future__ import annotations
@@ -125,10 +130,12 @@ class QNetwork:
         with tf.GradientTape() as tape:
             q = self.online(states, training=True)
             q_taken = tf.gather(q, actions, axis=1, batch_dims=1)
-            loss = tf.reduce_mean(huber(targets - q_taken))
+            per_transition = huber(targets - q_taken)
+            loss = tf.reduce_sum(per_transition)
         gradients = tape.gradient(loss, self.online.trainable_variables)
         self.optimizer.apply_gradients(zip(gradients, self.online.trainable_variables))
-        self._loss_sum.assign_add(loss)
+        # Reported per transition, as other tools plot it; the gradient is of the sum.
+        self._loss_sum.assign_add(tf.reduce_mean(per_transition))
         self._q_sum.assign_add(tf.reduce_mean(q_taken))
         self._updates.assign_add(1)
 
@@ -139,7 +146,8 @@ class QNetwork:
                        tf.constant(batch.terminals))
 
     def take_train_stats(self) -> tuple[float, float, int]:
-        """Mean loss and mean Q(s, a) over the updates since the last call, and their count."""
+        """Mean Huber loss per transition and mean Q(s, a) over the updates since the last
+        call, and the number of updates."""
         updates = int(self._updates.numpy())
         if updates == 0:
             return float("nan"), float("nan"), 0

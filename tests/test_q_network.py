@@ -116,31 +116,55 @@ def test_optimizer_is_centered_rmsprop_with_nature_settings(default_network):
     assert default_network.discount == pytest.approx(0.99)
 
 
-def test_first_update_follows_deepminds_rmsprop():
-    """DeepMind's update (dqn/NeuralQLearner.lua): g = .95 g + .05 dw, g2 = .95 g2 + .05 dw^2,
-    w -= lr * dw / sqrt(g2 - g^2 + 0.01): epsilon inside the square root."""
+def _output_layer_gradient_by_hand(network: QNetwork, batch: Batch) -> tuple[np.ndarray, ...]:
+    """The gradient of the Huber loss summed over the minibatch, for the output layer only.
+
+    Computed without autodiff: Q(s, a) = h(s) . W[:, a] + b[a] for the penultimate features
+    h, and d huber(y - q) / dq = -clip(y - q, -1, 1). Targets come from the target network's
+    Q-values in numpy: y = r + 0.99 * max_a' Q_target(s', a'), no bootstrap at terminals.
+    """
+    features = keras.Model(network.online.inputs, network.online.layers[-2].output)
+    h = features(tf.constant(batch.states)).numpy().astype(np.float64)
+    rows = np.arange(len(batch.actions))
+    q_taken = network.q_values(batch.states)[rows, batch.actions].astype(np.float64)
+    next_q = network.q_values(batch.next_states, use_target=True).astype(np.float64)
+    targets = batch.rewards + 0.99 * np.where(batch.terminals, 0.0, next_q.max(axis=1))
+    dloss_dq = -np.clip(targets - q_taken, -1.0, 1.0)
+    kernel = np.zeros((h.shape[1], network.n_actions))
+    bias = np.zeros(network.n_actions)
+    for i, action in enumerate(batch.actions):
+        kernel[:, action] += dloss_dq[i] * h[i]
+        bias[action] += dloss_dq[i]
+    return kernel, bias
+
+
+def _first_centered_rmsprop_step(gradient: np.ndarray) -> np.ndarray:
+    """DeepMind's update (dqn/NeuralQLearner.lua) from zero slots: g = .95 g + .05 dw,
+    g2 = .95 g2 + .05 dw^2, w -= lr * dw / sqrt(g2 - g^2 + 0.01): epsilon inside the root."""
+    lr, rho, eps = 2.5e-4, 0.95, 0.01
+    g = (1 - rho) * gradient
+    g2 = (1 - rho) * gradient**2
+    return lr * gradient / np.sqrt(g2 - g**2 + eps)
+
+
+def test_first_update_is_rmsprop_on_the_summed_gradient():
+    """Nature's first step from fresh optimizer slots, computed by hand (Mnih et al. 2015;
+    pfrl's reproduction sums the minibatch's losses, batch_accumulator="sum")."""
     network = network_from(Config(), seed=11)
     batch = random_batch(1)
-    before = [v.numpy() for v in network.online.trainable_variables]
-    targets = network.td_targets(tf.constant(batch.rewards), tf.constant(batch.next_states),
-                                 tf.constant(batch.terminals))
-    with tf.GradientTape() as tape:
-        q = network.online(tf.constant(batch.states), training=True)
-        q_taken = tf.gather(q, batch.actions, axis=1, batch_dims=1)
-        loss = tf.reduce_mean(huber(targets - q_taken))
-    grads = [g.numpy().astype(np.float64)
-             for g in tape.gradient(loss, network.online.trainable_variables)]
+    kernel_grad, bias_grad = _output_layer_gradient_by_hand(network, batch)
+    before = [v.numpy() for v in network.online.trainable_variables[-2:]]
     network.train(batch)
-    after = [v.numpy() for v in network.online.trainable_variables]
-    lr, rho, eps = 2.5e-4, 0.95, 0.01
-    for index in (-2, -1):  # the output layer's kernel and bias
-        g = (1 - rho) * grads[index]
-        g2 = (1 - rho) * grads[index] ** 2
-        expected_step = lr * grads[index] / np.sqrt(g2 - g**2 + eps)
-        # float32 gradients of two graphs differ in their last bits; an epsilon outside the
-        # root (lr * dw / (sqrt(g2 - g^2) + 0.01)) would be off by up to 10x
-        np.testing.assert_allclose(before[index] - after[index], expected_step, rtol=1e-2,
-                                   atol=1e-3 * np.abs(expected_step).max())
+    after = [v.numpy() for v in network.online.trainable_variables[-2:]]
+    for index, gradient in enumerate((kernel_grad, bias_grad)):
+        taken = before[index] - after[index]
+        expected = _first_centered_rmsprop_step(gradient)
+        # float32 against float64: an epsilon outside the root, or the gradient of the mean,
+        # would be off by far more than this
+        np.testing.assert_allclose(taken, expected, rtol=1e-2,
+                                   atol=1e-3 * np.abs(expected).max())
+        mean_step = _first_centered_rmsprop_step(gradient / len(batch.actions))
+        assert np.linalg.norm(taken) > 2 * np.linalg.norm(mean_step)
 
 
 # ------------------------------------------------------------------------------- loss

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The learning check: trains one trainer on a real game with a short schedule, prints its
+# evaluation curve and PASS or FAIL against a threshold. Run with --help for the options.
+set -euo pipefail
+
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# The short schedule. Network, loss, optimizer, discount, minibatch, train frequency, target
+# period and evaluation protocol stay Nature's; only what shrinks the work is changed.
+GAME=boxing
+STEPS=250000
+REPLAY_START=20000
+EXPLORATION_STEPS=100000
+EVALUATE=25000
+# Mean of the last LAST_EVALS evaluations that must be reached. Set from the runs of the
+# README's "Learning check" section (both trainers, seed 0), whose last three evaluations
+# averaged 30 or more; a random agent scores about 0 (Nature's Extended Data Table 2: 0.1).
+THRESHOLD=15
+LAST_EVALS=3
+
+usage() {
+  cat <<EOF
+Usage: scripts/$PROG [options] [-- EXTRA FLAGS]
+
+Trains one trainer on one game with a short schedule, then prints the evaluation curve
+(30 games at epsilon 0.05 every E steps) and PASS if the mean of the last $LAST_EVALS
+evaluations reaches the threshold, FAIL otherwise:
+  PY run_fast_dqn.py --workers=8 (or run_dqn.py) --game=G --seed=S --timesteps=T
+      --replay-start=$REPLAY_START --exploration-steps=$EXPLORATION_STEPS --replay-capacity=T
+      --evaluate=E --checkpoint-every=0 --checkpoint-replay=false --logdir=OUT
+Everything else is the Nature default. On a 2-core CPU one run of the default schedule
+takes about 30 to 60 minutes; it is meant for changes that can touch learning, not for CI.
+An existing finished run in OUT is checked again without training.
+
+Options:
+  --trainer T       fast (run_fast_dqn.py --workers=8) or serial (run_dqn.py); default: fast
+  --game G          game (default: $GAME; the threshold is for it)
+  --steps T         agent steps (default: $STEPS)
+  --evaluate E      evaluation period in agent steps (default: $EVALUATE)
+  --seed S          seed (default: 0)
+  --threshold X     score the mean of the last $LAST_EVALS evaluations must reach
+                    (default: $THRESHOLD)
+  --out DIR         run directory (default: runs/learning-check-GAME-TRAINER-seedS)
+  --python PY       Python interpreter (default: python)
+  -h, --help        show this help
+  -- EXTRA FLAGS    passed to the trainer (e.g. -- --backend=threads)
+
+Exit status: 0 PASS, 1 FAIL or a failed run, 2 bad input.
+EOF
+}
+
+TRAINER=fast
+SEED=0
+OUT=
+PY=python
+EXTRA=()
+
+split_equals "$@"
+set -- "${SPLIT_ARGS[@]+"${SPLIT_ARGS[@]}"}"
+while (($#)); do
+  case $1 in
+    --trainer) need_value "$1" $#; TRAINER=$2; shift 2 ;;
+    --game) need_value "$1" $#; GAME=$2; shift 2 ;;
+    --steps) need_value "$1" $#; STEPS=$2; shift 2 ;;
+    --evaluate) need_value "$1" $#; EVALUATE=$2; shift 2 ;;
+    --seed) need_value "$1" $#; SEED=$2; shift 2 ;;
+    --threshold) need_value "$1" $#; THRESHOLD=$2; shift 2 ;;
+    --out) need_value "$1" $#; OUT=$2; shift 2 ;;
+    --python) need_value "$1" $#; PY=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) die_usage "unknown option: $1" ;;
+  esac
+done
+
+case $TRAINER in
+  fast) SCRIPT=(run_fast_dqn.py --workers=8) ;;
+  serial) SCRIPT=(run_dqn.py) ;;
+  *) die_usage "--trainer must be fast or serial; got '$TRAINER'" ;;
+esac
+is_positive_int "$STEPS" || die_usage "--steps must be a positive integer; got '$STEPS'"
+is_positive_int "$EVALUATE" || die_usage "--evaluate must be a positive integer; got '$EVALUATE'"
+is_uint "$SEED" || die_usage "--seed must be a non-negative integer; got '$SEED'"
+[[ $THRESHOLD =~ ^-?[0-9]+([.][0-9]+)?$ ]] || die_usage "--threshold must be a number; got '$THRESHOLD'"
+((10#$STEPS > REPLAY_START)) || die_usage "--steps must exceed the replay start ($REPLAY_START)"
+[[ -n $OUT ]] || OUT=runs/learning-check-$GAME-$TRAINER-seed$SEED
+OUT=$(absolute_path "$OUT")
+
+# A run is trained unless OUT already holds a finished one.
+if ! grep -qs '"finished": true' "$OUT/summary.json"; then
+  if [[ -e $OUT ]]; then
+    die_usage "$OUT exists but holds no finished run; remove it or choose another --out"
+  fi
+  cmd=("$PY" "$REPO_ROOT/${SCRIPT[0]}" "${SCRIPT[@]:1}" "--game=$GAME" "--seed=$SEED"
+       "--timesteps=$STEPS" "--replay-start=$REPLAY_START"
+       "--exploration-steps=$EXPLORATION_STEPS" "--replay-capacity=$STEPS"
+       "--evaluate=$EVALUATE" "--checkpoint-every=0" "--checkpoint-replay=false"
+       "--logdir=$OUT" "${EXTRA[@]+"${EXTRA[@]}"}")
+  note "training: ${cmd[*]}"
+  "${cmd[@]}" || die "the run failed (exit status $?); see its output above"
+fi
+
+"$PY" - "$OUT" "$THRESHOLD" "$LAST_EVALS" <<'EOF'
+import csv
+import sys
+
+run_dir, threshold, last = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+with open(f"{run_dir}/evaluations.csv", newline="") as f:
+    rows = [(int(row["timestep"]), float(row["mean"]), float(row["std"]))
+            for row in csv.DictReader(f)]
+if len(rows) < last:
+    print(f"FAIL: {len(rows)} evaluations in {run_dir}; the check needs {last}")
+    sys.exit(1)
+print(f"{'step':>9}  {'mean':>7}  {'std':>6}")
+for step, mean, std in rows:
+    print(f"{step:>9}  {mean:>7.1f}  {std:>6.1f}")
+score = sum(mean for _, mean, _ in rows[-last:]) / last
+verdict = "PASS" if score >= threshold else "FAIL"
+print(f"{verdict}: mean of the last {last} evaluations {score:.1f} "
+      f"{'>=' if score >= threshold else '<'} threshold {threshold:g}")
+sys.exit(0 if verdict == "PASS" else 1)
+EOF
