@@ -92,6 +92,12 @@ def eval_backend(config: Config) -> str:
     return "vector" if config.interp == "area" else "threads"
 
 
+def make_eval_pool(config: Config) -> EnvPool:
+    """One env per evaluation game, each cut off after 5 minutes of play by default."""
+    return make_pool(config, config.eval_episodes, eval_backend(config), config.seed,
+                     max_episode_steps=config.eval_max_episode_steps)
+
+
 def build_loop(config: Config, algo: str, run_files: RunFiles,
                initial_step: int = 0) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
@@ -109,10 +115,6 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
 
-    def make_eval_pool() -> EnvPool:
-        return make_pool(config, config.eval_episodes, eval_backend(config), config.seed,
-                         max_episode_steps=config.eval_max_episode_steps)
-
     def save(loop: TrainingLoop) -> None:
         manifest = {**loop.state(), "episode_stats": run_files.episode_stats.state(),
                     "replay_saved": config.checkpoint_replay}
@@ -122,7 +124,7 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
     progress = Progress(config.timesteps, initial_step=initial_step,
                         every_seconds=config.progress_every)
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
-                      make_eval_pool=make_eval_pool, run_log=run_files,
+                      make_eval_pool=lambda: make_eval_pool(config), run_log=run_files,
                       rng=np.random.default_rng(seeds[1]), progress=progress,
                       save_checkpoint=save)
     loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN

@@ -31,6 +31,7 @@ NATURE_DEFAULTS = {
     "final_epsilon": 0.1,
     "eval_episodes": 30,
     "eval_epsilon": 0.05,
+    "eval_max_episode_steps": 4_500,  # 5 minutes of play (Nature, Methods, "Evaluation")
     "sticky_actions": 0.0,
     "noop_max": 30,
     "max_episode_steps": 27_000,

@@ -89,19 +89,23 @@ def test_fast_dqn_variants_run(tmp_path, flags):
 
 
 def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
-    """Same seed, same run; one of the two has a trainer slowed by random sleeps."""
+    """Same seed, same run; in the second, the trainer and the samplers' rounds are slowed by
+    random sleeps, so the two threads interleave differently."""
     argv = TINY + ["--workers=4", "--timesteps=2400"]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
-    original_train = QNetwork.train
+    from fast_dqn.samplers import VectorEnvPool
     jitter = random.Random()  # deliberately unseeded: the timing differs on every run
 
-    def slow_train(self, batch):
-        time.sleep(jitter.random() * 0.01)
-        original_train(self, batch)
+    def slowed(method, seconds):
+        def slow(self, *args):
+            time.sleep(jitter.random() * seconds)
+            return method(self, *args)
+        return slow
 
-    monkeypatch.setattr(QNetwork, "train", slow_train)
+    monkeypatch.setattr(QNetwork, "train", slowed(QNetwork.train, 0.01))
+    monkeypatch.setattr(VectorEnvPool, "step", slowed(VectorEnvPool.step, 0.002))
     assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
 
     for name in ("episodes.csv", "evaluations.csv"):
@@ -109,13 +113,16 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
         _, rows_b = read_rows(tmp_path / "b" / name)
         assert without_hours(rows_a) == without_hours(rows_b)
         assert rows_a
-    for array in ("frames", "actions", "rewards", "terminals", "episode_ends"):
-        saved_a = np.load(tmp_path / "a" / "checkpoint" / "replay" / f"{array}.npy")
-        saved_b = np.load(tmp_path / "b" / "checkpoint" / "replay" / f"{array}.npy")
-        np.testing.assert_array_equal(saved_a, saved_b)
+    replay_a = sorted((tmp_path / "a" / "checkpoint" / "replay").glob("*.npy"))
+    assert {path.stem for path in replay_a} >= {"frames", "actions", "rewards", "terminals",
+                                                 "episode_ends", "cursor", "size"}
+    for path_a in replay_a:  # every array and counter of the memory
+        saved_b = np.load(tmp_path / "b" / "checkpoint" / "replay" / path_a.name)
+        np.testing.assert_array_equal(np.load(path_a), saved_b, err_msg=path_a.name)
     weights_a = _saved_variables(tmp_path / "a")
     weights_b = _saved_variables(tmp_path / "b")
     assert weights_a.keys() == weights_b.keys()
+    assert any(name.startswith("target/") for name in weights_a)  # the target network too
     for name in weights_a:
         np.testing.assert_array_equal(weights_a[name], weights_b[name], err_msg=name)
 

@@ -552,3 +552,95 @@ def test_real_two_game_sweep_then_summary(tmp_path):
         assert row["human_normalized"] != ""
         assert float(row["steps_per_second"]) > 0
     assert "median" in summary.stdout
+
+
+# ------------------------------------------------------------------------------- linting
+
+
+def test_every_shell_script_passes_shellcheck():
+    """.ci/run installs shellcheck (Debian's package) for this test; a missing one fails it."""
+    scripts = sorted((REPO / "scripts").glob("*.sh")) + [REPO / ".ci" / "run"]
+    assert len(scripts) >= 4
+    result = run(["shellcheck", "--external-sources", *scripts])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ----------------------------------------------------------------------- learning_check.sh
+
+LEARNING_CHECK = REPO / "scripts" / "learning_check.sh"
+
+# Stands in for "python run_*.py ARGS": records its arguments and writes the evaluations
+# given in FAKE_EVALS ("step:mean step:mean ...") and a finished summary. "python -" (the
+# script's verdict) runs the real interpreter.
+FAKE_LEARNER = r"""#!/usr/bin/env bash
+if [[ $1 == - ]]; then exec "$REAL_PYTHON" "$@"; fi
+logdir=
+for arg in "$@"; do
+  case $arg in --logdir=*) logdir=${arg#*=} ;; esac
+done
+mkdir -p "$logdir"
+printf '%s\n' "$@" >"$logdir/args"
+echo "timestep,mean,std,episodes,hours" >"$logdir/evaluations.csv"
+for pair in $FAKE_EVALS; do
+  echo "${pair%%:*},${pair#*:},1.0,30,0.1" >>"$logdir/evaluations.csv"
+done
+echo '{"finished": true}' >"$logdir/summary.json"
+"""
+
+
+@pytest.fixture
+def fake_learner(tmp_path) -> Path:
+    path = tmp_path / "fake-learner"
+    path.write_text(FAKE_LEARNER)
+    path.chmod(0o755)
+    return path
+
+
+def learning_check(args, evals: str, fake: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FAKE_EVALS": evals, "REAL_PYTHON": PY}
+    return run([LEARNING_CHECK, "--python", fake, *args], env=env)
+
+
+def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learner):
+    out = tmp_path / "run"
+    result = learning_check(["--out", out, "--threshold", "20"],
+                            "25000:0.5 50000:10 75000:19 100000:21 125000:23", fake_learner)
+    assert result.returncode == 0, result.stderr
+    # the mean of the last three evaluations: (19 + 21 + 23) / 3 = 21
+    assert "PASS: mean of the last 3 evaluations 21.0 >= threshold 20" in result.stdout
+    assert "   100000     21.0" in result.stdout
+    args = (out / "args").read_text().split("\n")
+    assert args[0].endswith("run_fast_dqn.py") and "--workers=8" in args
+    for flag in ("--game=boxing", "--seed=0", "--timesteps=250000", "--replay-start=20000",
+                 "--exploration-steps=100000", "--replay-capacity=250000", "--evaluate=25000",
+                 "--checkpoint-every=0", "--checkpoint-replay=false", f"--logdir={out}"):
+        assert flag in args
+    # Nature's values are not overridden: no --lr, --discount, --target-update, ...
+    assert not [a for a in args if a.split("=")[0] in ("--lr", "--discount", "--target-update",
+                                                        "--batch-size", "--train-freq")]
+
+
+def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
+    result = learning_check(["--trainer", "serial", "--out", tmp_path / "run",
+                             "--threshold", "20"], "1:30 2:30 3:10 4:20 5:20", fake_learner)
+    assert result.returncode == 1
+    assert "FAIL: mean of the last 3 evaluations 16.7 < threshold 20" in result.stdout
+    assert (tmp_path / "run" / "args").read_text().split("\n")[0].endswith("run_dqn.py")
+
+
+def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_learner):
+    out = tmp_path / "run"
+    assert learning_check(["--out", out], "1:30 2:30 3:30", fake_learner).returncode == 0
+    (out / "args").unlink()
+    result = learning_check(["--out", out, "--threshold", "40"], "", fake_learner)
+    assert result.returncode == 1 and "FAIL" in result.stdout
+    assert not (out / "args").exists()
+
+
+@pytest.mark.parametrize("args", [["--trainer", "gpu"], ["--steps", "0"], ["--steps", "100"],
+                                  ["--seed", "-1"], ["--threshold", "high"], ["--bogus"]])
+def test_learning_check_bad_options_exit_2(tmp_path, fake_learner, args):
+    result = learning_check([*args, "--out", tmp_path / "run"], "", fake_learner)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

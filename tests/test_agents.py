@@ -1,0 +1,80 @@
+"""The exploration schedule of Nature DQN, checked against the paper and DeepMind's code.
+
+Extended Data Table 1: epsilon is annealed linearly from 1.0 to 0.1 over the first
+1,000,000 steps and fixed at 0.1 thereafter; during the 50,000 replay-start steps a uniformly
+random policy fills the memory. DeepMind's dqn/NeuralQLearner.lua counts the annealing from the
+end of the replay start (ep = ep_end + max(0, (ep_start - ep_end) * (ep_endt -
+max(0, numSteps - learn_start)) / ep_endt)), and so does dopamine's linearly_decaying_epsilon
+(warmup_steps). The expectations below are that formula evaluated by hand.
+"""
+
+import numpy as np
+import pytest
+
+from fast_dqn.agents import FastDQN, epsilon_at
+from fast_dqn.config import Config
+
+NATURE = Config()
+
+
+@pytest.mark.parametrize("step, expected", [
+    (0, 1.0),
+    (49_999, 1.0),           # the replay start is uniformly random
+    (50_000, 1.0),           # the decay starts where learning starts
+    (50_000 + 250_000, 0.775),
+    (50_000 + 500_000, 0.55),
+    (50_000 + 999_999, 0.1 + 0.9 / 1_000_000),
+    (1_050_000, 0.1),        # 1,000,000 steps after the replay start
+    (1_050_001, 0.1),
+    (50_000_000, 0.1),       # and 0.1 for the rest of the run
+])
+def test_nature_schedule(step, expected):
+    assert epsilon_at(step, NATURE) == pytest.approx(expected, abs=1e-12)
+
+
+def test_slope_is_0_9_over_one_million_steps():
+    steps = np.arange(50_000, 1_050_000, 12_345)
+    values = np.array([epsilon_at(int(step), NATURE) for step in steps])
+    np.testing.assert_allclose(np.diff(values), -0.9 * 12_345 / 1_000_000, rtol=1e-9)
+
+
+def test_flags_move_the_schedule():
+    config = Config(replay_start=100, exploration_steps=1_000, final_epsilon=0.01)
+    assert epsilon_at(99, config) == 1.0
+    assert epsilon_at(600, config) == pytest.approx(1.0 - 0.99 / 2)
+    assert epsilon_at(1_100, config) == pytest.approx(0.01)
+    assert epsilon_at(10**9, config) == pytest.approx(0.01)
+    without_decay = Config(replay_start=100, exploration_steps=0)
+    assert epsilon_at(100, without_decay) == pytest.approx(0.1)
+
+
+class _Network:
+    n_actions = 18
+
+    def greedy_actions(self, states, use_target=True):
+        return np.zeros(len(states), dtype=np.int64)
+
+
+def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypatch):
+    """DESIGN.md: with W workers, sampler i draws its epsilon from step `step + i`."""
+    loop = FastDQN.__new__(FastDQN)  # only what choose_actions reads
+    loop.config = Config(replay_start=0, exploration_steps=8)
+    loop.step = 2
+    loop.network = _Network()
+    loop.rng = np.random.default_rng(0)
+
+    class Actor:
+        pool = type("Pool", (), {"num_envs": 4})()
+        states = np.zeros((4, 4, 84, 84), np.uint8)
+
+    loop.actor = Actor()
+    seen = {}
+
+    def recording(greedy, epsilon, n_actions, rng):
+        seen["epsilon"] = np.array(epsilon)
+        return greedy
+
+    monkeypatch.setattr("fast_dqn.agents.epsilon_greedy", recording)
+    loop.choose_actions(use_target=True)
+    # steps 2, 3, 4, 5 of an 8-step decay from 1.0 to 0.1
+    np.testing.assert_allclose(seen["epsilon"], 1.0 - 0.9 * np.array([2, 3, 4, 5]) / 8)

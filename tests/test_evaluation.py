@@ -1,0 +1,153 @@
+"""The evaluation protocol of Nature DQN (Mnih et al. 2015, Methods, "Evaluation procedure"):
+full games at epsilon 0.05 with the online network, each cut off after 5 minutes of play
+(18,000 frames = 4,500 agent steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fast_dqn.agents import DQN, LoopParts
+from fast_dqn.config import Config
+from fast_dqn.evaluation import evaluate
+from fast_dqn.launch import make_eval_pool
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.samplers import PoolStep
+from tests.test_learning import FakeRunLog
+
+
+class ScriptedPool:
+    """W envs whose games last `game_lengths[i]` steps with a life lost every `life_every`
+    steps; every step scores `i + 1` points, so a game's score is known in advance. After a
+    game over the env starts a new game at once, as the real pools do."""
+
+    def __init__(self, game_lengths: list[int], life_every: int = 3, n_actions: int = 4):
+        self.num_envs = len(game_lengths)
+        self.n_actions = n_actions
+        self.game_lengths = np.array(game_lengths)
+        self.life_every = life_every
+        self.steps = np.zeros(self.num_envs, dtype=np.int64)  # within the current game
+        self.actions: list[np.ndarray] = []
+
+    def _frames(self) -> np.ndarray:
+        frames = np.zeros((self.num_envs, 84, 84), dtype=np.uint8)
+        frames[:, 0, 0] = np.arange(self.num_envs)  # each env's frames name the env
+        return frames
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.steps[:] = 0
+        return self._frames()
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        self.actions.append(np.array(actions))
+        self.steps += 1
+        game_overs = self.steps >= self.game_lengths
+        life_lost = self.steps % self.life_every == 0
+        rewards = np.arange(1, self.num_envs + 1, dtype=np.float32)
+        self.steps[game_overs] = 0
+        return PoolStep(self._frames(), rewards, game_overs | life_lost,
+                        game_overs | life_lost, game_overs)
+
+    def run_in_samplers(self, fn):
+        return [fn(i) for i in range(self.num_envs)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_each_env_plays_exactly_one_whole_game_through_its_lives():
+    lengths = [2, 7, 12]  # life losses every 3 steps do not end a game
+    pool = ScriptedPool(lengths)
+    queried: list[np.ndarray] = []
+
+    def greedy(states: np.ndarray) -> np.ndarray:
+        queried.append(states[:, -1, 0, 0].copy())  # which envs were asked about
+        return np.zeros(len(states), dtype=np.int64)
+
+    scores = evaluate(pool, greedy, epsilon=0.0, seed=0, rng=np.random.default_rng(0))
+    # env i scores i + 1 per step for the length of its one game, nothing after it
+    assert scores == [1 * 2, 2 * 7, 3 * 12]
+    assert len(pool.actions) == max(lengths)
+    # a finished game is not queried again
+    assert [len(envs) for envs in queried] == [3] * 2 + [2] * 5 + [1] * 5
+    assert list(queried[-1]) == [2]
+
+
+def test_epsilon_replaces_the_greedy_action_at_the_given_rate():
+    pool = ScriptedPool([4000] * 8, n_actions=4)
+    greedy_action = 3
+    evaluate(pool, lambda states: np.full(len(states), greedy_action), epsilon=0.05, seed=0,
+             rng=np.random.default_rng(1))
+    actions = np.concatenate(pool.actions)
+    # with probability 0.05 a uniform action, which is the greedy one a quarter of the time
+    off_greedy = np.mean(actions != greedy_action)
+    assert off_greedy == pytest.approx(0.05 * 3 / 4, abs=0.006)
+    assert set(np.unique(actions)) == {0, 1, 2, 3}
+
+
+class RecordingNetwork:
+    n_actions = 4
+
+    def __init__(self):
+        self.use_target: list[bool] = []
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
+        self.use_target.append(use_target)
+        return np.zeros(len(states), dtype=np.int64)
+
+    def train(self, batch) -> None:
+        raise AssertionError("an evaluation does not train")
+
+    def sync_target(self) -> None:
+        raise AssertionError("an evaluation does not touch the target")
+
+    def take_train_stats(self):
+        return float("nan"), float("nan"), 0
+
+
+def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch):
+    config = Config(eval_episodes=3, eval_epsilon=0.05, seed=5)
+    network = RecordingNetwork()
+    pools = []
+
+    def make_pool() -> ScriptedPool:
+        pools.append(ScriptedPool([5, 6, 9]))
+        return pools[-1]
+
+    seen = {}
+
+    def recording_evaluate(pool, greedy, *, epsilon, seed, rng):
+        seen["epsilon"] = epsilon
+        return evaluate(pool, greedy, epsilon=epsilon, seed=seed, rng=rng)
+
+    monkeypatch.setattr("fast_dqn.agents.evaluate", recording_evaluate)
+    parts = LoopParts(config=config, network=network, memory=ReplayMemory(100, np.random.default_rng(0)),
+                      pool=ScriptedPool([10]), make_eval_pool=make_pool, run_log=FakeRunLog(),
+                      rng=np.random.default_rng(0))
+    loop = DQN(parts)
+    loop.run_evaluation()
+    assert seen["epsilon"] == 0.05
+    assert network.use_target and not any(network.use_target)  # the online network only
+    timestep, returns = loop.run_log.evaluations[0]
+    assert returns == [1 * 5, 2 * 6, 3 * 9]
+    assert len(pools) == 1 and len(pools[0].actions) == 9
+
+
+def test_the_runs_evaluation_pool_cuts_games_off_at_the_evaluation_cap():
+    """The pool a run evaluates with (fast_dqn.launch.make_eval_pool) stops each game at
+    --eval-max-episode-steps, not at the 27,000-step training cap. A Pong player that never
+    moves loses its game after about 800 steps, so a cap of 60 cuts every game."""
+    config = Config(game="pong", eval_episodes=2, eval_max_episode_steps=60, seed=3)
+    pool = make_eval_pool(config)
+    rounds = [0]
+
+    def greedy(states: np.ndarray) -> np.ndarray:
+        rounds[0] += 1
+        return np.zeros(len(states), dtype=np.int64)  # NOOP
+
+    try:
+        scores = evaluate(pool, greedy, epsilon=0.0, seed=3, rng=np.random.default_rng(0))
+    finally:
+        pool.close()
+    assert rounds[0] == 60
+    assert len(scores) == 2 and all(-21 < score <= 0 for score in scores)
