@@ -36,6 +36,8 @@ class QFunction(Protocol):
 
     def train(self, batch: Batch) -> None: ...
 
+    def train_many(self, batches: Batch, count: int) -> None: ...
+
     def sync_target(self) -> None: ...
 
     def take_train_stats(self) -> tuple[float, float, int]: ...
@@ -69,6 +71,19 @@ def epsilon_at(step: int, config: Config) -> float:
         return config.final_epsilon
     fraction = learning_steps / config.exploration_steps
     return config.initial_epsilon + fraction * (config.final_epsilon - config.initial_epsilon)
+
+
+def epsilons_at(steps: np.ndarray, config: Config) -> np.ndarray:
+    """`epsilon_at` for many steps at once, with the same float64 arithmetic."""
+    learning_steps = steps - config.replay_start
+    if config.exploration_steps == 0:
+        decayed = np.full(len(steps), config.final_epsilon)
+    else:
+        fraction = np.minimum(learning_steps / config.exploration_steps, 1.0)
+        decayed = config.initial_epsilon + fraction * (config.final_epsilon -
+                                                        config.initial_epsilon)
+        decayed[learning_steps >= config.exploration_steps] = config.final_epsilon
+    return np.where(learning_steps < 0, 1.0, decayed)
 
 
 def updates_due(step: int, config: Config) -> int:
@@ -182,6 +197,7 @@ class TrainingLoop:
         self.network = parts.network
         self.memory = parts.memory
         self.actor = Actor(parts.pool)
+        self._env_offsets = np.arange(parts.pool.num_envs)  # env i acts at step + i
         self.run_log = parts.run_log
         self.rng = parts.rng
         self.progress = parts.progress
@@ -204,6 +220,7 @@ class TrainingLoop:
         self._started = time.monotonic()
         self._hours_before = 0.0
         self._learning_clock: tuple[float, int, int] | None = None  # time, step, updates
+        self.on_learning_start: list[Callable[[], None]] = []  # e.g. a benchmark's clocks
 
     # -- time and rates -------------------------------------------------------------------
 
@@ -213,6 +230,8 @@ class TrainingLoop:
     def _mark_learning_start(self) -> None:
         if self._learning_clock is None and self.step >= self.config.replay_start:
             self._learning_clock = (time.monotonic(), self.step, self.updates)
+            for callback in self.on_learning_start:
+                callback()
 
     def rates(self) -> tuple[float, float]:
         """Agent steps/s and updates/s since learning started (0 before)."""
@@ -226,10 +245,9 @@ class TrainingLoop:
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        num_envs = self.actor.pool.num_envs
-        epsilons = np.array([epsilon_at(self.step + i, self.config) for i in range(num_envs)])
+        epsilons = epsilons_at(self.step + self._env_offsets, self.config)
         if (epsilons >= 1.0).all():
-            greedy = np.zeros(num_envs, dtype=np.int64)  # no query needed while random
+            greedy = np.zeros(len(epsilons), dtype=np.int64)  # no query while random
         else:
             greedy = self.query_greedy(use_target)
         return epsilon_greedy(greedy, epsilons, self.network.n_actions, self.rng)
@@ -316,7 +334,7 @@ class TrainingLoop:
             self.stop.uninstall()
 
     def train_one_minibatch(self) -> None:
-        """One update; in FastDQN on the trainer thread, else on the main thread."""
+        """One update, on the main thread (DQN, and FastDQN without --concurrent)."""
         self.network.train(self.memory.sample(self.config.batch_size, out=self._minibatch))
 
     def updates_due(self, step: int) -> int:
@@ -426,9 +444,19 @@ class FastDQN(TrainingLoop):
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self.train_one_minibatch, name="trainer")
+            self.trainer = Trainer(self.train_minibatches, name="trainer",
+                                   updates_per_call=self.config.updates_per_call)
+            # One buffer for the most minibatches a call draws, reused (see ReplayMemory.batch)
+            self._minibatches = empty_batch(self.config.batch_size * self.config.updates_per_call)
         rounds = -(-self.config.target_update // num_envs)
         self._staging = _StagingArea(rounds, num_envs)
+
+    def train_minibatches(self, count: int) -> None:
+        """`count` updates in one call, on the trainer thread, from the frozen memory."""
+        rows = count * self.config.batch_size
+        out = Batch(*(array[:rows] for array in self._minibatches))
+        batches = self.memory.sample_many(count, self.config.batch_size, out=out)
+        self.network.train_many(batches, count)
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         if self.config.synchronize:

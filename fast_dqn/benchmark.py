@@ -66,6 +66,10 @@ class StubQNetwork:
         time.sleep(self._train_seconds)
         self._updates += 1
 
+    def train_many(self, batches: Batch, count: int) -> None:
+        time.sleep(count * self._train_seconds)
+        self._updates += count
+
     def sync_target(self) -> None:
         pass
 
@@ -113,12 +117,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="simulate the GPU: replace each minibatch update by a wait of X ms")
     parser.add_argument("--query-stub-ms", type=float, default=None,
                         help="simulate the GPU: replace each batched Q query by a wait of Y ms")
+    parser.add_argument("--updates-per-call", type=int, default=Config.updates_per_call,
+                        help="minibatch updates per trainer call in the fast scheme "
+                             f"(default: {Config.updates_per_call})")
+    parser.add_argument("--switch-interval-ms", type=float, default=None,
+                        help="Python's GIL switch interval during the measurement "
+                             "(default: Python's own, 5 ms)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
         parser.error("--workers and --steps must be at least 1, --random-steps at least 0")
     if (args.trainer_stub_ms is None) != (args.query_stub_ms is None):
         parser.error("--trainer-stub-ms and --query-stub-ms go together")
+    if args.switch_interval_ms is not None and not args.switch_interval_ms > 0:
+        parser.error("--switch-interval-ms must be positive")
+    if args.updates_per_call < 1:
+        parser.error("--updates-per-call must be at least 1")
     return args
 
 
@@ -129,7 +143,7 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         replay_start=random_steps, replay_capacity=max(random_steps + args.steps, 10_000),
         exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
         target_update=args.target_update, workers=workers, concurrent=concurrent,
-        backend=args.backend, checkpoint_every=0)
+        backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call)
     validate(config, ALGO_FAST_DQN)
     return config
 
@@ -146,39 +160,69 @@ def make_network(args: argparse.Namespace, n_actions: int, config: Config):
                     epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
 
 
-def warm_up(network, num_envs: int, batch_size: int) -> None:
+def warm_up(network, num_envs: int, batch_size: int, updates_per_call: int) -> None:
     """Traces the network's functions so that no compilation falls in a measured window."""
     states = np.zeros((batch_size, 4, 84, 84), dtype=np.uint8)
     network.train(Batch(states, np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
                         states, np.zeros(batch_size, bool)))
+    if updates_per_call > 1:
+        rows = batch_size * updates_per_call
+        stacked = np.zeros((rows, 4, 84, 84), dtype=np.uint8)
+        network.train_many(Batch(stacked, np.zeros(rows, np.int32), np.zeros(rows, np.float32),
+                                 stacked, np.zeros(rows, bool)), updates_per_call)
     network.greedy_actions(states[:num_envs], use_target=True)
     network.greedy_actions(states[:num_envs], use_target=False)
     network.take_train_stats()
 
 
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
+    """Steps/s of one loop, and where the host's time goes (DESIGN.md §7).
+
+    Host cost per update: the trainer's time in sampling and training calls beyond the
+    stub's wait (simulated runs only). Host cost per round: the acting loop's wall time
+    beyond the emulators' step, the Q query and the wait for the trainer at sync points.
+    """
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     network = make_network(args, pool.n_actions, config)
-    warm_up(network, num_envs, config.batch_size)
-    busy = BusyClock()
-    network.train = busy.wrap(network.train)
+    warm_up(network, num_envs, config.batch_size, config.updates_per_call)
+    trainer_clock, step_clock, query_clock, wait_clock = (BusyClock() for _ in range(4))
+    network.train = trainer_clock.wrap(network.train)
+    network.train_many = trainer_clock.wrap(network.train_many)
+    network.greedy_actions = query_clock.wrap(network.greedy_actions)
+    pool.step = step_clock.wrap(pool.step)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))
-    memory.sample = busy.wrap(memory.sample)
+    memory.sample = trainer_clock.wrap(memory.sample)
+    memory.sample_many = trainer_clock.wrap(memory.sample_many)
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=NullRunLog(),
                       rng=np.random.default_rng(config.seed + 1))
     loop: TrainingLoop = FastDQN(parts) if fast else DQN(parts)
+    if getattr(loop, "trainer", None) is not None:
+        loop.trainer.wait = wait_clock.wrap(loop.trainer.wait)
+    clocks = (trainer_clock, step_clock, query_clock, wait_clock)
+    # the random start is not measured: every clock restarts where learning starts
+    loop.on_learning_start.append(lambda: [setattr(c, "seconds", 0.0) for c in clocks])
     try:
         loop.train()
         steps_per_second, updates_per_second = loop.rates()
-        measured_steps = loop.config.timesteps - loop.config.replay_start
+        measured_steps = config.timesteps - config.replay_start
     finally:
         loop.close()
     wall = measured_steps / steps_per_second
-    return {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
-            "trainer_busy": busy.seconds / wall,
-            "update_ms": 1000.0 * busy.seconds / max(loop.updates, 1)}
+    updates = max(loop.updates, 1)
+    rounds = measured_steps / num_envs
+    result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
+              "trainer_busy": trainer_clock.seconds / wall,
+              "update_ms": 1000.0 * trainer_clock.seconds / updates}
+    if fast:
+        acting = wall - step_clock.seconds - query_clock.seconds - wait_clock.seconds
+        result["round_host_us"] = 1e6 * acting / rounds
+        result["round_step_us"] = 1e6 * step_clock.seconds / rounds
+    if args.trainer_stub_ms is not None:
+        stub = updates * args.trainer_stub_ms / 1000.0
+        result["update_host_us"] = 1e6 * (trainer_clock.seconds - stub) / updates
+    return result
 
 
 def measure_trainer(args: argparse.Namespace, config: Config) -> float:
@@ -190,14 +234,17 @@ def measure_trainer(args: argparse.Namespace, config: Config) -> float:
                     rng.integers(0, 6, count), rng.normal(size=count).astype(np.float32),
                     rng.random(count) < 0.01, rng.random(count) < 0.01)
     network = make_network(args, 6, config)
-    for _ in range(10):  # compile and warm up
-        network.train(memory.sample(config.batch_size))
+    per_call = config.updates_per_call
+    minibatches = empty_batch(config.batch_size * per_call)
+    for _ in range(3):  # compile and warm up
+        network.train_many(memory.sample_many(per_call, config.batch_size, minibatches),
+                           per_call)
     network.take_train_stats()
-    minibatch = empty_batch(config.batch_size)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
-        network.train(memory.sample(config.batch_size, out=minibatch))
-        updates += 1
+        network.train_many(memory.sample_many(per_call, config.batch_size, minibatches),
+                           per_call)
+        updates += per_call
     network.take_train_stats()  # waits for the device to finish
     return updates / (time.perf_counter() - start)
 
@@ -210,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchmark: error: {error}", file=sys.stderr)
         return 2
     simulated = args.trainer_stub_ms is not None
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     if not simulated:
         from fast_dqn.q_network import configure_device
         print(configure_device(), flush=True)
@@ -233,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         measured = measure_loop(args, config, fast=True)
         fast_results[workers] = measured
         note = (f"trainer busy {measured['trainer_busy']:.0%}, "
-                f"{measured['update_ms']:.2f} ms per update")
+                f"{measured['update_ms']:.2f} ms per update, "
+                f"acting host {measured['round_host_us']:.0f} us per round")
+        if simulated:
+            note += f", trainer host {measured['update_host_us']:.0f} us per update"
         rows.append((f"fast, {workers} workers", measured["steps_per_second"], note))
         print(f"fast W={workers}: {measured['steps_per_second']:.0f} steps/s, {note}", flush=True)
     best_workers = max(fast_results, key=lambda w: fast_results[w]["steps_per_second"])
@@ -242,16 +294,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
         "fast_over_limit": best["steps_per_second"] / limit,
         "fast_by_workers": {str(w): m["steps_per_second"] for w, m in fast_results.items()},
+        "updates_per_call": args.updates_per_call,
+        "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
+        "round_host_us_by_workers": {str(w): m["round_host_us"]
+                                     for w, m in fast_results.items()},
     })
     if serial:
         result["fast_over_serial"] = best["steps_per_second"] / serial
     if simulated:
+        gpu_limit = first.train_freq * 1000.0 / args.trainer_stub_ms
         result.update({"trainer_stub_ms": args.trainer_stub_ms,
                        "query_stub_ms": args.query_stub_ms,
                        "sim_steps_per_second": best["steps_per_second"],
                        "sim_trainer_busy": best["trainer_busy"],
                        # time.sleep overshoots on a busy machine: the real cost per update
-                       "sim_update_ms": best["update_ms"]})
+                       "sim_update_ms": best["update_ms"],
+                       "sim_fraction_of_gpu_limit": best["steps_per_second"] / gpu_limit,
+                       "gpu_limit_steps_per_second": gpu_limit,
+                       "update_host_us": best["update_host_us"],
+                       "round_host_us": best["round_host_us"],
+                       "update_host_us_by_workers": {str(w): m["update_host_us"]
+                                                     for w, m in fast_results.items()}})
     print_table(rows, serial, limit)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from typing import Any, Sequence
 
 # Atari protocol constants that no flag changes: they define the learning problem's input.
@@ -20,6 +21,11 @@ HISTORY = 4  # frames stacked into one state
 
 ALGO_DQN = "dqn"
 ALGO_FAST_DQN = "fast_dqn"
+
+# The largest --seed: the network's seeding (keras.utils.set_random_seed, which seeds NumPy's
+# legacy generator) takes 32-bit seeds. The environment seeds derived from it (seed + i for env
+# i, evaluation and resume seeds) are folded into ale-py's narrower range by the env pools.
+MAX_SEED = 2**32 - 1
 
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
@@ -82,6 +88,9 @@ class Config:
                                fast_only=True)
     backend: str = _field("vector", "sampler pool: ale-py's C++ vector env, or one Python "
                           "thread per env", fast_only=True, choices=BACKENDS)
+    updates_per_call: int = _field(1, "minibatch updates the trainer draws and runs in one "
+                                   "compiled call (the same updates as one per call; fewer "
+                                   "calls cost the host less)", fast_only=True)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -144,16 +153,23 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def validate(config: Config, algo: str) -> None:
     """Raises ValueError with a one-line, actionable message for settings that cannot run."""
+    for name in float_fields():  # first: inf and nan pass some range checks below
+        value = getattr(config, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{flag_name(name)} must be a finite number; got {value}")
     positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
-                "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers")
+                "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers",
+                "updates_per_call")
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"{flag_name(name)} must be at least 1; got {getattr(config, name)}")
     non_negative = ("evaluate", "replay_start", "exploration_steps", "noop_max",
-                    "checkpoint_every", "seed")
+                    "checkpoint_every")
     for name in non_negative:
         if getattr(config, name) < 0:
             raise ValueError(f"{flag_name(name)} must be 0 or more; got {getattr(config, name)}")
+    if not 0 <= config.seed <= MAX_SEED:
+        raise ValueError(f"--seed must be within [0, {MAX_SEED}]; got {config.seed}")
     probabilities = ("initial_epsilon", "final_epsilon", "eval_epsilon", "sticky_actions",
                      "discount", "rmsprop_rho")
     for name in probabilities:
@@ -171,6 +187,11 @@ def validate(config: Config, algo: str) -> None:
                          f"--replay-capacity ({config.replay_capacity})")
     if algo == ALGO_FAST_DQN:
         _validate_fast(config)
+
+
+def float_fields() -> list[str]:
+    """Names of the settings that are floats (the annotations are strings here)."""
+    return [field.name for field in dataclasses.fields(Config) if field.type in ("float", float)]
 
 
 def _validate_fast(config: Config) -> None:

@@ -136,13 +136,13 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
         config = prepare_config(argv, algo)
         checkpoint = latest_checkpoint(Path(config.logdir)) if config.resume else None
         manifest = read_manifest(checkpoint) if checkpoint is not None else None
+        resume_step = manifest["step"] if manifest else None
+        run_files = open_run_files(config, algo, resume_step)
     except (ValueError, CheckpointError) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         return 2
-    run_dir = Path(config.logdir)
-    resume_step = manifest["step"] if manifest else None
-    with RunFiles(run_dir, resume=bool(config.resume), resume_step=resume_step) as run_files:
-        run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
+    run_dir = run_files.run_dir
+    with run_files:
         print(f"run directory: {run_dir}", flush=True)
         loop, device = build_loop(config, algo, run_files, initial_step=resume_step or 0)
         if manifest is not None:
@@ -153,6 +153,23 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
                 print(f"error: cannot resume {run_dir}: {error}", file=sys.stderr)
                 return 2
         return run(loop, run_files, device)
+
+
+def open_run_files(config: Config, algo: str, resume_step: int | None) -> RunFiles:
+    """Creates (or reopens) the run directory and writes its config.json.
+
+    Raises:
+        ValueError: the directory cannot be used (RunDirError where creating or writing it
+            failed; a new run's directory is then removed again, so nothing is left behind).
+    """
+    run_files = RunFiles(Path(config.logdir), resume=bool(config.resume),
+                         resume_step=resume_step)
+    try:
+        run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
+    except OSError as error:
+        run_files.discard()
+        raise run_files.write_error(error) from None
+    return run_files
 
 
 def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:

@@ -1,6 +1,7 @@
 """The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
 
-This and the TensorBoard writer are the only modules that import TensorFlow.
+This and the TensorBoard writer are the only modules that import TensorFlow; this one is
+imported first in a run, quietly (fast_dqn/tf_logs.py).
 Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
 layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
 learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
+import numpy as np
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from fast_dqn.config import FRAME_SIZE, HISTORY
+from fast_dqn.replay_memory import Batch
+from fast_dqn.tf_logs import quiet_tensorflow_start
 
-from fast_dqn.config import FRAME_SIZE, HISTORY  # noqa: E402
-from fast_dqn.replay_memory import Batch  # noqa: E402
+# TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
+# something is wrong (see tf_logs.py), or always with FAST_DQN_TF_LOGS=1.
+with quiet_tensorflow_start():
+    import tensorflow as tf
 
 keras = tf.keras
 STATE_SHAPE = (HISTORY, FRAME_SIZE, FRAME_SIZE)
@@ -95,6 +99,8 @@ class QNetwork:
         self._updates = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.sync_target()
         self._train_fn = tf.function(self._train_step, jit_compile=False, reduce_retracing=True)
+        # Traced once per count of updates per call (the setting and an epoch's remainder).
+        self._train_many_fn = tf.function(self._train_steps, jit_compile=False)
         self._greedy_fns = {
             True: tf.function(self._greedy_target, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
@@ -144,6 +150,27 @@ class QNetwork:
         self._train_fn(tf.constant(batch.states), tf.constant(batch.actions),
                        tf.constant(batch.rewards), tf.constant(batch.next_states),
                        tf.constant(batch.terminals))
+
+    def _train_steps(self, states, actions, rewards, next_states, terminals):
+        # K is static (the traced shape), so the loop unrolls into K copies of the update;
+        # automatic control dependencies keep them in order on the online variables.
+        for k in range(states.shape[0]):
+            self._train_step(states[k], actions[k], rewards[k], next_states[k], terminals[k])
+
+    def train_many(self, batches: Batch, count: int) -> None:
+        """`count` updates one after another in one compiled call: update k on rows
+        k * B ... (k + 1) * B - 1 of `batches` (as `ReplayMemory.sample_many` stacks them).
+
+        The same updates as `count` calls of `train` on those minibatches; one call pays the
+        per-call host cost (dispatch, argument conversion) once.
+        """
+        if count == 1:
+            self.train(batches)
+            return
+        size = len(batches.actions) // count
+        stacked = [tf.constant(array.reshape(count, size, *array.shape[1:]))
+                   for array in batches]
+        self._train_many_fn(*stacked)
 
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last

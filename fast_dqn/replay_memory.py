@@ -192,6 +192,17 @@ class ReplayMemory:
         """A uniform minibatch; see `batch` for `out`."""
         return self.batch(self.sample_indices(batch_size), out)
 
+    def sample_many(self, count: int, batch_size: int, out: Batch | None = None) -> Batch:
+        """`count` uniform minibatches gathered at once, minibatch k in rows
+        k * batch_size ... (k + 1) * batch_size - 1.
+
+        The indices are drawn exactly as `count` calls of `sample` draw them, one minibatch
+        after another from the same generator, so a run's minibatches do not depend on how
+        many are trained per call.
+        """
+        indices = np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
+        return self.batch(indices, out)
+
     def batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch:
         """The transitions at explicit slots (they must be valid).
 

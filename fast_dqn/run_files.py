@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import stat
 import sys
 import time
@@ -76,6 +77,10 @@ def default_run_dir(game: str, algo: str, seed: int, now: datetime | None = None
     return Path("runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+class RunDirError(ValueError):
+    """The run directory cannot be created or written: one line that says what to do."""
+
+
 def check_run_dir_writable(path: Path) -> None:
     """Checks that a new run can be written at `path`, without creating anything.
 
@@ -109,6 +114,15 @@ def _check_existing_run_dir(path: Path, status: os.stat_result) -> None:
                              f"--resume {path} or choose another --logdir")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"run directory {path} is not writable; choose another --logdir")
+
+
+def _top_missing_dir(path: Path) -> Path | None:
+    """The outermost directory that `path.mkdir(parents=True)` would create, or None."""
+    path = Path(os.path.abspath(path))
+    top = None
+    while _stat(path) is None and path != path.parent:
+        top, path = path, path.parent
+    return top
 
 
 def _stat(path: Path) -> os.stat_result | None:
@@ -319,23 +333,61 @@ class RunFiles:
     """
 
     def __init__(self, run_dir: Path, *, resume: bool = False, resume_step: int | None = None):
+        """Creates the run directory (or reopens it on resume) and opens its CSVs.
+
+        Raises:
+            RunDirError: the directory cannot be created or written (the checks before
+                creating it cannot foresee every case, e.g. /proc); a new run's directory
+                is removed again.
+            ValueError: `run_dir` already holds a run, or on resume is not one.
+        """
         self.run_dir = Path(run_dir)
+        self._resume = resume
+        self._created: Path | None = None  # the outermost directory this object created
+        self.episode_stats = EpisodeStats()
+        self._writer = None  # TensorBoard writer, created on first use
+        self._tf = None  # the tensorflow module, imported with the writer
+        self._scalar_metadata = None
+        self._episodes_csv: _CsvLog | None = None
+        self._evaluations_csv: _CsvLog | None = None
         if resume:
             if not self.run_dir.is_dir():
                 raise ValueError(f"cannot resume: {self.run_dir} is not a run directory; "
                                  "check the --resume path")
         else:
             check_run_dir_writable(self.run_dir)
+            self._created = _top_missing_dir(self.run_dir)
+        try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.episode_stats = EpisodeStats()
-        self._writer = None  # TensorBoard writer, created on first use
-        self._tf = None  # the tensorflow module, imported with the writer
-        self._scalar_metadata = None
-        self._episodes_csv = _CsvLog(self.run_dir / EPISODES_FILE, EPISODE_COLUMNS,
-                                     resume=resume, resume_step=resume_step)
-        self._evaluations_csv = _CsvLog(self.run_dir / EVALUATIONS_FILE, EVALUATION_COLUMNS,
-                                        resume=resume, resume_step=resume_step)
+            self._episodes_csv = _CsvLog(self.run_dir / EPISODES_FILE, EPISODE_COLUMNS,
+                                         resume=resume, resume_step=resume_step)
+            self._evaluations_csv = _CsvLog(self.run_dir / EVALUATIONS_FILE,
+                                            EVALUATION_COLUMNS, resume=resume,
+                                            resume_step=resume_step)
+        except OSError as error:
+            self.discard()
+            raise self.write_error(error) from None
         _restore_stats(self.episode_stats, self._episodes_csv.rows)
+
+    def write_error(self, error: OSError) -> RunDirError:
+        """The one-line error for a failure to create or write the run directory."""
+        reason = error.strerror or str(error)
+        what_to_do = "check the --resume path" if self._resume else "choose another --logdir"
+        return RunDirError(f"cannot write the run directory {self.run_dir}: {reason}; "
+                           f"{what_to_do}")
+
+    def discard(self) -> None:
+        """Closes the files and, for a new run, removes what it wrote: a run that fails to
+        start leaves nothing behind. A resumed run's directory is left as it is."""
+        self.close()
+        if self._resume:
+            return
+        if self._created is not None:
+            shutil.rmtree(self._created, ignore_errors=True)
+            return
+        for name in RUN_FILES:  # the directory existed, without a run (checked before)
+            with contextlib.suppress(OSError):
+                (self.run_dir / name).unlink(missing_ok=True)
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
         """Writes `config.json`: the resolved settings plus `"library_versions"` (atomically)."""
@@ -409,8 +461,9 @@ class RunFiles:
 
     def close(self) -> None:
         """Closes the CSVs and the TensorBoard writer. Calling it again does nothing."""
-        self._episodes_csv.close()
-        self._evaluations_csv.close()
+        for log in (self._episodes_csv, self._evaluations_csv):
+            if log is not None:
+                log.close()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -455,8 +508,12 @@ class _CsvLog:
         if resume and path.exists():
             self.rows = self._recover(resume_step)
         self._file = open(path, "ab", buffering=0)  # noqa: SIM115 -- closed in close()
-        if os.fstat(self._file.fileno()).st_size == 0:
-            self._write_line(self.columns)
+        try:
+            if os.fstat(self._file.fileno()).st_size == 0:
+                self._write_line(self.columns)
+        except OSError:
+            self._file.close()
+            raise
 
     def append(self, values: Sequence[Any]) -> None:
         self._write_line([_csv_value(v) for v in values])

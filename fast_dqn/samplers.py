@@ -11,6 +11,8 @@ no-ops and sticky actions, where no random draw is involved):
   and for environments without a vector form.
 
 Env i of a pool seeded `seed` is seeded `seed + i`, as ale-py's vector env seeds its envs.
+The vector env takes only seeds in [0, 2**31 - 1] (C++ ints, -1 meaning "unseeded"), so there
+seed + i is taken modulo 2**31 (`ale_seeds`): unchanged wherever it fits.
 """
 
 from __future__ import annotations
@@ -27,6 +29,17 @@ from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
 
 T = TypeVar("T")
 SERIAL = "serial"  # the serial reference's pool: envs stepped in the caller's thread
+ALE_SEEDS = 2**31  # ale-py's vector env takes seeds in [0, ALE_SEEDS - 1]
+
+
+def ale_seeds(seed: int, num_envs: int) -> np.ndarray:
+    """The seeds of a vector env's W envs: seed + i, modulo 2**31 to fit ale-py.
+
+    Seeds that fit are kept as they are, so runs that worked before do not change; larger
+    ones (a large --seed, an evaluation seed after thousands of evaluations, a resumed run's
+    seed + step) wrap around instead of failing inside ale-py.
+    """
+    return (int(seed) % ALE_SEEDS + np.arange(num_envs, dtype=np.int64)) % ALE_SEEDS
 
 
 class PoolStep(NamedTuple):
@@ -103,7 +116,7 @@ class VectorEnvPool:
         self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
 
     def reset(self, seed: int) -> np.ndarray:
-        obs, info = self._open_env().reset(seed=int(seed))  # env i gets seed + i
+        obs, info = self._open_env().reset(seed=ale_seeds(seed, self.num_envs))
         self._episode_frames = info["episode_frame_number"].astype(np.int64)
         self._steps[:] = 0
         return obs[:, 0]

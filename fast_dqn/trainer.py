@@ -22,15 +22,23 @@ class TrainerStopped(RuntimeError):
 
 
 class Trainer:
-    """Runs `update()` n times per epoch on a named background thread.
+    """Runs an epoch's n minibatch updates on a named background thread.
+
+    `update(k)` makes k updates in one call, k at most `updates_per_call`: the replay memory
+    is frozen during an epoch, so k minibatches can be drawn and trained at once, paying the
+    per-call host cost (sampling call, copies, the framework's dispatch) once for k updates.
 
     Ownership: during an epoch the trainer thread alone calls `update` (which samples the
     replay memory and trains the online network); the main thread touches neither until
     `wait` returns.
     """
 
-    def __init__(self, update: Callable[[], None], name: str = "trainer"):
+    def __init__(self, update: Callable[[int], None], name: str = "trainer",
+                 updates_per_call: int = 1):
+        if updates_per_call < 1:
+            raise ValueError(f"updates_per_call must be at least 1; got {updates_per_call}")
         self._update = update
+        self._updates_per_call = updates_per_call
         self._work: queue.Queue[int | None] = queue.Queue()
         self._done = threading.Semaphore(0)
         self._stop = threading.Event()
@@ -88,8 +96,11 @@ class Trainer:
                 self._done.release()
 
     def _run_epoch(self, updates: int) -> None:
-        for _ in range(updates):
+        left = updates
+        while left > 0:
             if self._stop.is_set() or self._abandon.is_set() or self._error is not None:
                 return
-            self._update()
-            self.completed += 1
+            count = min(left, self._updates_per_call)
+            self._update(count)
+            self.completed += count
+            left -= count

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fast_dqn import atari_data  # noqa: E402  (the repository root is put on the path above)
 
 FRAMES_PER_STEP = 4
+TRAINER_NAMES = {"dqn": "run_dqn.py", "fast_dqn": "run_fast_dqn.py"}
 SET_ASIDE_MARK = ".incomplete-"  # scripts/all_games.sh renames unresumable runs so
 
 
@@ -47,6 +48,7 @@ class Run(NamedTuple):
     seed: int
     evaluations: tuple[Evaluation, ...]
     summary: Optional[dict[str, Any]]
+    algo: str = ""  # "dqn" (run_dqn.py) or "fast_dqn" (run_fast_dqn.py)
 
 
 class GameRow(NamedTuple):
@@ -140,7 +142,8 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
             summary = json.loads((path / "summary.json").read_text())
         except (OSError, ValueError) as error:
             notes.append(f"{path}: summary.json unreadable ({error})")
-    return Run(path, game, seed, evaluations, summary if isinstance(summary, dict) else None)
+    return Run(path, game, seed, evaluations, summary if isinstance(summary, dict) else None,
+               str(config.get("algo", "")))
 
 
 def _number(summary: Optional[dict[str, Any]], key: str) -> Optional[float]:
@@ -184,7 +187,7 @@ def summarize_game(game: str, runs: Sequence[Run]) -> GameRow:
         final_mean=final_mean,
         final_std=final_std,
         best_mean=best_mean,
-        human_normalized=normalized(game, final_mean),
+        human_normalized=normalized(runs[0].game, final_mean),
         steps_per_second=_mean([_number(run.summary, "steps_per_second") for run in runs]),
         updates_per_second=_mean([_number(run.summary, "updates_per_second") for run in runs]),
         wall_hours=None if wall is None else wall / 3600.0,
@@ -193,9 +196,12 @@ def summarize_game(game: str, runs: Sequence[Run]) -> GameRow:
 
 
 def group_by_game(runs: Sequence[Run], notes: list[str]) -> dict[str, list[Run]]:
+    """Runs by game; by game and trainer ("pong (fast_dqn)") where both trainers ran."""
+    both_trainers = len({run.algo for run in runs}) > 1
     games: dict[str, list[Run]] = {}
     for run in runs:
-        games.setdefault(run.game, []).append(run)
+        key = f"{run.game} ({run.algo})" if both_trainers else run.game
+        games.setdefault(key, []).append(run)
     for game, game_runs in games.items():
         seeds = [run.seed for run in game_runs]
         for seed in sorted({s for s in seeds if seeds.count(s) > 1}):
@@ -293,29 +299,44 @@ def curve(runs: Sequence[Run]) -> tuple[list[float], list[float], list[float], l
 
 
 def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Path) -> bool:
-    """One panel per game with evaluations: mean over seeds, min-max band. False if none."""
+    """One panel per game with evaluations: mean over seeds, min-max band, one line per
+    trainer where both ran, and the random agent's score dashed. False if none."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plotted = [game for game, runs in games.items() if any(run.evaluations for run in runs)]
-    if not plotted:
+    panels: dict[str, list[str]] = {}  # game -> its table rows (one per trainer)
+    for key, runs in games.items():
+        if any(run.evaluations for run in runs):
+            panels.setdefault(runs[0].game, []).append(key)
+    if not panels:
         return False
-    columns = min(7, math.ceil(math.sqrt(len(plotted))))
-    lines = math.ceil(len(plotted) / columns)
-    figure, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.6 * lines),
+    columns = min(7, math.ceil(math.sqrt(len(panels))))
+    lines = math.ceil(len(panels) / columns)
+    # at least 6.5 inches wide, so that the two-line title fits above a single panel
+    width = max(3.2 * columns, 6.5)
+    figure, axes = plt.subplots(lines, columns, figsize=(width, 2.6 * lines),
                                 squeeze=False, layout="constrained")
-    for axis in axes.flat[len(plotted):]:
+    for axis in axes.flat[len(panels):]:
         axis.set_visible(False)
-    for axis, game in zip(axes.flat, plotted):
-        runs = [run for run in games[game] if run.evaluations]
-        frames, mean, low, high = curve(runs)
-        axis.fill_between(frames, low, high, alpha=0.25, linewidth=0)
-        axis.plot(frames, mean, linewidth=1.5, marker="." if len(frames) < 20 else None)
-        score = rows[game].human_normalized
-        details = [] if score is None else [f"{score:,.0f}%"]
-        details.append(f"{len(runs)} seed" + ("s" if len(runs) != 1 else ""))
+    for axis, (game, keys) in zip(axes.flat, panels.items()):
+        for key in keys:
+            runs = [run for run in games[key] if run.evaluations]
+            frames, mean, low, high = curve(runs)
+            label = TRAINER_NAMES.get(runs[0].algo, runs[0].algo)
+            axis.fill_between(frames, low, high, alpha=0.25, linewidth=0)
+            axis.plot(frames, mean, linewidth=1.5, label=label,
+                      marker="." if len(frames) < 20 else None)
+        if game in atari_data.NATURE_GAMES:
+            axis.axhline(atari_data.reference_scores(game).random, color="gray",
+                         linestyle="--", linewidth=1, label="random agent")
+        if len(keys) > 1:
+            axis.legend(fontsize=7)
+        details = [f"{rows[key].human_normalized:,.0f}%" for key in keys
+                   if rows[key].human_normalized is not None]
+        seeds = max(len(games[key]) for key in keys)
+        details.append(f"{seeds} seed" + ("s" if seeds != 1 else ""))
         axis.set_title(f"{game} ({', '.join(details)})", fontsize=9)
         axis.tick_params(labelsize=7)
         axis.grid(alpha=0.3)

@@ -57,17 +57,18 @@ class _Network:
 
 def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypatch):
     """DESIGN.md: with W workers, sampler i draws its epsilon from step `step + i`."""
-    loop = FastDQN.__new__(FastDQN)  # only what choose_actions reads
-    loop.config = Config(replay_start=0, exploration_steps=8)
+    from fast_dqn.agents import LoopParts
+    from fast_dqn.replay_memory import ReplayMemory
+    from tests.test_evaluation import ScriptedPool
+    from tests.test_learning import FakeRunLog
+
+    config = Config(replay_start=0, exploration_steps=8, workers=4, concurrent=False)
+    parts = LoopParts(config=config, network=_Network(),
+                      memory=ReplayMemory(100, np.random.default_rng(0)),
+                      pool=ScriptedPool([50] * 4), make_eval_pool=None, run_log=FakeRunLog(),
+                      rng=np.random.default_rng(0))
+    loop = FastDQN(parts)
     loop.step = 2
-    loop.network = _Network()
-    loop.rng = np.random.default_rng(0)
-
-    class Actor:
-        pool = type("Pool", (), {"num_envs": 4})()
-        states = np.zeros((4, 4, 84, 84), np.uint8)
-
-    loop.actor = Actor()
     seen = {}
 
     def recording(greedy, epsilon, n_actions, rng):
@@ -78,3 +79,13 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
     loop.choose_actions(use_target=True)
     # steps 2, 3, 4, 5 of an 8-step decay from 1.0 to 0.1
     np.testing.assert_allclose(seen["epsilon"], 1.0 - 0.9 * np.array([2, 3, 4, 5]) / 8)
+
+
+@pytest.mark.parametrize("config", [NATURE, Config(replay_start=100, exploration_steps=1_000,
+                                                   initial_epsilon=0.9, final_epsilon=0.01),
+                                    Config(replay_start=0, exploration_steps=0)])
+def test_vectorized_schedule_equals_the_scalar_one_bit_for_bit(config):
+    from fast_dqn.agents import epsilons_at
+    steps = np.concatenate([np.arange(0, 2_000, 7), np.arange(1_040_000, 1_060_000, 333)])
+    expected = np.array([epsilon_at(int(step), config) for step in steps])
+    np.testing.assert_array_equal(epsilons_at(steps, config), expected)

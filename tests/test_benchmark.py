@@ -9,6 +9,7 @@ import json
 import pytest
 
 from fast_dqn import benchmark
+from fast_dqn.config import Config
 
 SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.5", "--target-update=200"]
 
@@ -43,6 +44,22 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     assert result["sim_steps_per_second"] == result["fast_steps_per_second"]
     assert result["sim_update_ms"] >= 0.8  # a wait never ends early
     assert "serial_steps_per_second" not in result
+    # 4 steps per update over 0.8 ms per update (DESIGN.md §7)
+    assert result["gpu_limit_steps_per_second"] == pytest.approx(5000.0)
+    assert result["sim_fraction_of_gpu_limit"] == pytest.approx(
+        result["sim_steps_per_second"] / 5000.0)
+    # the host's share of an update: its measured cost beyond the 0.8 ms wait
+    assert result["update_host_us"] == pytest.approx(1000 * result["sim_update_ms"] - 800,
+                                                     abs=1e-6)
+    assert result["round_host_us"] > 0
+    assert result["updates_per_call"] == Config().updates_per_call
+
+
+def test_updates_per_call_is_a_benchmark_setting(capsys):
+    argv = SMALL + ["--workers", "4", "--skip-serial", "--trainer-stub-ms=0.8",
+                    "--query-stub-ms=0.3", "--updates-per-call=3"]
+    assert benchmark.main(argv) == 0
+    assert last_json_line(capsys.readouterr().out)["updates_per_call"] == 3
 
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],

@@ -1,12 +1,16 @@
 """Bad input: one line on stderr, exit status 2, no traceback, nothing written."""
 
+import errno
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
+from fast_dqn import run_files as run_files_module
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, flag_name, float_fields
 from fast_dqn.launch import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,3 +98,113 @@ def test_help_shows_nature_defaults(script):
     assert "--target-update TARGET_UPDATE agent steps between target-network updates " \
            "(default: 10000)" in help_text
     assert ("--workers" in result.stdout) == (script == "run_fast_dqn.py")
+
+
+# Issue 10, "A new user's first hour": each of these ended in a traceback (or, for the seed,
+# in ale-py's pybind11 TypeError) instead of one line and exit status 2.
+@pytest.mark.parametrize("script,flags,message", [
+    ("run_fast_dqn.py", ["--seed=4294967296"], f"--seed must be within [0, {MAX_SEED}]"),
+    ("run_dqn.py", ["--seed=18446744073709551616"], f"--seed must be within [0, {MAX_SEED}]"),
+    ("run_fast_dqn.py", ["--lr=inf"], "--lr must be a finite number; got inf"),
+    ("run_dqn.py", ["--progress-every=inf"], "--progress-every must be a finite number"),
+    ("run_fast_dqn.py", ["--logdir=/proc/fast_dqn_run"],
+     "run directory /proc/fast_dqn_run"),  # creating it fails although /proc looks writable
+])
+def test_entry_point_bad_input_is_one_line(tmp_path, script, flags, message):
+    given = any(flag.startswith("--logdir") for flag in flags)
+    logdir = [] if given else [f"--logdir={tmp_path / 'run'}"]
+    result = subprocess.run([sys.executable, script, *flags, *logdir], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "run").exists()
+    assert not Path("/proc/fast_dqn_run").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+@pytest.mark.parametrize("name", float_fields())
+def test_non_finite_float_settings_are_refused(tmp_path, capsys, name, value):
+    logdir = tmp_path / "run"
+    status = main([f"{flag_name(name)}={value}", f"--logdir={logdir}"], ALGO_DQN)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"{flag_name(name)} must be a finite number" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not logdir.exists()
+
+
+def test_every_float_setting_is_checked_for_finiteness():
+    assert {"lr", "rmsprop_epsilon", "discount", "progress_every",
+            "sticky_actions"} <= set(float_fields())
+
+
+@pytest.mark.parametrize("algo", [ALGO_FAST_DQN, ALGO_DQN])
+def test_largest_seed_runs_with_evaluations(tmp_path, algo):
+    """Env seeds (seed + i) and evaluation seeds beyond ale-py's int range are folded into it."""
+    logdir = tmp_path / "run"
+    argv = [f"--seed={MAX_SEED}", "--game=pong", "--timesteps=200", "--replay-start=100",
+            "--replay-capacity=1000", "--target-update=100", "--evaluate=100",
+            "--eval-episodes=2", "--eval-max-episode-steps=20", "--checkpoint-every=0",
+            "--checkpoint-replay=false", f"--logdir={logdir}"]
+    if algo == ALGO_FAST_DQN:
+        argv.append("--workers=2")  # its vector env's seeds: MAX_SEED and MAX_SEED + 1
+    assert main(argv, algo) == 0
+    summary = json.loads((logdir / "summary.json").read_text())
+    assert summary["finished"] and summary["seed"] == MAX_SEED and summary["evaluations"] == 2
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_failed_write_of_a_new_run_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(run_files_module, "write_json_atomic", _disk_full)  # config.json
+    logdir = tmp_path / "new" / "nested" / "run"
+    assert main([f"--logdir={logdir}"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"cannot write the run directory {logdir}: No space left on device" in err
+    assert list(tmp_path.iterdir()) == []  # the directories it created are gone too
+
+
+def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setattr(run_files_module, "write_json_atomic", _disk_full)
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    (logdir / "notes.txt").write_text("mine")
+    assert main([f"--logdir={logdir}"], ALGO_FAST_DQN) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert sorted(path.name for path in logdir.iterdir()) == ["notes.txt"]
+
+
+def test_failed_creation_of_the_csvs_is_one_line(tmp_path, capsys, monkeypatch):
+    def refuse(self, path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(run_files_module._CsvLog, "__init__", refuse)
+    logdir = tmp_path / "run"
+    assert main([f"--logdir={logdir}"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert "Permission denied; choose another --logdir" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not logdir.exists()
+
+
+def test_quiet_start_first_line_is_the_projects(tmp_path):
+    """TensorFlow's C++ start-up lines (absl, oneDNN, cuInit) are held back on a healthy start."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FAST_DQN_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL")}
+    result = subprocess.run(
+        [sys.executable, "run_dqn.py", "--game=pong", "--timesteps=300", "--replay-start=100",
+         "--replay-capacity=1000", "--evaluate=0", f"--logdir={tmp_path / 'run'}"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"run directory: {tmp_path / 'run'}"
+    assert lines[1].startswith("training on ")
+    for noise in ("cuInit", "E0000", "I0000", "absl::InitializeLog", "oneDNN", "cuda drivers"):
+        assert not any(noise in line for line in lines), (noise, result.stdout)

@@ -117,6 +117,11 @@ def test_config_is_frozen_and_round_trips_through_json():
     ({"lr": 0.0}, ALGO_DQN, "--lr must be positive"),
     ({"train_freq": 3}, ALGO_FAST_DQN, "--train-freq \\(3\\) must divide"),
     ({"interp": "linear"}, ALGO_FAST_DQN, "needs --backend=threads"),
+    ({"seed": -1}, ALGO_DQN, "--seed must be within \\[0, 4294967295\\]; got -1"),
+    ({"seed": 2**32}, ALGO_FAST_DQN, "--seed must be within \\[0, 4294967295\\]"),
+    ({"lr": float("inf")}, ALGO_DQN, "--lr must be a finite number; got inf"),
+    ({"progress_every": float("inf")}, ALGO_DQN, "--progress-every must be a finite number"),
+    ({"discount": float("nan")}, ALGO_DQN, "--discount must be a finite number; got nan"),
 ])
 def test_validation_errors(changes, algo, message):
     with pytest.raises(ValueError, match=message):
@@ -131,6 +136,10 @@ def test_workers_error_suggests_a_divisor():
 def test_defaults_are_valid_for_both_trainers():
     validate(Config(), ALGO_DQN)
     validate(Config(), ALGO_FAST_DQN)
+
+
+def test_largest_seed_is_valid():
+    validate(Config(seed=config_module.MAX_SEED), ALGO_FAST_DQN)
 
 
 def test_readme_flag_table_is_generated_from_the_config():

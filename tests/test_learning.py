@@ -221,6 +221,11 @@ class RecordingNetwork:
         self.online_version += 1
         self._updates_since_stats += 1
 
+    def train_many(self, batches: Batch, count: int) -> None:
+        assert len(batches.actions) % count == 0
+        for _ in range(count):
+            self.train(batches)
+
     def sync_target(self) -> None:
         self.tape.record("sync", self.online_version)
         self.target_version = self.online_version
@@ -243,6 +248,10 @@ def recording_memory(tape: Tape) -> type[ReplayMemory]:
         def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
             tape.record("sample", self.size)
             return super().sample(batch_size, out)
+
+        def sample_many(self, count: int, batch_size: int, out: Batch | None = None) -> Batch:
+            tape.record("sample", self.size)
+            return super().sample_many(count, batch_size, out)
 
     return RecordingMemory
 

@@ -295,3 +295,30 @@ def test_same_seed_same_batches_gives_identical_weights():
         np.testing.assert_array_equal(a, b)  # bit for bit
     other = trained(seed=22)
     assert any(not np.array_equal(a, b) for a, b in zip(first, other))
+
+
+# ------------------------------------------------------------------- updates per call
+
+
+def _stack(batches: list[Batch]) -> Batch:
+    return Batch(*(np.concatenate(arrays) for arrays in zip(*batches)))
+
+
+@pytest.mark.parametrize("count", [2, 5])
+def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count):
+    batches = [random_batch(seed) for seed in range(20, 20 + 2 * count)]
+    one_by_one = network_from(Config(), seed=9)
+    for batch in batches:
+        one_by_one.train(batch)
+    at_once = network_from(Config(), seed=9)
+    at_once.train_many(_stack(batches[:count]), count)
+    at_once.train_many(_stack(batches[count:]), count)  # a second call reuses the trace
+    assert len(at_once.online.variables) == len(one_by_one.online.variables)
+    for a, b in zip(at_once.online.variables, one_by_one.online.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+    for a, b in zip(at_once.optimizer.variables, one_by_one.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.name)
+    loss_a, q_a, updates_a = at_once.take_train_stats()
+    loss_b, q_b, updates_b = one_by_one.take_train_stats()
+    assert updates_a == updates_b == 2 * count
+    assert loss_a == loss_b and q_a == q_b

@@ -653,3 +653,27 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
     assert (restored.cursor, restored.size) == (memory.cursor, memory.size)
     for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
         np.testing.assert_array_equal(getattr(restored, name), getattr(memory, name))
+
+
+def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
+    """K updates per call must see the same minibatches as K single updates."""
+    from fast_dqn.replay_memory import empty_batch
+
+    def filled(seed: int) -> ReplayMemory:
+        rng = np.random.default_rng(3)
+        memory = ReplayMemory(64, np.random.default_rng(seed))
+        count = 150  # wraps around twice; many slots are invalid, so rejections happen
+        memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+                        rng.integers(0, 6, count), rng.normal(size=count),
+                        rng.random(count) < 0.1, rng.random(count) < 0.3)
+        return memory
+
+    one_by_one, at_once = filled(7), filled(7)
+    singles = [one_by_one.sample(16) for _ in range(6)]
+    stacked = at_once.sample_many(3, 16, out=empty_batch(48))
+    stacked_again = at_once.sample_many(3, 16)
+    for k, single in enumerate(singles):
+        source, row = (stacked, k) if k < 3 else (stacked_again, k - 3)
+        for name in single._fields:
+            np.testing.assert_array_equal(getattr(source, name)[16 * row:16 * (row + 1)],
+                                          getattr(single, name), err_msg=f"{name} {k}")

@@ -322,6 +322,38 @@ def test_log_scalars_writes_tensorboard_events(tmp_path):
     assert plugins == {"scalars"}  # what TensorBoard's scalar dashboard looks for
 
 
+def test_tensorboard_lists_the_scalars_of_a_real_run(tmp_path, capsys):
+    """TensorBoard itself (requirements-scripts.txt) reads a tiny run's scalars, the way its
+    scalars dashboard does: its event multiplexer and data provider, plugin "scalars"."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+
+    from fast_dqn.config import ALGO_DQN
+    from fast_dqn.launch import main
+
+    runs = tmp_path / "runs"
+    argv = ["--game=pong", "--timesteps=300", "--replay-start=100", "--replay-capacity=1000",
+            "--target-update=100", "--evaluate=300", "--eval-episodes=1",
+            "--eval-max-episode-steps=20", "--max-episode-steps=100", "--checkpoint-every=0",
+            "--checkpoint-replay=false", f"--logdir={runs / 'tiny'}"]
+    assert main(argv, ALGO_DQN) == 0
+    capsys.readouterr()
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(runs))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(runs))
+    request = context.RequestContext()
+    listed = provider.list_scalars(request, experiment_id="", plugin_name="scalars")
+    assert set(listed) == {"tiny"}
+    assert {"train/loss", "train/mean_q", "train/epsilon", "train/steps_per_second",
+            "episode/return", "episode/length", "eval/mean_return"} <= set(listed["tiny"])
+    data = provider.read_scalars(request, experiment_id="", plugin_name="scalars",
+                                 downsample=1000, run_tag_filter=None)["tiny"]
+    assert [datum.step for datum in data["eval/mean_return"]] == [300]
+    assert [datum.step for datum in data["train/loss"]] == [200, 300]
+    assert all(math.isfinite(datum.value) for datum in data["train/loss"])
+
+
 # ---------------------------------------------------------------------------- progress
 
 

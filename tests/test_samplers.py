@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fast_dqn.atari import AtariStep
-from fast_dqn.samplers import PoolStep, ThreadEnvPool, VectorEnvPool, make_env_pool
+from fast_dqn.samplers import (ALE_SEEDS, PoolStep, ThreadEnvPool, VectorEnvPool, ale_seeds,
+                               make_env_pool)
 
 DEADLINE_S = 60.0  # a call that takes longer than this counts as a hang
 
@@ -118,6 +119,32 @@ def test_env_i_is_seeded_seed_plus_i(backend):
     single_run = record(single, actions[:, 2:3])
     assert np.array_equal(first[2], single_first[0])
     assert np.array_equal(run["frames"][:, 2], single_run["frames"][:, 0])
+
+
+def test_ale_seeds_are_seed_plus_i_wherever_that_fits():
+    """Runs with ordinary seeds keep their env seeds; larger ones wrap into ale-py's range."""
+    assert ale_seeds(0, 3).tolist() == [0, 1, 2]
+    assert ale_seeds(1_000_003 * 200 + 7, 2).tolist() == [200_000_607, 200_000_608]
+    assert ale_seeds(ALE_SEEDS - 2, 3).tolist() == [ALE_SEEDS - 2, ALE_SEEDS - 1, 0]
+    assert ale_seeds(2**32 + 5, 1).tolist() == [5]
+    assert ale_seeds(2**80, 2).tolist() == [0, 1]
+
+
+def test_vector_pool_takes_seeds_beyond_ales_range():
+    """ale-py's vector env raised a pybind11 TypeError for seeds of 2**31 and more."""
+    settings = {"noop_max": 30, "sticky_actions": 0.25}
+    actions = np.random.default_rng(1).integers(0, 4, size=(40, 3))
+    pool = make_pool("vector", num_envs=3, seed=ALE_SEEDS - 2, **settings)
+    first = pool.reset(seed=ALE_SEEDS - 2)  # envs seeded 2**31 - 2, 2**31 - 1 and 0
+    run = record(pool, actions)
+    single = make_pool("vector", num_envs=1, seed=0, **settings)
+    single_first = single.reset(seed=0)
+    single_run = record(single, actions[:, 2:3])
+    assert np.array_equal(first[2], single_first[0])
+    assert np.array_equal(run["frames"][:, 2], single_run["frames"][:, 0])
+    huge = make_pool("vector", num_envs=2, seed=2**32 - 1 + 1_000_003 * 5000, **settings)
+    huge.reset(seed=2**32 - 1 + 50_000_000)  # a resumed run's seed + step
+    huge.close()
 
 
 @pytest.mark.parametrize("backend", ["vector", "threads"])

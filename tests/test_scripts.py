@@ -425,10 +425,11 @@ def test_speedtest_table_without_runs_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------- summarize.py
 
 
-def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None) -> Path:
-    run_dir = root / f"{game}-seed{seed}"
+def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None,
+             algo: str = "fast_dqn") -> Path:
+    run_dir = root / f"{game}-{algo}-seed{seed}"
     write_json(run_dir / "config.json", {"game": game, "seed": seed, "workers": 8,
-                                         "library_versions": {}})
+                                         "algo": algo, "library_versions": {}})
     if evaluations is not None:
         rows = ["timestep,mean,std,episodes,hours"]
         rows += [f"{t},{m},1.0,30,{t / 1e6}" for t, m in evaluations]
@@ -454,7 +455,7 @@ def runs_dir(tmp_path) -> Path:
     make_run(root, "alien", 0, None, None)
     # a directory set aside by all_games.sh is not a run
     make_run(root / "nested", "pong", 9, [(1, 1.0)], None).rename(
-        root / "nested" / "pong-seed9.incomplete-20250101-000000")
+        root / "nested" / "pong-fast_dqn-seed9.incomplete-20250101-000000")
     return root
 
 
@@ -604,16 +605,17 @@ def learning_check(args, evals: str, fake: Path) -> subprocess.CompletedProcess:
 def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learner):
     out = tmp_path / "run"
     result = learning_check(["--out", out, "--threshold", "20"],
-                            "25000:0.5 50000:10 75000:19 100000:21 125000:23", fake_learner)
+                            "25000:0.5 50000:30 75000:19 100000:21 125000:0", fake_learner)
     assert result.returncode == 0, result.stderr
-    # the mean of the last three evaluations: (19 + 21 + 23) / 3 = 21
-    assert "PASS: mean of the last 3 evaluations 21.0 >= threshold 20" in result.stdout
+    # judged from the end of the decay (20,000 + 50,000): the best of 19, 21 and 0
+    assert "PASS: best evaluation from step 70000 on 21.0 >= threshold 20" in result.stdout
     assert "   100000     21.0" in result.stdout
     args = (out / "args").read_text().split("\n")
     assert args[0].endswith("run_fast_dqn.py") and "--workers=8" in args
-    for flag in ("--game=boxing", "--seed=0", "--timesteps=250000", "--replay-start=20000",
-                 "--exploration-steps=100000", "--replay-capacity=250000", "--evaluate=25000",
-                 "--checkpoint-every=0", "--checkpoint-replay=false", f"--logdir={out}"):
+    for flag in ("--game=road_runner", "--seed=0", "--timesteps=150000", "--replay-start=20000",
+                 "--exploration-steps=50000", "--replay-capacity=150000", "--evaluate=25000",
+                 "--eval-episodes=10", "--checkpoint-every=0", "--checkpoint-replay=false",
+                 f"--logdir={out}"):
         assert flag in args
     # Nature's values are not overridden: no --lr, --discount, --target-update, ...
     assert not [a for a in args if a.split("=")[0] in ("--lr", "--discount", "--target-update",
@@ -621,18 +623,19 @@ def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learne
 
 
 def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
+    # 30 before the decay ends does not count
     result = learning_check(["--trainer", "serial", "--out", tmp_path / "run",
-                             "--threshold", "20"], "1:30 2:30 3:10 4:20 5:20", fake_learner)
+                             "--threshold", "20"], "25000:30 75000:10 100000:19.5", fake_learner)
     assert result.returncode == 1
-    assert "FAIL: mean of the last 3 evaluations 16.7 < threshold 20" in result.stdout
+    assert "FAIL: best evaluation from step 70000 on 19.5 < threshold 20" in result.stdout
     assert (tmp_path / "run" / "args").read_text().split("\n")[0].endswith("run_dqn.py")
 
 
 def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_learner):
     out = tmp_path / "run"
-    assert learning_check(["--out", out], "1:30 2:30 3:30", fake_learner).returncode == 0
+    assert learning_check(["--out", out], "80000:330 90000:0", fake_learner).returncode == 0
     (out / "args").unlink()
-    result = learning_check(["--out", out, "--threshold", "40"], "", fake_learner)
+    result = learning_check(["--out", out, "--threshold", "400"], "", fake_learner)
     assert result.returncode == 1 and "FAIL" in result.stdout
     assert not (out / "args").exists()
 
@@ -644,3 +647,20 @@ def test_learning_check_bad_options_exit_2(tmp_path, fake_learner, args):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
+    """The learning check runs run_dqn.py and run_fast_dqn.py on one game with one seed."""
+    root = tmp_path / "runs"
+    # (11.5 + 7834 * 0.5) is half-way from random (11.5) to human (7845.0): 50.0%
+    make_run(root, "road_runner", 0, [(50000, 100.0), (100000, 3928.75)], algo="fast_dqn")
+    make_run(root, "road_runner", 0, [(50000, 11.5), (100000, 11.5)], algo="dqn")
+    result = run([PY, SUMMARIZE, root, "--plot", tmp_path / "curves.png"])
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("\n\n")[0].splitlines()
+    rows = {" ".join(line.split()[:2]): line.split() for line in table[3:]}
+    assert rows["road_runner (fast_dqn)"][5] == "3,928.8"
+    assert rows["road_runner (fast_dqn)"][8] == "50.0"
+    assert rows["road_runner (dqn)"][8] == "0.0"
+    assert "seed 0 appears in more than one run" not in result.stdout
+    assert (tmp_path / "curves.png").stat().st_size > 1000

@@ -10,7 +10,7 @@ from fast_dqn.trainer import Trainer
 
 def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
-    trainer = Trainer(lambda: threads.append(threading.current_thread().name))
+    trainer = Trainer(lambda count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
     trainer.wait()
     trainer.start_epoch(3)
@@ -23,8 +23,8 @@ def test_runs_the_epochs_updates_on_its_own_thread():
 def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
     calls = []
 
-    def update():
-        calls.append(1)
+    def update(count):
+        calls.append(count)
         if len(calls) == 3:
             raise RuntimeError("broken update")
 
@@ -41,7 +41,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
 
 def test_a_stop_request_abandons_the_epoch_within_moments():
     """Regression: Ctrl-C while the main thread waited for the trainer waited out the epoch."""
-    trainer = Trainer(lambda: time.sleep(0.01))
+    trainer = Trainer(lambda count: time.sleep(0.01))
     trainer.start_epoch(10_000)  # 100 s of updates
     requested = time.monotonic() + 0.2
     started = time.monotonic()
@@ -54,8 +54,25 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
 
 
 def test_close_is_idempotent_and_joins_the_thread():
-    trainer = Trainer(lambda: time.sleep(0.001))
+    trainer = Trainer(lambda count: time.sleep(0.001))
     trainer.start_epoch(1_000_000)
     trainer.close()
     trainer.close()
     assert trainer.completed < 1_000_000
+
+
+def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
+    calls = []
+    trainer = Trainer(calls.append, updates_per_call=4)
+    trainer.start_epoch(10)
+    trainer.wait()
+    trainer.start_epoch(8)
+    trainer.wait()
+    trainer.close()
+    assert calls == [4, 4, 2, 4, 4]
+    assert trainer.completed == 18
+
+
+def test_updates_per_call_below_one_is_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        Trainer(lambda count: None, updates_per_call=0)

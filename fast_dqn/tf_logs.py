@@ -1,0 +1,147 @@
+"""A quiet TensorFlow start: its C++ start-up lines are held back unless something is wrong.
+
+Importing TensorFlow 2.21 on a machine without a GPU prints about seven lines to stderr
+(absl's "All log messages before absl::InitializeLog()", the oneDNN notice, "Could not find
+cuda drivers", "failed call to cuInit ... (303)"). They come from C++ before TensorFlow's own
+logging is set up, so TF_CPP_MIN_LOG_LEVEL cannot silence them all, and they would be the first
+thing a new user reads. So the import and the GPU listing run with file descriptor 2 pointed at
+a temporary file, and what was captured is shown only when it matters:
+
+- the import failed (the exception follows the captured lines);
+- no GPU is visible and the lines name a GPU or CUDA failure other than "this machine has no
+  NVIDIA driver", or the machine has an NVIDIA device that TensorFlow does not use.
+
+`FAST_DQN_TF_LOGS=1` leaves all of TensorFlow's lines alone (no capture, TensorFlow's default
+log level).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+TF_LOGS_ENV = "FAST_DQN_TF_LOGS"
+
+# Words of a captured line that concern the GPU, and the lines among those that only say that
+# this machine has no NVIDIA driver or device: a CPU machine's normal start.
+_GPU_WORDS = ("cuda", "gpu", "cudnn", "cublas", "cufft", "cusolver", "cusparse", "nccl",
+              "tensorrt", "dlopen", "libcu", "nvidia", "ptxas")
+_NO_GPU_HERE = ("could not find cuda drivers", "cuda_error_no_device",
+                "no cuda-capable device is detected")
+_NVIDIA_DEVICE = Path("/dev/nvidiactl")  # present where an NVIDIA driver runs a GPU
+
+
+def tensorflow_logs_wanted() -> bool:
+    """True when the user asked to see TensorFlow's own start-up lines (FAST_DQN_TF_LOGS=1)."""
+    return os.environ.get(TF_LOGS_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def quiet_tensorflow_start() -> Iterator[None]:
+    """Runs the block (which imports TensorFlow) with fd 2 captured; then lists the GPUs.
+
+    The captured lines are written to stderr when the block raises or when the GPU listing
+    suggests a broken GPU set-up (see the module docstring); otherwise they are dropped.
+    stderr is restored whatever happens.
+    """
+    if tensorflow_logs_wanted():
+        yield
+        return
+    # Keeps TensorFlow's later INFO and WARNING lines out too (its logging reads this once).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    capture = _Fd2Capture()
+    try:
+        with capture:
+            yield
+            gpu_visible = _gpu_visible()
+    except BaseException:
+        _show(capture.text)
+        raise
+    nvidia_device = _NVIDIA_DEVICE.exists()
+    if not gpu_visible and gpu_trouble(capture.text, nvidia_device=nvidia_device):
+        _show(capture.text)
+        _show(_no_gpu_note(nvidia_device))
+
+
+def _no_gpu_note(nvidia_device: bool) -> str:
+    why = "this machine has an NVIDIA GPU, but " if nvidia_device else ""
+    return (f"note: {why}TensorFlow sees no GPU; its start-up lines are above "
+            f"({TF_LOGS_ENV}=1 shows all of them; pip install tensorflow[and-cuda]==2.21.0 "
+            "installs its CUDA libraries)")
+
+
+def gpu_trouble(captured: str, *, nvidia_device: bool) -> bool:
+    """Whether TensorFlow's start-up lines, on a start without a visible GPU, show a problem.
+
+    Args:
+        captured: what TensorFlow printed to stderr while it was imported and listed GPUs.
+        nvidia_device: whether the machine has an NVIDIA GPU driver (so a GPU was expected).
+    """
+    if nvidia_device:
+        return True
+    return any(_about_gpu(line) and not _no_gpu_here(line)
+               for line in captured.lower().splitlines())
+
+
+def _about_gpu(line: str) -> bool:
+    return any(word in line for word in _GPU_WORDS)
+
+
+def _no_gpu_here(line: str) -> bool:
+    # cuInit fails with 303 when TensorFlow's stub finds no driver library at all.
+    return any(text in line for text in _NO_GPU_HERE) or ("cuinit" in line and "(303)" in line)
+
+
+def _gpu_visible() -> bool:
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and bool(tf.config.list_physical_devices("GPU"))
+
+
+def _show(text: str) -> None:
+    if text:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+
+
+class _Fd2Capture:
+    """Points file descriptor 2 at a temporary file; `text` holds what was written there.
+
+    Works below Python's sys.stderr, so C++ writes are caught too. Where fd 2 cannot be
+    duplicated (closed, say), nothing is captured and the block runs as it is.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._saved: int | None = None
+        self._file: IO[bytes] | None = None
+
+    def __enter__(self) -> "_Fd2Capture":
+        _flush_stderr()
+        try:
+            self._saved = os.dup(2)
+        except OSError:
+            return self
+        self._file = tempfile.TemporaryFile()
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._saved is None or self._file is None:
+            return
+        _flush_stderr()  # Python's own writes in the block belong to the capture
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._saved = None
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", errors="replace")
+        self._file.close()
+        self._file = None
+
+
+def _flush_stderr() -> None:
+    with contextlib.suppress(Exception):  # a replaced or closed sys.stderr
+        sys.stderr.flush()

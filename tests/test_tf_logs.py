@@ -1,0 +1,125 @@
+"""TensorFlow's C++ start-up lines are held back on a healthy start (fast_dqn/tf_logs.py).
+
+The context manager is driven here by writes to file descriptor 2, as TensorFlow's C++ code
+makes them; tests/test_cli.py checks a real run's first lines.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fast_dqn import tf_logs
+from fast_dqn.tf_logs import TF_LOGS_ENV, gpu_trouble, quiet_tensorflow_start
+
+# What `import tensorflow` and the GPU listing printed on the development machine (no GPU).
+CPU_MACHINE_START = """\
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795355408.443259    3774 port.cc:153] oneDNN custom operations are on. You may \
+see slightly different numerical results due to floating-point round-off errors.
+I0000 00:00:1795355408.444407    3774 cudart_stub.cc:31] Could not find cuda drivers on your \
+machine, GPU will not be used.
+E0000 00:00:1795355412.353948    3774 cuda_platform.cc:52] failed call to cuInit: INTERNAL: \
+CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
+"""
+BROKEN_CUDA_START = """\
+W0000 00:00:1795355408.444407    3774 gpu_device.cc:2344] Cannot dlopen some GPU libraries. \
+Please make sure the missing libraries mentioned above are installed properly.
+"""
+
+
+@pytest.fixture(autouse=True)
+def cpu_machine(monkeypatch):
+    """No GPU visible and no NVIDIA driver, whatever machine runs the tests."""
+    monkeypatch.delenv(TF_LOGS_ENV, raising=False)
+    monkeypatch.setattr(tf_logs, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(tf_logs, "_NVIDIA_DEVICE", Path("/nonexistent/nvidiactl"))
+
+
+def write_fd2(text: str) -> None:
+    os.write(2, text.encode())
+
+
+def test_healthy_cpu_start_is_quiet_and_stderr_is_restored(capfd):
+    with quiet_tensorflow_start():
+        write_fd2(CPU_MACHINE_START)
+    write_fd2("after\n")
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_failed_import_shows_what_was_captured(capfd):
+    with pytest.raises(ImportError, match="no tensorflow"):
+        with quiet_tensorflow_start():
+            write_fd2("F0000 libtensorflow_framework.so.2: cannot open shared object file\n")
+            raise ImportError("no tensorflow")
+    err = capfd.readouterr().err
+    assert "cannot open shared object file" in err
+    write_fd2("after\n")
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_gpu_trouble_is_shown_with_a_note(capfd):
+    with quiet_tensorflow_start():
+        write_fd2(BROKEN_CUDA_START)
+    err = capfd.readouterr().err
+    assert "Cannot dlopen some GPU libraries" in err
+    assert err.strip().splitlines()[-1].startswith("note: TensorFlow sees no GPU")
+    assert TF_LOGS_ENV in err
+
+
+def test_nvidia_machine_without_a_visible_gpu_is_reported(capfd, monkeypatch, tmp_path):
+    device = tmp_path / "nvidiactl"
+    device.touch()
+    monkeypatch.setattr(tf_logs, "_NVIDIA_DEVICE", device)
+    with quiet_tensorflow_start():
+        write_fd2(CPU_MACHINE_START)
+    err = capfd.readouterr().err
+    assert "note: this machine has an NVIDIA GPU, but TensorFlow sees no GPU" in err
+
+
+def test_visible_gpu_is_quiet(capfd, monkeypatch):
+    monkeypatch.setattr(tf_logs, "_gpu_visible", lambda: True)
+    with quiet_tensorflow_start():
+        write_fd2(CPU_MACHINE_START)
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("setting", ["1", "true", "yes"])
+def test_env_variable_leaves_tensorflow_lines_alone(capfd, monkeypatch, setting):
+    monkeypatch.setenv(TF_LOGS_ENV, setting)
+    with quiet_tensorflow_start():
+        write_fd2(CPU_MACHINE_START)
+    assert capfd.readouterr().err == CPU_MACHINE_START
+
+
+@pytest.mark.parametrize("captured,nvidia_device,trouble", [
+    (CPU_MACHINE_START, False, False),
+    ("", False, False),
+    (CPU_MACHINE_START, True, True),
+    (BROKEN_CUDA_START, False, True),
+    ("E0000 cuda_platform.cc:52] failed call to cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH "
+     "(803)\n", False, True),
+    ("E0000 cuda_diagnostics.cc] no CUDA-capable device is detected\n", False, False),
+])
+def test_gpu_trouble(captured, nvidia_device, trouble):
+    assert gpu_trouble(captured, nvidia_device=nvidia_device) is trouble
+
+
+def test_python_level_writes_are_held_back_too_in_a_real_process():
+    """Outside pytest's capture sys.stderr writes to fd 2, as in a run (Python warnings)."""
+    code = ("import os, sys\n"
+            "from fast_dqn import tf_logs\n"
+            "tf_logs._gpu_visible = lambda: False\n"
+            "tf_logs._NVIDIA_DEVICE = tf_logs.Path('/nonexistent')\n"
+            "with tf_logs.quiet_tensorflow_start():\n"
+            "    os.write(2, b'I0000 port.cc] oneDNN custom operations are on\\n')\n"
+            "    print('a Python warning', file=sys.stderr)\n"
+            "print('after', file=sys.stderr)\n")
+    env = {k: v for k, v in os.environ.items() if k != TF_LOGS_ENV}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, cwd=Path(__file__).resolve().parents[1],
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "after\n"
