@@ -1,13 +1,16 @@
 """The two training loops: DQN (serial reference) and FastDQN (concurrent, synchronized).
 
-Both solve the same learning problem (DESIGN.md §1). DQN follows Mnih et al. (2015): act one
-step with the online network, store it, and train one minibatch every `train_freq` steps.
-FastDQN follows Daley & Amato (2021): time is cut into epochs of `target_update` steps; at
-each sync point the trainer is drained, the samplers' buffered transitions are flushed into the
-replay memory in sampler order and the target network takes the online weights; during an
-epoch the samplers act with the frozen target network while a trainer thread runs the
-epoch's minibatches on the memory as it stood at the boundary. Neither side reads what the
-other writes during an epoch, so the run does not depend on thread timing.
+Both solve the same learning problem (docs/design.md §1). DQN follows Mnih et al. (2015): act
+one step with the online network, store it, and make one minibatch update every `train_freq`
+steps. FastDQN follows Daley & Amato (2021): time is cut into epochs of `target_update` steps;
+during an epoch the samplers act with the frozen target network while a trainer thread makes
+the epoch's updates on the memory as it stood at the boundary, and at each sync point the
+buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
+
+Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
+in `TrainingLoop.update_inline` (main thread) or `FastDQN.update_from_memory` (trainer thread);
+the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and the schedule in
+`fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from fast_dqn.config import ALGO_FAST_DQN, Config
-from fast_dqn.evaluation import epsilon_greedy, evaluate
-from fast_dqn.replay_memory import (FRAME_SHAPE, Batch, FrameHistory, ReplayMemory,
-                                    SamplerBuffer, check_memory_for, empty_batch)
+from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
+                               period_passed, target_sync_due)
+from fast_dqn.evaluation import Evaluator, epsilon_greedy
+from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
+                                    Transitions, acted_transitions, check_memory_for,
+                                    empty_batch, select, zero_transitions)
 from fast_dqn.samplers import EnvPool
 from fast_dqn.trainer import Trainer
 
@@ -34,9 +40,9 @@ class QFunction(Protocol):
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray: ...
 
-    def train(self, batch: Batch) -> None: ...
+    def update(self, batch: Batch) -> None: ...
 
-    def train_many(self, batches: Batch, count: int) -> None: ...
+    def update_many(self, batches: Batch, count: int) -> None: ...
 
     def sync_target(self) -> None: ...
 
@@ -57,48 +63,11 @@ class NonFiniteLoss(RuntimeError):
     """Training diverged: the loss is NaN or infinite."""
 
 
-def epsilon_at(step: int, config: Config) -> float:
-    """Exploration epsilon for the agent step `step`.
-
-    Uniformly random during the replay start, then linear from `initial_epsilon` to
-    `final_epsilon` over `exploration_steps` counted from the replay start (as DeepMind's
-    original DQN code counts it), then constant.
-    """
-    if step < config.replay_start:
-        return 1.0
-    learning_steps = step - config.replay_start
-    if config.exploration_steps == 0 or learning_steps >= config.exploration_steps:
-        return config.final_epsilon
-    fraction = learning_steps / config.exploration_steps
-    return config.initial_epsilon + fraction * (config.final_epsilon - config.initial_epsilon)
-
-
-def epsilons_at(steps: np.ndarray, config: Config) -> np.ndarray:
-    """`epsilon_at` for many steps at once, with the same float64 arithmetic."""
-    learning_steps = steps - config.replay_start
-    if config.exploration_steps == 0:
-        decayed = np.full(len(steps), config.final_epsilon)
-    else:
-        fraction = np.minimum(learning_steps / config.exploration_steps, 1.0)
-        decayed = config.initial_epsilon + fraction * (config.final_epsilon -
-                                                        config.initial_epsilon)
-        decayed[learning_steps >= config.exploration_steps] = config.final_epsilon
-    return np.where(learning_steps < 0, 1.0, decayed)
-
-
-def updates_due(step: int, config: Config) -> int:
-    """Minibatch updates a run has made by agent step `step` (1 per `train_freq` steps)."""
-    return max(0, step - config.replay_start) // config.train_freq
-
-
-class Transitions(NamedTuple):
-    """One round of W transitions; `frames` are the newest frames of the states acted in."""
-
-    frames: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminals: np.ndarray
-    episode_ends: np.ndarray
+def check_loss_finite(loss: float, count: int, step: int) -> None:
+    """The NaN guard: stops a diverged run before it logs or saves anything more."""
+    if count and not np.isfinite(loss):
+        raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
+                            f"{count} minibatches is {loss}; try a smaller --lr")
 
 
 class FinishedGame(NamedTuple):
@@ -129,6 +98,8 @@ class Actor:
         self._lengths[:] = 0
 
     def act(self, actions: np.ndarray) -> tuple[Transitions, list[FinishedGame]]:
+        """One round: each env takes its action; returns the W transitions and the games
+        that ended."""
         frames = self.history.states[:, -1].copy()
         result = self.pool.step(actions)
         self._scores += result.rewards
@@ -137,9 +108,9 @@ class Actor:
                     for i in np.flatnonzero(result.game_overs)]
         self._scores[result.game_overs] = 0
         self._lengths[result.game_overs] = 0
-        self.history.push(result.frames, result.episode_ends)
-        transitions = Transitions(frames, np.asarray(actions), result.rewards,
-                                  result.terminals, result.episode_ends)
+        self.history.push(result.frames, after_episode_end=result.episode_ends)
+        transitions = acted_transitions(frames, np.asarray(actions), result.rewards,
+                                        result.terminals, result.episode_ends)
         return transitions, finished
 
 
@@ -187,8 +158,11 @@ class LoopParts(NamedTuple):
     save_checkpoint: Callable[["TrainingLoop"], None] | None = None
 
 
+_PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
+
+
 class TrainingLoop:
-    """What DQN and FastDQN share: acting, score keeping, evaluation, counters."""
+    """What DQN and FastDQN share: acting, score keeping and the sync-point sequence."""
 
     algo = "dqn"
 
@@ -201,51 +175,20 @@ class TrainingLoop:
         self.run_log = parts.run_log
         self.rng = parts.rng
         self.progress = parts.progress
-        self._make_eval_pool = parts.make_eval_pool
         self._save_checkpoint = parts.save_checkpoint
+        self.counters = RunCounters(self.config)
+        self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        # Learning pauses after a resume without the replay memory until it is refilled.
-        self._refill_until = 0
-        self._updates_before_refill = 0
-        self._eval_pool: EnvPool | None = None
-        # One minibatch buffer, reused: only one thread trains (see train_one_minibatch).
+        # One minibatch buffer, reused: only one thread updates (see update_inline).
         self._minibatch = empty_batch(self.config.batch_size)
         self.stop = StopRequest()
-        self.step = 0
-        self.updates = 0
-        self.evaluations = 0
-        self._evaluated_at = 0  # the step of the last evaluation
-        self.last_evaluation: dict | None = None
-        self.recent_scores: list[float] = []
-        self._started = time.monotonic()
-        self._hours_before = 0.0
-        self._learning_clock: tuple[float, int, int] | None = None  # time, step, updates
-        self.on_learning_start: list[Callable[[], None]] = []  # e.g. a benchmark's clocks
-
-    # -- time and rates -------------------------------------------------------------------
-
-    def hours(self) -> float:
-        return self._hours_before + (time.monotonic() - self._started) / 3600.0
-
-    def _mark_learning_start(self) -> None:
-        if self._learning_clock is None and self.step >= self.config.replay_start:
-            self._learning_clock = (time.monotonic(), self.step, self.updates)
-            for callback in self.on_learning_start:
-                callback()
-
-    def rates(self) -> tuple[float, float]:
-        """Agent steps/s and updates/s since learning started (0 before)."""
-        if self._learning_clock is None:
-            return 0.0, 0.0
-        since, step0, updates0 = self._learning_clock
-        elapsed = max(time.monotonic() - since, 1e-9)
-        return (self.step - step0) / elapsed, (self.updates - updates0) / elapsed
+        self._progress_shown_at = 0.0
 
     # -- acting -----------------------------------------------------------------------------
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        epsilons = epsilons_at(self.step + self._env_offsets, self.config)
+        epsilons = epsilons_at(self.counters.step + self._env_offsets, self.config)
         if (epsilons >= 1.0).all():
             greedy = np.zeros(len(epsilons), dtype=np.int64)  # no query while random
         else:
@@ -256,181 +199,139 @@ class TrainingLoop:
         return self.network.greedy_actions(self.actor.states, use_target=use_target)
 
     def log_games(self, games: list[FinishedGame]) -> None:
+        step = self.counters.step
         for game in games:
-            self.run_log.log_episode(self.step, game.length, game.score, self.hours())
-            self.run_log.log_scalars(self.step, {"episode/return": game.score,
-                                                 "episode/length": float(game.length)})
-            self.recent_scores = (self.recent_scores + [game.score])[-100:]
+            self.run_log.log_episode(step, game.length, game.score, self.counters.hours())
+            self.run_log.log_scalars(step, {"episode/return": game.score,
+                                            "episode/length": float(game.length)})
+            self.counters.add_game(game.score)
 
-    # -- bookkeeping at checkpoints of the schedule -------------------------------------------
+    def update_inline(self) -> None:
+        """One minibatch update on the main thread (DQN, and FastDQN without --concurrent)."""
+        self.network.update(self.memory.sample(self.config.batch_size, out=self._minibatch))
+
+    # -- the sync-point sequence -----------------------------------------------------------------
+
+    def at_sync_point(self, previous_step: int, sync_target: bool) -> None:
+        """What the schedule asks for once the agent has gone from `previous_step` to the
+        current step, in one order for both loops (docs/design.md §2):
+
+        1. the target network takes the online weights (when `sync_target`);
+        2. the training scalars since the last log, after the NaN guard;
+        3. an evaluation, when its period has passed;
+        4. a checkpoint, when its period has passed (the NaN guard runs first, so a diverged
+           network is never saved).
+
+        DQN calls it after every agent step (most have nothing due); FastDQN at every epoch
+        boundary, after the trainer is drained and the buffers are flushed.
+        """
+        logged = False
+        if sync_target:
+            self.network.sync_target()
+            if learning_started(self.counters.step - 1, self.config):
+                self.log_training()
+                logged = True
+        if self.evaluator.due(self.counters.step):
+            self.run_evaluation()
+        if self.checkpoint_due(previous_step) and self.counters.step < self.config.timesteps:
+            if not logged:
+                self.log_training()
+            self.checkpoint()
 
     def log_training(self) -> None:
+        """Training scalars over the updates since the last call, after the NaN guard."""
         loss, mean_q, count = self.network.take_train_stats()
-        if count and not np.isfinite(loss):
-            raise NonFiniteLoss(f"training diverged at step {self.step}: the mean loss of the "
-                                f"last {count} minibatches is {loss}; try a smaller --lr")
-        steps_per_second, updates_per_second = self.rates()
-        scalars = {"train/epsilon": epsilon_at(self.step, self.config),
+        step = self.counters.step
+        check_loss_finite(loss, count, step)
+        steps_per_second, updates_per_second = self.counters.rates()
+        scalars = {"train/epsilon": epsilon_at(step, self.config),
                    "train/steps_per_second": steps_per_second,
                    "train/updates_per_second": updates_per_second}
         if count:
             scalars.update({"train/loss": loss, "train/mean_q": mean_q})
-        self.run_log.log_scalars(self.step, scalars)
+        self.run_log.log_scalars(step, scalars)
 
     def run_evaluation(self) -> None:
-        if self._make_eval_pool is None:
-            return
-        if self._eval_pool is None:
-            self._eval_pool = self._make_eval_pool()
-        seed = self.config.seed + 1_000_003 * (self.evaluations + 1)
         greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
-        returns = evaluate(self._eval_pool, greedy, epsilon=self.config.eval_epsilon,
-                           seed=seed, rng=np.random.default_rng(seed))
-        self.evaluations += 1
-        self._evaluated_at = self.step
-        self.last_evaluation = self.run_log.log_evaluation(self.step, returns, self.hours())
-        self.run_log.log_scalars(self.step, {"eval/mean_return": float(np.mean(returns))})
-
-    def update_progress(self) -> None:
-        if self.progress is None:
-            return
-        recent = float(np.mean(self.recent_scores)) if self.recent_scores else None
-        last_eval = self.last_evaluation["mean"] if self.last_evaluation else None
-        self.progress.update(self.step, epsilon=epsilon_at(self.step, self.config),
-                             recent_return=recent, last_eval=last_eval)
-
-    def summary(self, finished: bool, device: str) -> dict:
-        steps_per_second, updates_per_second = self.rates()
-        return {
-            "finished": finished, "algo": self.algo, "game": self.config.game,
-            "seed": self.config.seed, "steps": self.step, "updates": self.updates,
-            "wall_seconds": self.hours() * 3600.0, "steps_per_second": steps_per_second,
-            "updates_per_second": updates_per_second, "evaluations": self.evaluations,
-            "last_evaluation": self.last_evaluation, "device": device,
-            "stopped_by_signal": self.stop.signal_number,
-        }
-
-    def close(self) -> None:
-        self.actor.pool.close()
-        if self._eval_pool is not None:
-            self._eval_pool.close()
-
-    def evaluation_due(self) -> bool:
-        """Whether a multiple of the evaluation period has passed since the last evaluation.
-
-        An evaluation skipped by an interruption is made up when the run resumes.
-        """
-        period = self.config.evaluate
-        return period > 0 and self.step // period > self._evaluated_at // period
-
-    def run(self) -> None:
-        """Trains until `timesteps` or a stop request, then checkpoints; see `train`."""
-        self.stop.install()
-        try:
-            self.train()
-            self.log_training()  # also the last check that the loss is finite
-            self.checkpoint()
-        finally:
-            self.stop.uninstall()
-
-    def train_one_minibatch(self) -> None:
-        """One update, on the main thread (DQN, and FastDQN without --concurrent)."""
-        self.network.train(self.memory.sample(self.config.batch_size, out=self._minibatch))
-
-    def updates_due(self, step: int) -> int:
-        """Minibatch updates the run has made by agent step `step`."""
-        if self._refill_until == 0:
-            return updates_due(step, self.config)
-        return self._updates_before_refill + updates_due(step - self._refill_until, self.config)
-
-    def start_refill(self) -> None:
-        """After a resume with an empty memory: act `replay_start` steps before learning."""
-        self._refill_until = self.step
-        self._updates_before_refill = self.updates
-
-    # -- checkpoints ------------------------------------------------------------------------
+        self.evaluator.run(self.counters.step, greedy, self.counters.hours())
 
     def checkpoint_due(self, previous_step: int) -> bool:
-        period = self.config.checkpoint_every
-        return period > 0 and self.step // period > previous_step // period
+        return period_passed(self.config.checkpoint_every, previous_step, self.counters.step)
 
     def checkpoint(self) -> None:
         if self._save_checkpoint is not None:
             self._save_checkpoint(self)
 
+    def update_progress(self) -> None:
+        self._progress_shown_at = time.monotonic()
+        if self.progress is None:
+            return
+        step = self.counters.step
+        self.progress.update(step, epsilon=epsilon_at(step, self.config),
+                             recent_return=self.counters.recent_mean_score(),
+                             last_eval=self.evaluator.last_mean())
+
+    def update_progress_now_and_then(self) -> None:
+        if time.monotonic() - self._progress_shown_at > _PROGRESS_SECONDS:
+            self.update_progress()
+
+    # -- running, saving, restoring ----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Acts and learns until `timesteps` or a stop request, then checkpoints."""
+        self.stop.install()
+        try:
+            self.act_and_learn()
+            self.log_training()  # also the last NaN guard before the checkpoint
+            self.checkpoint()
+        finally:
+            self.stop.uninstall()
+
+    def act_and_learn(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.actor.pool.close()
+        self.evaluator.close()
+
     def state(self) -> dict:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
-        return {
-            "step": self.step, "updates": self.updates, "evaluations": self.evaluations,
-            "evaluated_at": self._evaluated_at, "refill_until": self._refill_until,
-            "updates_before_refill": self._updates_before_refill,
-            "last_evaluation": self.last_evaluation, "recent_scores": self.recent_scores,
-            "hours": self.hours(), "rng": self.rng.bit_generator.state,
-            "replay_rng": self.memory.rng.bit_generator.state,
-        }
+        return {**self.counters.state(), **self.evaluator.state(),
+                "rng": self.rng.bit_generator.state,
+                "replay_rng": self.memory.rng.bit_generator.state}
 
     def restore(self, state: dict) -> None:
         """Continues from `state`; environments start fresh games (seeded by the step)."""
-        self.step = int(state["step"])
-        self.updates = int(state["updates"])
-        self.evaluations = int(state["evaluations"])
-        self._evaluated_at = int(state["evaluated_at"])
-        self._refill_until = int(state["refill_until"])
-        self._updates_before_refill = int(state["updates_before_refill"])
-        self.last_evaluation = state["last_evaluation"]
-        self.recent_scores = [float(score) for score in state["recent_scores"]]
-        self._hours_before = float(state["hours"])
-        self._started = time.monotonic()
+        self.counters.restore(state)
+        self.evaluator.restore(state)
         self.rng.bit_generator.state = state["rng"]
         self.memory.rng.bit_generator.state = state["replay_rng"]
-        self.env_seed = self.config.seed + self.step
-
-    def train(self) -> None:
-        raise NotImplementedError
+        self.env_seed = self.config.seed + self.counters.step
 
 
 class DQN(TrainingLoop):
-    """The Nature-DQN reference: act one step, train one minibatch every `train_freq` steps."""
+    """The Nature-DQN reference: act one step, one minibatch update every `train_freq` steps."""
 
     algo = "dqn"
 
-    def train(self) -> None:
-        config = self.config
+    def act_and_learn(self) -> None:
+        config, counters = self.config, self.counters
         self.actor.reset(seed=self.env_seed)
-        if self.evaluation_due():
+        if self.evaluator.due(counters.step):
             self.run_evaluation()
-        last_log = time.monotonic()
-        while self.step < config.timesteps and not self.stop:
-            actions = self.choose_actions(use_target=False)
-            transitions, games = self.actor.act(actions)
-            self.memory.add(transitions.frames[0], int(transitions.actions[0]),
-                            float(transitions.rewards[0]), bool(transitions.terminals[0]),
-                            bool(transitions.episode_ends[0]))
-            self.step += 1
+        while counters.step < config.timesteps and not self.stop:
+            transitions, games = self.actor.act(self.choose_actions(use_target=False))
+            self.memory.add_many(transitions)
+            counters.step += 1
             self.log_games(games)
-            self._mark_learning_start()
-            while self.updates < self.updates_due(self.step):
-                self.train_one_minibatch()
-                self.updates += 1
-            self._after_step(previous_step=self.step - 1)
-            if time.monotonic() - last_log > 0.5:
-                self.update_progress()
-                last_log = time.monotonic()
+            counters.mark_learning_start()
+            while counters.updates < counters.updates_due(counters.step):
+                self.update_inline()
+                counters.updates += 1
+            self.at_sync_point(counters.step - 1,
+                               sync_target=target_sync_due(counters.step, config))
+            self.update_progress_now_and_then()
         self.update_progress()
-
-    def _after_step(self, previous_step: int) -> None:
-        config = self.config
-        learning = self.step - config.replay_start
-        synced = learning > 0 and learning % config.target_update == 0
-        if synced:
-            self.network.sync_target()
-            self.log_training()
-        if self.evaluation_due():
-            self.run_evaluation()
-        if self.checkpoint_due(previous_step) and self.step < config.timesteps:
-            if not synced:
-                self.log_training()  # the NaN guard runs before every checkpoint
-            self.checkpoint()
 
 
 class FastDQN(TrainingLoop):
@@ -444,19 +345,19 @@ class FastDQN(TrainingLoop):
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self.train_minibatches, name="trainer",
+            self.trainer = Trainer(self.update_from_memory, name="trainer",
                                    updates_per_call=self.config.updates_per_call)
             # One buffer for the most minibatches a call draws, reused (see ReplayMemory.batch)
             self._minibatches = empty_batch(self.config.batch_size * self.config.updates_per_call)
         rounds = -(-self.config.target_update // num_envs)
         self._staging = _StagingArea(rounds, num_envs)
 
-    def train_minibatches(self, count: int) -> None:
+    def update_from_memory(self, count: int) -> None:
         """`count` updates in one call, on the trainer thread, from the frozen memory."""
         rows = count * self.config.batch_size
         out = Batch(*(array[:rows] for array in self._minibatches))
         batches = self.memory.sample_many(count, self.config.batch_size, out=out)
-        self.network.train_many(batches, count)
+        self.network.update_many(batches, count)
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         if self.config.synchronize:
@@ -470,125 +371,96 @@ class FastDQN(TrainingLoop):
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
-        config = self.config
-        if self.step < config.replay_start:
+        config, step = self.config, self.counters.step
+        if not learning_started(step, config):
             # The random phase needs no trainer; flushing it in epochs bounds the staging area.
-            end = min(self.step + config.target_update, config.replay_start)
+            end = min(step + config.target_update, config.replay_start)
         else:
-            done_epochs = (self.step - config.replay_start) // config.target_update
+            done_epochs = (step - config.replay_start) // config.target_update
             end = config.replay_start + (done_epochs + 1) * config.target_update
         return min(end, _round_up(config.timesteps, self.actor.pool.num_envs))
 
-    def train(self) -> None:
-        config = self.config
+    def act_and_learn(self) -> None:
+        counters = self.counters
         self.actor.reset(seed=self.env_seed)
-        if self.evaluation_due():
+        if self.evaluator.due(counters.step):
             self.run_evaluation()
         try:
-            while self.step < config.timesteps and not self.stop:
-                previous_step = self.step
+            while counters.step < self.config.timesteps and not self.stop:
+                previous_step = counters.step
                 self._run_epoch(self.next_boundary())
-                self._sync_point(previous_step)
+                self._flush_buffers()
+                if self.stop:
+                    break  # interrupted mid-epoch: the target stays frozen until the boundary
+                self.at_sync_point(previous_step, sync_target=True)
+                self.update_progress()
             self.update_progress()
         finally:
             if self.trainer is not None:
                 self.trainer.close()
 
     def _run_epoch(self, end: int) -> None:
-        """Acts until `end` while the epoch's minibatches run on the memory as it stands."""
-        self._mark_learning_start()
-        epoch_updates = self.updates_due(end) - self.updates
-        if self.trainer is not None and epoch_updates > 0:
-            self._completed_at_epoch_start = self.trainer.completed
+        """Acts until `end` while the epoch's updates run on the memory as it stands."""
+        counters = self.counters
+        counters.mark_learning_start()
+        epoch_updates = counters.updates_due(end) - counters.updates
+        in_background = self.trainer is not None and epoch_updates > 0
+        if in_background:
             self.trainer.start_epoch(epoch_updates)
-        inline_target = self.updates
         self._staging.clear()
-        last_progress = time.monotonic()
-        while self.step < end and not self.stop:
+        while counters.step < end and not self.stop:
             self._staging.append(self._act_round())
             if self.trainer is None:
-                inline_target = self._train_inline(inline_target, end)
+                self._update_inline_until(end)
             elif self.trainer.failed:
                 break
-            if time.monotonic() - last_progress > 0.5:
-                self.update_progress()
-                last_progress = time.monotonic()
-        self._finish_training(epoch_updates)
+            self.update_progress_now_and_then()
+        if in_background:
+            # On a stop request the rest of the epoch's updates are abandoned.
+            counters.updates += self.trainer.wait(abandon_if=lambda: bool(self.stop))
 
     def _act_round(self) -> Transitions:
-        actions = self.choose_actions(use_target=True)
-        transitions, games = self.actor.act(actions)
-        self.step += self.actor.pool.num_envs
+        transitions, games = self.actor.act(self.choose_actions(use_target=True))
+        self.counters.step += self.actor.pool.num_envs
         self.log_games(games)
         return transitions
 
-    def _train_inline(self, done: int, end: int) -> int:
-        """Without --concurrent: the minibatches due by now, on this thread."""
-        due = min(self.updates_due(self.step), self.updates_due(end))
-        while done < due:
-            self.train_one_minibatch()
-            done += 1
-        self.updates = max(self.updates, done)
-        return done
-
-    def _finish_training(self, epoch_updates: int) -> None:
-        if self.trainer is None or epoch_updates <= 0:
-            return
-        # On a stop request the rest of the epoch's minibatches are abandoned.
-        self.trainer.wait(abandon_if=lambda: bool(self.stop))
-        self.updates += self.trainer.completed - self._completed_at_epoch_start
-
-    def _sync_point(self, previous_step: int) -> None:
-        """Trainer drained (above) -> samplers' buffers flushed in sampler order -> target."""
-        self._flush_buffers()
-        if self.stop:
-            return  # interrupted mid-epoch: the target stays frozen until the boundary
-        self.network.sync_target()
-        if self.step > self.config.replay_start:
-            self.log_training()
-        if self.evaluation_due():
-            self.run_evaluation()
-        if self.checkpoint_due(previous_step) and self.step < self.config.timesteps:
-            self.checkpoint()
-        self.update_progress()
+    def _update_inline_until(self, end: int) -> None:
+        """Without --concurrent: the epoch's updates due by now, on this thread."""
+        counters = self.counters
+        due = min(counters.updates_due(counters.step), counters.updates_due(end))
+        while counters.updates < due:
+            self.update_inline()
+            counters.updates += 1
 
     def _flush_buffers(self) -> None:
-        columns = self._staging.columns()
+        """The epoch's transitions into the memory, one sampler after another."""
+        staged = self._staging.transitions()
         for env, buffer in enumerate(self.buffers):
-            buffer.extend(*(column[:, env] for column in columns))
+            buffer.extend(select(staged, (slice(None), env)))
             flushed = buffer.take()
             if flushed is not None:
-                self.memory.add_many(*flushed)
+                self.memory.add_many(flushed)
         self._staging.clear()
 
 
 class _StagingArea:
-    """Preallocated (rounds, W, ...) arrays for one epoch's transitions."""
+    """Preallocated (rounds, W) columns for one epoch's transitions."""
 
     def __init__(self, rounds: int, num_envs: int):
-        self.frames = np.zeros((rounds, num_envs, *FRAME_SHAPE), dtype=np.uint8)
-        self.actions = np.zeros((rounds, num_envs), dtype=np.int64)
-        self.rewards = np.zeros((rounds, num_envs), dtype=np.float32)
-        self.terminals = np.zeros((rounds, num_envs), dtype=bool)
-        self.episode_ends = np.zeros((rounds, num_envs), dtype=bool)
+        self._rows = zero_transitions(rounds, num_envs)
         self.count = 0
 
     def clear(self) -> None:
         self.count = 0
 
     def append(self, transitions: Transitions) -> None:
-        row = self.count
-        self.frames[row] = transitions.frames
-        self.actions[row] = transitions.actions
-        self.rewards[row] = transitions.rewards
-        self.terminals[row] = transitions.terminals
-        self.episode_ends[row] = transitions.episode_ends
+        for column, values in zip(self._rows, transitions):
+            column[self.count] = values
         self.count += 1
 
-    def columns(self) -> tuple[np.ndarray, ...]:
-        rows = slice(0, self.count)
-        return (self.frames[rows], self.actions[rows], self.rewards[rows],
-                self.terminals[rows], self.episode_ends[rows])
+    def transitions(self) -> Transitions:
+        return select(self._rows, slice(0, self.count))
 
 
 def _round_up(value: int, multiple: int) -> int:

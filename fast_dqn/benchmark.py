@@ -5,7 +5,7 @@
 Measures (a) the trainer alone (minibatch updates/s; 4 x that is the training-bound limit in
 agent steps/s), (b) the serial reference loop, and (c) the fast scheme for each worker count,
 all on real Atari emulation with a short random start and then fixed exploration (epsilon =
---final-epsilon). Prints a table and one JSON line with the ratios (DESIGN.md §7).
+--final-epsilon). Prints a table and one JSON line with the ratios (docs/design.md §6).
 
 With --trainer-stub-ms/--query-stub-ms the network work alone (the minibatch update and the
 batched Q query) is replaced by GIL-releasing waits of that length, to see what the CPU side
@@ -28,7 +28,7 @@ from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import ALGO_FAST_DQN, Config, OneLineErrorParser, validate
 from fast_dqn.launch import make_pool
-from fast_dqn.replay_memory import Batch, ReplayMemory, empty_batch
+from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
 from fast_dqn.samplers import SERIAL
 
 
@@ -48,8 +48,8 @@ class NullRunLog:
 class StubQNetwork:
     """Stands in for the Q-network with timed waits that release the GIL.
 
-    `train` waits `train_ms`, `greedy_actions` waits `query_ms` and returns action 0; the
-    time spent in `train` is summed so that the trainer's busy fraction can be reported.
+    `update` waits `train_ms`, `greedy_actions` waits `query_ms` and returns action 0; the
+    time spent in updates is summed so that the trainer's busy fraction can be reported.
     """
 
     def __init__(self, n_actions: int, train_ms: float, query_ms: float):
@@ -62,11 +62,11 @@ class StubQNetwork:
         time.sleep(self._query_seconds)
         return np.zeros(len(states), dtype=np.int64)
 
-    def train(self, batch: Batch) -> None:
+    def update(self, batch: Batch) -> None:
         time.sleep(self._train_seconds)
         self._updates += 1
 
-    def train_many(self, batches: Batch, count: int) -> None:
+    def update_many(self, batches: Batch, count: int) -> None:
         time.sleep(count * self._train_seconds)
         self._updates += count
 
@@ -155,28 +155,27 @@ def _round_up(value: int, multiple: int) -> int:
 def make_network(args: argparse.Namespace, n_actions: int, config: Config):
     if args.trainer_stub_ms is not None:
         return StubQNetwork(n_actions, args.trainer_stub_ms, args.query_stub_ms)
-    from fast_dqn.q_network import QNetwork
-    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
+    from fast_dqn.q_network import make_q_network
+    return make_q_network(config, n_actions)
 
 
 def warm_up(network, num_envs: int, batch_size: int, updates_per_call: int) -> None:
     """Traces the network's functions so that no compilation falls in a measured window."""
     states = np.zeros((batch_size, 4, 84, 84), dtype=np.uint8)
-    network.train(Batch(states, np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
-                        states, np.zeros(batch_size, bool)))
+    network.update(Batch(states, np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
+                         states, np.zeros(batch_size, bool)))
     if updates_per_call > 1:
         rows = batch_size * updates_per_call
         stacked = np.zeros((rows, 4, 84, 84), dtype=np.uint8)
-        network.train_many(Batch(stacked, np.zeros(rows, np.int32), np.zeros(rows, np.float32),
-                                 stacked, np.zeros(rows, bool)), updates_per_call)
+        network.update_many(Batch(stacked, np.zeros(rows, np.int32), np.zeros(rows, np.float32),
+                                  stacked, np.zeros(rows, bool)), updates_per_call)
     network.greedy_actions(states[:num_envs], use_target=True)
     network.greedy_actions(states[:num_envs], use_target=False)
     network.take_train_stats()
 
 
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
-    """Steps/s of one loop, and where the host's time goes (DESIGN.md §7).
+    """Steps/s of one loop, and where the host's time goes (docs/design.md §6).
 
     Host cost per update: the trainer's time in sampling and training calls beyond the
     stub's wait (simulated runs only). Host cost per round: the acting loop's wall time
@@ -187,8 +186,8 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     network = make_network(args, pool.n_actions, config)
     warm_up(network, num_envs, config.batch_size, config.updates_per_call)
     trainer_clock, step_clock, query_clock, wait_clock = (BusyClock() for _ in range(4))
-    network.train = trainer_clock.wrap(network.train)
-    network.train_many = trainer_clock.wrap(network.train_many)
+    network.update = trainer_clock.wrap(network.update)
+    network.update_many = trainer_clock.wrap(network.update_many)
     network.greedy_actions = query_clock.wrap(network.greedy_actions)
     pool.step = step_clock.wrap(pool.step)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))
@@ -202,15 +201,15 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
         loop.trainer.wait = wait_clock.wrap(loop.trainer.wait)
     clocks = (trainer_clock, step_clock, query_clock, wait_clock)
     # the random start is not measured: every clock restarts where learning starts
-    loop.on_learning_start.append(lambda: [setattr(c, "seconds", 0.0) for c in clocks])
+    loop.counters.on_learning_start.append(lambda: [setattr(c, "seconds", 0.0) for c in clocks])
     try:
-        loop.train()
-        steps_per_second, updates_per_second = loop.rates()
+        loop.act_and_learn()
+        steps_per_second, updates_per_second = loop.counters.rates()
         measured_steps = config.timesteps - config.replay_start
     finally:
         loop.close()
     wall = measured_steps / steps_per_second
-    updates = max(loop.updates, 1)
+    updates = max(loop.counters.updates, 1)
     rounds = measured_steps / num_envs
     result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
               "trainer_busy": trainer_clock.seconds / wall,
@@ -230,20 +229,23 @@ def measure_trainer(args: argparse.Namespace, config: Config) -> float:
     rng = np.random.default_rng(config.seed)
     memory = ReplayMemory(10_000, rng)
     count = memory.capacity
-    memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
-                    rng.integers(0, 6, count), rng.normal(size=count).astype(np.float32),
-                    rng.random(count) < 0.01, rng.random(count) < 0.01)
+    memory.add_many(Transitions(frames=rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+                                actions=rng.integers(0, 6, count),
+                                rewards=rng.normal(size=count).astype(np.float32),
+                                terminals=rng.random(count) < 0.01,
+                                episode_ends=rng.random(count) < 0.01,
+                                sampleable=np.ones(count, dtype=bool)))
     network = make_network(args, 6, config)
     per_call = config.updates_per_call
     minibatches = empty_batch(config.batch_size * per_call)
     for _ in range(3):  # compile and warm up
-        network.train_many(memory.sample_many(per_call, config.batch_size, minibatches),
-                           per_call)
+        network.update_many(memory.sample_many(per_call, config.batch_size, minibatches),
+                            per_call)
     network.take_train_stats()
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
-        network.train_many(memory.sample_many(per_call, config.batch_size, minibatches),
-                           per_call)
+        network.update_many(memory.sample_many(per_call, config.batch_size, minibatches),
+                            per_call)
         updates += per_call
     network.take_train_stats()  # waits for the device to finish
     return updates / (time.perf_counter() - start)

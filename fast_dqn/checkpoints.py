@@ -21,9 +21,12 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fast_dqn.replay_memory import ReplayMemory
 
 CHECKPOINT = "checkpoint"
 OLD_CHECKPOINT = "checkpoint.old"
@@ -171,23 +174,39 @@ def network_prefix(checkpoint: Path) -> str:
     return str(Path(checkpoint) / NETWORK_PREFIX)
 
 
-def read_arrays_into(checkpoint: Path, destination: Mapping[str, np.ndarray]) -> bool:
-    """Reads the stored arrays straight into `destination`'s arrays; False if none stored.
+def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
+    """Reads a checkpoint's replay memory into `memory`; False if the checkpoint has none.
 
-    A stored array may be shorter than its destination (its leading rows are filled).
-
-    Each file is read into the existing buffer, so restoring a 7 GB replay memory needs no
-    second copy and no mapped pages.
+    Each column's file is read straight into the memory's own array, so restoring a 7 GB
+    memory needs no second copy and no mapped pages. A memory saved before it wrapped around
+    holds only its filled slots, which fill the leading rows.
 
     Raises:
-        CheckpointError: an array is missing or its shape or dtype differs.
+        CheckpointError: a file is missing, its shape or dtype differs, or the saved memory
+            had another capacity.
     """
     directory = Path(checkpoint) / REPLAY
     if not directory.is_dir():
         return False
-    for name, target in destination.items():
-        _read_npy_into(directory / f"{name}.npy", target)
+    extent = {name: _read_scalar(directory / f"{name}.npy")
+              for name in ("capacity", "cursor", "size")}
+    if extent["capacity"] != memory.capacity:
+        raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs from "
+                              f"{memory.capacity}")
+    for name, column in memory.store._asdict().items():
+        _read_npy_into(directory / f"{name}.npy", column)
+    try:
+        memory.set_extent(cursor=extent["cursor"], size=extent["size"])
+    except ValueError as error:
+        raise CheckpointError(f"{directory}: {error}") from None
     return True
+
+
+def _read_scalar(path: Path) -> int:
+    try:
+        return int(np.load(path, allow_pickle=False))
+    except (OSError, ValueError, TypeError) as error:
+        raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
 def _read_npy_into(path: Path, target: np.ndarray) -> None:
@@ -201,13 +220,12 @@ def _read_npy_into(path: Path, target: np.ndarray) -> None:
                            else np.lib.format.read_array_header_2_0)
             shape, fortran_order, dtype = read_header(file)
             # A leading part is fine: a memory that had not wrapped saves its filled slots.
-            fits = (shape[1:] == target.shape[1:] and len(shape) == target.ndim
-                    and (not shape or shape[0] <= target.shape[0]))
+            fits = (len(shape) == target.ndim >= 1 and shape[1:] == target.shape[1:]
+                    and shape[0] <= target.shape[0])
             if not fits or dtype != target.dtype or fortran_order:
                 raise CheckpointError(f"{path} holds {dtype} {shape}; expected "
                                       f"{target.dtype} {target.shape}")
-            rows = target[:shape[0]] if shape else target
-            view = memoryview(rows.reshape(-1).view(np.uint8))
+            view = memoryview(target[:shape[0]].reshape(-1).view(np.uint8))
             while view.nbytes:
                 count = file.readinto(view)
                 if not count:

@@ -9,10 +9,12 @@ short games.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from fast_dqn.config import Config
+from fast_dqn.counters import period_passed
 from fast_dqn.replay_memory import FrameHistory
 from fast_dqn.samplers import EnvPool
 
@@ -41,5 +43,61 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
         result = pool.step(actions)
         scores += np.where(playing, result.rewards, 0.0)
         playing &= ~result.game_overs
-        states = history.push(result.frames, result.episode_ends)
+        states = history.push(result.frames, after_episode_end=result.episode_ends)
     return scores.tolist()
+
+
+class EvaluationLog(Protocol):
+    """What evaluations write (see `fast_dqn.run_files.RunFiles`)."""
+
+    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict: ...
+
+    def log_scalars(self, step: int, scalars: dict[str, float]) -> None: ...
+
+
+class Evaluator:
+    """Evaluations on the schedule: one every `evaluate` agent steps, in a pool of
+    `eval_episodes` envs made on first use. An evaluation skipped by an interruption is made
+    up when the run resumes."""
+
+    def __init__(self, config: Config, make_pool: Callable[[], EnvPool] | None,
+                 run_log: EvaluationLog):
+        self.config = config
+        self._make_pool = make_pool
+        self._pool: EnvPool | None = None
+        self._run_log = run_log
+        self.count = 0
+        self.evaluated_at = 0  # the agent step of the last evaluation
+        self.last: dict | None = None  # the last evaluation's row
+
+    def due(self, step: int) -> bool:
+        return period_passed(self.config.evaluate, self.evaluated_at, step)
+
+    def run(self, step: int, greedy: GreedyFn, hours: float) -> None:
+        if self._make_pool is None:
+            return
+        if self._pool is None:
+            self._pool = self._make_pool()
+        seed = self.config.seed + 1_000_003 * (self.count + 1)
+        returns = evaluate(self._pool, greedy, epsilon=self.config.eval_epsilon, seed=seed,
+                           rng=np.random.default_rng(seed))
+        self.count += 1
+        self.evaluated_at = step
+        self.last = self._run_log.log_evaluation(step, returns, hours)
+        self._run_log.log_scalars(step, {"eval/mean_return": float(np.mean(returns))})
+
+    def last_mean(self) -> float | None:
+        return self.last["mean"] if self.last else None
+
+    def state(self) -> dict[str, Any]:
+        return {"evaluations": self.count, "evaluated_at": self.evaluated_at,
+                "last_evaluation": self.last}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.count = int(state["evaluations"])
+        self.evaluated_at = int(state["evaluated_at"])
+        self.last = state["last_evaluation"]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()

@@ -1,5 +1,7 @@
 """Builds a training run from the command line and runs it; the entry points call `main`.
 
+Failures and stopping follow docs/design.md §5.
+
 Bad input is found before anything is written or allocated: it gets one line on stderr and
 exit status 2. A run interrupted by SIGINT/SIGTERM exits with 130/143 after writing its
 summary; a diverged run exits with 1.
@@ -19,7 +21,7 @@ import numpy as np
 from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop, check_resources
 from fast_dqn.atari import resolve_game
 from fast_dqn.checkpoints import (CheckpointError, latest_checkpoint, network_prefix,
-                                  read_arrays_into, read_manifest, save_checkpoint)
+                                  read_manifest, read_replay_into, save_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, validate)
 from fast_dqn.replay_memory import ReplayMemory
@@ -33,10 +35,6 @@ DESCRIPTIONS = {
                    "Daley & Amato (2021): samplers act with the target network while a "
                    "trainer thread updates the online network.",
 }
-
-
-class UsageError(ValueError):
-    """Bad input: reported in one line with exit status 2."""
 
 
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
@@ -101,7 +99,7 @@ def make_eval_pool(config: Config) -> EnvPool:
 def build_loop(config: Config, algo: str, run_files: RunFiles,
                initial_step: int = 0) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.q_network import QNetwork, configure_device  # TensorFlow loads here
+    from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
 
     device = configure_device()
     print(device, flush=True)
@@ -109,9 +107,7 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
         pool = make_pool(config, 1, SERIAL, config.seed)
-    network = QNetwork(pool.n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                       epsilon=config.rmsprop_epsilon, discount=config.discount,
-                       seed=config.seed)
+    network = make_q_network(config, pool.n_actions)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
 
@@ -147,7 +143,7 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
         loop, device = build_loop(config, algo, run_files, initial_step=resume_step or 0)
         if manifest is not None:
             try:
-                restore(loop, run_files, manifest, checkpoint)
+                resume(loop, run_files, manifest, checkpoint)
             except CheckpointError as error:
                 loop.close()
                 print(f"error: cannot resume {run_dir}: {error}", file=sys.stderr)
@@ -172,24 +168,47 @@ def open_run_files(config: Config, algo: str, resume_step: int | None) -> RunFil
     return run_files
 
 
-def restore(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
-    """Loads networks, optimizer, replay memory, counters and generators from a checkpoint."""
-    loop.network.checkpoint().read(network_prefix(checkpoint)).assert_consumed()
-    arrays = loop.memory.buffers()
-    replay_restored = read_arrays_into(checkpoint, arrays)
+def resume(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
+    """Everything a resumed run restores from its checkpoint, in this order: networks and
+    optimizer slots, the replay memory (or a refill when none was saved), counters and random
+    generators, the episode averages; and last a check of the memory's invariants.
+
+    Raises:
+        CheckpointError: a file is missing or does not fit this run, or the memory read
+            back breaks an invariant.
+    """
+    try:
+        loop.network.restore(network_prefix(checkpoint))
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    replay_restored = read_replay_into(checkpoint, loop.memory)
     loop.restore(manifest)
     if replay_restored:
-        try:
-            loop.memory.load_state_dict(arrays)
-        except ValueError as error:
-            raise CheckpointError(str(error)) from None
-        loop.memory.close_open_episode()
+        loop.memory.close_open_episode()  # the resumed run starts fresh games
     else:
         print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
               "the resumed run refills it from scratch", file=sys.stderr)
-        loop.start_refill()
+        loop.counters.start_refill()
     run_files.episode_stats.load_state(manifest["episode_stats"])
-    print(f"resumed from {checkpoint} at step {loop.step}", flush=True)
+    try:
+        loop.memory.check_valid()
+    except ValueError as error:
+        raise CheckpointError(f"{checkpoint}: {error}") from None
+    print(f"resumed from {checkpoint} at step {loop.counters.step}", flush=True)
+
+
+def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
+    """What summary.json says about a run, however it ended."""
+    counters, evaluator = loop.counters, loop.evaluator
+    steps_per_second, updates_per_second = counters.rates()
+    return {
+        "finished": finished, "algo": loop.algo, "game": loop.config.game,
+        "seed": loop.config.seed, "steps": counters.step, "updates": counters.updates,
+        "wall_seconds": counters.hours() * 3600.0, "steps_per_second": steps_per_second,
+        "updates_per_second": updates_per_second, "evaluations": evaluator.count,
+        "last_evaluation": evaluator.last, "device": device,
+        "stopped_by_signal": loop.stop.signal_number,
+    }
 
 
 def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
@@ -204,12 +223,12 @@ def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
         print("interrupted twice: stopping at once", file=sys.stderr)
         status = 128 + signal.SIGINT
     finally:
-        finished = status == 0 and loop.step >= loop.config.timesteps
-        run_files.write_summary(loop.summary(finished=finished, device=device))
+        finished = status == 0 and loop.counters.step >= loop.config.timesteps
+        run_files.write_summary(run_summary(loop, finished=finished, device=device))
         if loop.progress is not None:
             loop.progress.close()
         loop.close()
-    steps_per_second, _ = loop.rates()
-    print(f"done: {loop.step} steps, {steps_per_second:.0f} steps/s after the replay start, "
-          f"{loop.updates} updates; files in {run_files.run_dir}", flush=True)
+    steps_per_second, _ = loop.counters.rates()
+    print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the replay "
+          f"start, {loop.counters.updates} updates; files in {run_files.run_dir}", flush=True)
     return status

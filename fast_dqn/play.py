@@ -179,11 +179,9 @@ def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork"
         ValueError: the checkpoint is unreadable or does not fit the network (e.g. another
             game's action count).
     """
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.q_network import make_q_network
 
-    network = QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                       epsilon=config.rmsprop_epsilon, discount=config.discount,
-                       seed=config.seed)
+    network = make_q_network(config, n_actions)
     network.restore_online(network_prefix(checkpoint))
     return network
 
@@ -287,7 +285,7 @@ def play_game(env: AtariEnv, history: FrameHistory, policy: Policy,
         step = env.step(policy(history.states))
         score += step.reward
         steps += 1
-        history.push(step.frame[None], np.array([step.terminal or step.truncated]))
+        history.push(step.frame[None], after_episode_end=np.array([step.terminal or step.truncated]))
         if step.game_over:
             return GameResult(score, steps, step.truncated)
 

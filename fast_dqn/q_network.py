@@ -15,10 +15,11 @@ epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 from __future__ import annotations
 
 import os
+import random
 
 import numpy as np
 
-from fast_dqn.config import FRAME_SIZE, HISTORY
+from fast_dqn.config import FRAME_SIZE, HISTORY, Config
 from fast_dqn.replay_memory import Batch
 from fast_dqn.tf_logs import quiet_tensorflow_start
 
@@ -51,20 +52,27 @@ def configure_device(deterministic_cpu: bool = True, activity: str = "training")
     return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
-def build_nature_cnn(n_actions: int, name: str) -> keras.Model:
+def build_nature_cnn(n_actions: int, name: str, seeds: random.Random) -> keras.Model:
     """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
 
     Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
+    Each layer's Glorot-uniform kernel gets its own seed from `seeds`, in layer order.
     """
+
+    def glorot() -> keras.initializers.Initializer:
+        # The draw Keras makes for an unseeded initializer, from our generator instead of
+        # Python's global one: weights are the same as when the global one was seeded.
+        return keras.initializers.GlorotUniform(seed=seeds.randint(1, int(1e9)))
+
     states = keras.Input(STATE_SHAPE, dtype="uint8", name="states")
     x = keras.layers.Rescaling(1.0 / 255.0)(states)
     x = keras.layers.Permute((2, 3, 1))(x)  # to channels-last, which CPU convolutions need
-    x = keras.layers.Conv2D(32, 8, strides=4, activation="relu")(x)
-    x = keras.layers.Conv2D(64, 4, strides=2, activation="relu")(x)
-    x = keras.layers.Conv2D(64, 3, strides=1, activation="relu")(x)
+    x = keras.layers.Conv2D(32, 8, strides=4, activation="relu", kernel_initializer=glorot())(x)
+    x = keras.layers.Conv2D(64, 4, strides=2, activation="relu", kernel_initializer=glorot())(x)
+    x = keras.layers.Conv2D(64, 3, strides=1, activation="relu", kernel_initializer=glorot())(x)
     x = keras.layers.Flatten()(x)
-    x = keras.layers.Dense(512, activation="relu")(x)
-    q_values = keras.layers.Dense(n_actions)(x)
+    x = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+    q_values = keras.layers.Dense(n_actions, kernel_initializer=glorot())(x)
     return keras.Model(states, q_values, name=name)
 
 
@@ -77,18 +85,20 @@ def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
 class QNetwork:
     """Online and target Nature CNNs with the DQN update.
 
-    Thread use: in the fast scheme the trainer thread calls `train`, the sampler loop calls
-    `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
+    Thread use: in the fast scheme the trainer thread calls `update_many`, the sampler loop
+    calls `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
     trainer is drained. The target network is frozen in between, so the two never race.
+
+    `seed` fixes the initial weights; no global random generator is touched.
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
                  discount: float, seed: int):
-        keras.utils.set_random_seed(seed)
         self.n_actions = n_actions
         self.discount = discount
-        self.online = build_nature_cnn(n_actions, "online")
-        self.target = build_nature_cnn(n_actions, "target")
+        seeds = random.Random(seed)
+        self.online = build_nature_cnn(n_actions, "online", seeds)
+        self.target = build_nature_cnn(n_actions, "target", seeds)
         self.optimizer = keras.optimizers.RMSprop(
             learning_rate=lr, rho=rho, epsilon=epsilon, centered=True, momentum=0.0)
         self.optimizer.build(self.online.trainable_variables)
@@ -98,9 +108,10 @@ class QNetwork:
         self._q_sum = tf.Variable(0.0, trainable=False)
         self._updates = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.sync_target()
-        self._train_fn = tf.function(self._train_step, jit_compile=False, reduce_retracing=True)
+        self._update_fn = tf.function(self._update_step, jit_compile=False,
+                                      reduce_retracing=True)
         # Traced once per count of updates per call (the setting and an epoch's remainder).
-        self._train_many_fn = tf.function(self._train_steps, jit_compile=False)
+        self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
         self._greedy_fns = {
             True: tf.function(self._greedy_target, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
@@ -131,7 +142,7 @@ class QNetwork:
         not_terminal = 1.0 - tf.cast(terminals, tf.float32)
         return rewards + self.discount * not_terminal * next_q
 
-    def _train_step(self, states, actions, rewards, next_states, terminals):
+    def _update_step(self, states, actions, rewards, next_states, terminals):
         targets = tf.stop_gradient(self.td_targets(rewards, next_states, terminals))
         with tf.GradientTape() as tape:
             q = self.online(states, training=True)
@@ -145,32 +156,32 @@ class QNetwork:
         self._q_sum.assign_add(tf.reduce_mean(q_taken))
         self._updates.assign_add(1)
 
-    def train(self, batch: Batch) -> None:
+    def update(self, batch: Batch) -> None:
         """One minibatch update of the online network."""
-        self._train_fn(tf.constant(batch.states), tf.constant(batch.actions),
+        self._update_fn(tf.constant(batch.states), tf.constant(batch.actions),
                        tf.constant(batch.rewards), tf.constant(batch.next_states),
                        tf.constant(batch.terminals))
 
-    def _train_steps(self, states, actions, rewards, next_states, terminals):
+    def _update_steps(self, states, actions, rewards, next_states, terminals):
         # K is static (the traced shape), so the loop unrolls into K copies of the update;
         # automatic control dependencies keep them in order on the online variables.
         for k in range(states.shape[0]):
-            self._train_step(states[k], actions[k], rewards[k], next_states[k], terminals[k])
+            self._update_step(states[k], actions[k], rewards[k], next_states[k], terminals[k])
 
-    def train_many(self, batches: Batch, count: int) -> None:
+    def update_many(self, batches: Batch, count: int) -> None:
         """`count` updates one after another in one compiled call: update k on rows
         k * B ... (k + 1) * B - 1 of `batches` (as `ReplayMemory.sample_many` stacks them).
 
-        The same updates as `count` calls of `train` on those minibatches; one call pays the
+        The same updates as `count` calls of `update` on those minibatches; one call pays the
         per-call host cost (dispatch, argument conversion) once.
         """
         if count == 1:
-            self.train(batches)
+            self.update(batches)
             return
         size = len(batches.actions) // count
         stacked = [tf.constant(array.reshape(count, size, *array.shape[1:]))
                    for array in batches]
-        self._train_many_fn(*stacked)
+        self._update_many_fn(*stacked)
 
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last
@@ -184,6 +195,19 @@ class QNetwork:
         self._q_sum.assign(0.0)
         self._updates.assign(0)
         return loss, mean_q, updates
+
+    def restore(self, prefix: str) -> None:
+        """Reads both networks and the optimizer's slots from a checkpoint of `checkpoint()`.
+
+        Raises:
+            ValueError: no checkpoint at `prefix`, a damaged one, or one that does not fit
+                this network (another game's action count).
+        """
+        try:
+            self.checkpoint().read(prefix).assert_consumed()
+        except (tf.errors.OpError, ValueError, AssertionError) as error:
+            message = " ".join(str(error).split())
+            raise ValueError(f"cannot restore the networks from {prefix}: {message}") from None
 
     def restore_online(self, prefix: str) -> None:
         """Reads only the online network from a checkpoint written by `checkpoint()`.
@@ -205,3 +229,9 @@ class QNetwork:
         """Networks and optimizer slots, saved by TensorFlow's own format (no pickles)."""
         return tf.train.Checkpoint(online=self.online, target=self.target,
                                    optimizer=self.optimizer)
+
+
+def make_q_network(config: Config, n_actions: int) -> QNetwork:
+    """The run's Q-network: Nature's optimizer settings and discount from `config`."""
+    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
+                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)

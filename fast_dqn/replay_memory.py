@@ -1,5 +1,7 @@
 """The replay memory: single frames in a circular store, 4-frame states rebuilt on sampling.
 
+Its invariants are listed in docs/design.md §3; `ReplayMemory.check_valid` tests them.
+
 Each slot holds one transition: the newest frame of the state the action was taken in,
 the action, the reward clipped to its sign, and two flags (after dopamine's replay buffer):
 
@@ -28,9 +30,46 @@ import numpy as np
 from fast_dqn.config import FRAME_SIZE, HISTORY
 
 FRAME_SHAPE = (FRAME_SIZE, FRAME_SIZE)
-# Bytes one slot costs: frame + action (uint8) + reward (float32) + three flags.
-BYTES_PER_TRANSITION = FRAME_SIZE * FRAME_SIZE + 1 + 4 + 1 + 1 + 1
 _MAX_SAMPLING_ROUNDS = 1000
+
+# The one declaration of a transition's columns: each column's shape for one transition and
+# its dtype (the role dopamine's storage signature plays). The actors' rounds, the staging
+# area, the sampler buffers, the replay memory and its checkpoint arrays are all built from it.
+TRANSITION_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
+    "frames": (FRAME_SHAPE, np.uint8),  # the newest frame of the state acted in
+    "actions": ((), np.uint8),
+    "rewards": ((), np.float32),  # raw game rewards until the memory clips them
+    "terminals": ((), np.bool_),  # the learning episode ended: no bootstrap
+    "episode_ends": ((), np.bool_),  # terminal, or cut off: no state reaches back across it
+    "sampleable": ((), np.bool_),  # False for context-only copies (see SamplerBuffer)
+}
+
+Transitions = NamedTuple("Transitions", [(name, np.ndarray) for name in TRANSITION_COLUMNS])
+Transitions.__doc__ = """Transitions column by column (see TRANSITION_COLUMNS), time along the
+first axis (or rounds x environments in the staging area)."""
+
+
+def zero_transitions(*leading: int) -> Transitions:
+    """Zeroed columns for `leading` transitions, e.g. (capacity,) or (rounds, W)."""
+    return Transitions(*(np.zeros((*leading, *shape), dtype)
+                         for shape, dtype in TRANSITION_COLUMNS.values()))
+
+
+def acted_transitions(frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                      terminals: np.ndarray, episode_ends: np.ndarray) -> Transitions:
+    """Transitions as actors take them: every one can be sampled."""
+    return Transitions(frames=frames, actions=actions, rewards=rewards, terminals=terminals,
+                       episode_ends=episode_ends, sampleable=np.ones(len(frames), dtype=bool))
+
+
+def select(transitions: Transitions, rows) -> Transitions:
+    """The same rows (an index or slice of the leading axes) of every column."""
+    return Transitions(*(column[rows] for column in transitions))
+
+
+# Bytes one slot costs (7,064 for 84x84 frames).
+BYTES_PER_TRANSITION = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
+                           for shape, dtype in TRANSITION_COLUMNS.values())
 
 
 class Batch(NamedTuple):
@@ -102,12 +141,7 @@ class ReplayMemory:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         self.capacity = capacity
         self._rng = rng
-        self.frames = np.zeros((capacity, *FRAME_SHAPE), dtype=np.uint8)
-        self.actions = np.zeros(capacity, dtype=np.uint8)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.terminals = np.zeros(capacity, dtype=bool)
-        self.episode_ends = np.zeros(capacity, dtype=bool)
-        self.sampleable = np.zeros(capacity, dtype=bool)  # False for context-only copies
+        self.store = zero_transitions(capacity)
         self.cursor = 0  # the slot the next transition goes to
         self.size = 0
 
@@ -121,35 +155,23 @@ class ReplayMemory:
     def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
             episode_end: bool) -> None:
         """Stores one transition; `reward` is the raw game reward (clipped here)."""
-        slot = self.cursor
-        self.frames[slot] = frame
-        self.actions[slot] = action
-        self.rewards[slot] = clip_reward(reward)
-        self.terminals[slot] = terminal
-        self.episode_ends[slot] = episode_end or terminal
-        self.sampleable[slot] = True
-        self._advance(1)
+        self.add_many(acted_transitions(frame[None], np.array([action]), np.array([reward]),
+                                        np.array([terminal]), np.array([episode_end])))
 
-    def add_many(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                 terminals: np.ndarray, episode_ends: np.ndarray,
-                 sampleable: np.ndarray | None = None) -> None:
-        """Stores transitions in time order (one sampler's buffer), vectorized."""
-        count = len(frames)
-        if sampleable is None:
-            sampleable = np.ones(count, dtype=bool)
+    def add_many(self, transitions: Transitions) -> None:
+        """Stores transitions in time order (a round of one env, or one sampler's buffer).
+
+        Rewards are clipped to their sign here and a terminal is always an episode end.
+        """
+        count = len(transitions.frames)
         if count > self.capacity:
-            keep = slice(count - self.capacity, count)
-            frames, actions, rewards = frames[keep], actions[keep], rewards[keep]
-            terminals, episode_ends = terminals[keep], episode_ends[keep]
-            sampleable = sampleable[keep]
+            transitions = select(transitions, slice(count - self.capacity, count))
             count = self.capacity
         slots = (self.cursor + np.arange(count)) % self.capacity
-        self.frames[slots] = frames
-        self.actions[slots] = actions
-        self.rewards[slots] = clip_reward(rewards)
-        self.terminals[slots] = terminals
-        self.episode_ends[slots] = np.logical_or(episode_ends, terminals)
-        self.sampleable[slots] = sampleable
+        for stored, column in zip(self.store, transitions):
+            stored[slots] = column
+        self.store.rewards[slots] = clip_reward(transitions.rewards)
+        self.store.episode_ends[slots] |= transitions.terminals
         self._advance(count)
 
     def _advance(self, count: int) -> None:
@@ -171,9 +193,9 @@ class ReplayMemory:
         slots = np.asarray(slots)
         ages = self._ages(slots)
         written = ages < self.size
-        has_next = (ages >= 1) | self.terminals[slots]
-        truncated = self.episode_ends[slots] & ~self.terminals[slots]
-        ok = written & has_next & ~truncated & self.sampleable[slots]
+        has_next = (ages >= 1) | self.store.terminals[slots]
+        truncated = self.store.episode_ends[slots] & ~self.store.terminals[slots]
+        ok = written & has_next & ~truncated & self.store.sampleable[slots]
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
@@ -215,17 +237,17 @@ class ReplayMemory:
             out = empty_batch(len(indices))
         window = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
         next_slots = (indices + 1) % self.capacity
-        np.take(self.frames, window, axis=0, out=out.states, mode="clip")
+        np.take(self.store.frames, window, axis=0, out=out.states, mode="clip")
         out.states[self._history_mask(indices) == 0] = 0  # frames before the episode start
         # The next state shares three frames with the state. For a valid slot, every frame
         # the state's mask zeroes is zeroed by the next state's mask too, so the masked
         # frames can be copied; only the newest frame is read from the store again.
         out.next_states[:, :-1] = out.states[:, 1:]
-        np.take(self.frames, next_slots, axis=0, out=out.next_states[:, -1], mode="clip")
+        np.take(self.store.frames, next_slots, axis=0, out=out.next_states[:, -1], mode="clip")
         out.next_states[self._history_mask(next_slots) == 0] = 0
-        out.actions[...] = self.actions[indices]  # stored as uint8, trained on as int32
-        np.take(self.rewards, indices, out=out.rewards)
-        np.take(self.terminals, indices, out=out.terminals)
+        out.actions[...] = self.store.actions[indices]  # stored as uint8, trained on as int32
+        np.take(self.store.rewards, indices, out=out.rewards)
+        np.take(self.store.terminals, indices, out=out.terminals)
         return out
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
@@ -236,7 +258,7 @@ class ReplayMemory:
         """
         back = np.arange(1, HISTORY)
         older = (newest[:, None] - back) % self.capacity
-        ended = np.logical_or.accumulate(self.episode_ends[older], axis=1)
+        ended = np.logical_or.accumulate(self.store.episode_ends[older], axis=1)
         too_old = self._ages(newest)[:, None] + back > self.size - 1
         real_back = ~(ended | np.logical_or.accumulate(too_old, axis=1))
         mask = np.ones((len(newest), HISTORY), dtype=np.uint8)
@@ -247,7 +269,7 @@ class ReplayMemory:
         """The (HISTORY, 84, 84) state whose newest frame is in `slot`."""
         window = (slot + np.arange(-(HISTORY - 1), 1)) % self.capacity
         mask = self._history_mask(np.array([slot]))[0]
-        return self.frames[window] * mask[:, None, None]
+        return self.store.frames[window] * mask[:, None, None]
 
     def close_open_episode(self) -> None:
         """Ends the newest episode where it stands (a resumed run starts fresh episodes).
@@ -258,11 +280,9 @@ class ReplayMemory:
         if self.size == 0:
             return
         newest = (self.cursor - 1) % self.capacity
-        if not self.episode_ends[newest]:
-            self.episode_ends[newest] = True
-            self.sampleable[newest] = False
-
-    _ARRAYS = ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable")
+        if not self.store.episode_ends[newest]:
+            self.store.episode_ends[newest] = True
+            self.store.sampleable[newest] = False
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Arrays that restore this memory exactly (for checkpoints; no pickles).
@@ -270,31 +290,48 @@ class ReplayMemory:
         Before the memory first wraps around only the filled slots are given (views), so an
         early checkpoint does not write gigabytes of empty slots.
         """
-        filled = slice(0, self.size)
-        state = {name: getattr(self, name)[filled] for name in self._ARRAYS}
+        state = select(self.store, slice(0, self.size))._asdict()
         state.update(cursor=np.array(self.cursor), size=np.array(self.size),
                      capacity=np.array(self.capacity))
         return state
 
-    def buffers(self) -> dict[str, np.ndarray]:
-        """The full arrays (and counters), for a checkpoint reader to fill in place."""
-        state = {name: getattr(self, name) for name in self._ARRAYS}
-        state.update(cursor=np.array(0), size=np.array(0), capacity=np.array(self.capacity))
-        return state
-
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """Restores `state_dict()`; arrays that are this memory's own buffers (filled in
-        place from `buffers()`) are not copied again."""
-        size = int(state["size"])
-        if int(state["capacity"]) != self.capacity or len(state["frames"]) < size:
+        """Restores `state_dict()` (a checkpoint reader fills `store` in place instead and
+        then calls `set_extent`)."""
+        if int(state["capacity"]) != self.capacity:
             raise ValueError(f"checkpoint replay capacity {int(state['capacity'])} differs "
                              f"from {self.capacity}")
-        for name in self._ARRAYS:
-            target = getattr(self, name)
-            if state[name] is not target:
-                target[:len(state[name])] = state[name]
-        self.cursor = int(state["cursor"])
+        for name, stored in self.store._asdict().items():
+            stored[:len(state[name])] = state[name]
+        self.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))
+
+    def set_extent(self, cursor: int, size: int) -> None:
+        """Where the next transition goes and how many slots are filled (after a restore)."""
+        if not (0 <= size <= self.capacity and 0 <= cursor < self.capacity):
+            raise ValueError(f"replay cursor {cursor} and size {size} do not fit capacity "
+                             f"{self.capacity}")
+        self.cursor = cursor
         self.size = size
+
+    def check_valid(self) -> None:
+        """Raises ValueError, naming the broken rule, unless the memory keeps its invariants.
+
+        Run after a restore and by the tests; it reads every slot, so not on the hot path.
+        """
+        store = self.store
+        if self.size < self.capacity and self.cursor != self.size % self.capacity:
+            raise ValueError(f"replay memory: cursor {self.cursor} is not at the end of the "
+                             f"{self.size} filled slots of a memory that has not wrapped")
+        if (store.terminals & ~store.episode_ends).any():
+            raise ValueError("replay memory: a terminal transition is not an episode end")
+        filled = slice(0, self.size)
+        if not np.isin(store.rewards[filled], (-1.0, 0.0, 1.0)).all():
+            raise ValueError("replay memory: a stored reward is not clipped to -1, 0 or 1")
+        if store.sampleable[self.size:].any():
+            raise ValueError("replay memory: an unfilled slot is marked sampleable")
+        if self.size and not self.valid(np.arange(self.size)).any():
+            raise ValueError(f"replay memory: none of its {self.size} transitions can be "
+                             f"sampled")
 
 class FrameHistory:
     """The actors' side of the padding rule: W stacks of the last HISTORY frames.
@@ -311,11 +348,12 @@ class FrameHistory:
         self.states[:, -1] = frames
         return self.states
 
-    def push(self, frames: np.ndarray, episode_starts: np.ndarray) -> np.ndarray:
-        """Appends each env's newest frame; `episode_starts` marks frames that begin an episode."""
+    def push(self, frames: np.ndarray, after_episode_end: np.ndarray) -> np.ndarray:
+        """Appends each env's newest frame; `after_episode_end` marks envs whose last step
+        ended a learning episode, so that their new frame begins the next one."""
         self.states[:, :-1] = self.states[:, 1:]
         self.states[:, -1] = frames
-        self.states[episode_starts, :-1] = 0
+        self.states[after_episode_end, :-1] = 0
         return self.states
 
 
@@ -338,43 +376,39 @@ class SamplerBuffer:
     """
 
     def __init__(self):
-        self._chunks: list[tuple[np.ndarray, ...]] = []
-        self._context: tuple[np.ndarray, ...] | None = None  # rows before the carried one
+        self._chunks: list[Transitions] = []
+        self._context: Transitions | None = None  # the rows before the carried one
 
     def __len__(self) -> int:
-        return sum(len(chunk[0]) for chunk in self._chunks)
+        return sum(len(chunk.frames) for chunk in self._chunks)
 
-    def extend(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-               terminals: np.ndarray, episode_ends: np.ndarray) -> None:
+    def extend(self, transitions: Transitions) -> None:
         """Appends transitions in time order (copied: the caller may reuse its arrays)."""
-        if len(frames):
-            columns = (frames, actions, rewards, terminals, np.logical_or(episode_ends, terminals))
-            self._chunks.append(tuple(np.array(column) for column in columns))
+        if len(transitions.frames):
+            copied = Transitions(*(np.array(column) for column in transitions))
+            copied.episode_ends[:] |= copied.terminals
+            self._chunks.append(copied)
 
-    def take(self) -> tuple[np.ndarray, ...] | None:
-        """Removes everything buffered; returns (frames, actions, rewards, terminals,
-        episode_ends, sampleable) ready for `ReplayMemory.add_many`, or None if empty."""
+    def take(self) -> Transitions | None:
+        """Removes everything buffered and returns it ready for `ReplayMemory.add_many`, or
+        None if empty."""
         if not self._chunks:
             return None
-        rows = [np.concatenate(parts) for parts in zip(*self._chunks)]
-        sampleable = np.ones(len(rows[0]), dtype=bool)
-        if self._context is not None:
-            rows = [np.concatenate(pair) for pair in zip(self._context, rows)]
-            sampleable = np.concatenate([np.zeros(len(self._context[0]), bool), sampleable])
+        pieces = self._chunks if self._context is None else [self._context, *self._chunks]
+        rows = Transitions(*(np.concatenate(columns) for columns in zip(*pieces)))
         self._chunks = []
         self._context = None
-        if not rows[4][-1]:
-            rows, sampleable = self._carry_unfinished(rows, sampleable)
-        return (*rows, sampleable)
+        if not rows.episode_ends[-1]:
+            self._carry_unfinished(rows)
+        return rows
 
-    def _carry_unfinished(self, rows: list[np.ndarray], sampleable: np.ndarray):
-        """Keeps the unfinished episode's last transition (and its context) for next time."""
-        last = len(rows[0]) - 1
+    def _carry_unfinished(self, rows: Transitions) -> None:
+        """Keeps the unfinished episode's last transition (and its context) for next time,
+        and marks it in `rows` as an unsampleable end."""
+        last = len(rows.frames) - 1
         start = max(0, last - (HISTORY - 1))
-        self._context = tuple(column[start:last].copy() for column in rows)
-        self._chunks = [tuple(column[last:].copy() for column in rows)]
-        rows = [column.copy() for column in rows]
-        rows[4][last] = True  # a stop for states reaching back, and no next frame to sample
-        sampleable = sampleable.copy()
-        sampleable[last] = False
-        return rows, sampleable
+        self._context = Transitions(*(column[start:last].copy() for column in rows))
+        self._context.sampleable[:] = False
+        self._chunks = [Transitions(*(column[last:].copy() for column in rows))]
+        rows.episode_ends[last] = True  # a stop for states reaching back, no next frame
+        rows.sampleable[last] = False

@@ -1,6 +1,6 @@
 """Everything a run leaves on disk, and the live progress line.
 
-A run directory (DESIGN.md section 4) holds:
+A run directory (docs/design.md §4) holds:
 
     config.json        every resolved setting plus the library versions
     episodes.csv       episode,timestep,length,return,avg_length,avg_return,hours

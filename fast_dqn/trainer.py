@@ -1,4 +1,4 @@
-"""The background trainer thread of the fast scheme.
+"""The background trainer thread of the fast scheme (docs/design.md §2).
 
 The main thread hands it a number of minibatch updates per epoch and, at the next sync point,
 waits until they are done. The first exception raised on the trainer thread is stored and
@@ -15,10 +15,6 @@ from typing import Callable
 _POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
 
 _STOP = None  # sentinel that ends the thread
-
-
-class TrainerStopped(RuntimeError):
-    """The trainer was asked to stop before its epoch was done."""
 
 
 class Trainer:
@@ -45,7 +41,8 @@ class Trainer:
         self._abandon = threading.Event()  # ends the running epoch early
         self._error: BaseException | None = None
         self._pending = 0
-        self.completed = 0  # updates done; written by the trainer thread, read after `wait`
+        self._completed = 0  # updates done; written by the trainer thread, read after `wait`
+        self._collected = 0  # the part of `_completed` that `wait` has returned
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -55,11 +52,12 @@ class Trainer:
         self._pending += 1
         self._work.put(updates)
 
-    def wait(self, abandon_if: Callable[[], bool] | None = None) -> None:
-        """Blocks until every started epoch is done; re-raises the trainer's exception.
+    def wait(self, abandon_if: Callable[[], bool] | None = None) -> int:
+        """Blocks until every started epoch is done and returns the updates made since the
+        last `wait`; re-raises the trainer's exception.
 
         If `abandon_if()` becomes true while waiting (a stop was requested), the running
-        epoch ends after its current update; `completed` says how many were done.
+        epoch ends after its current update, and only the updates made are counted.
         """
         while self._pending:
             if self._done.acquire(timeout=_POLL_SECONDS):
@@ -67,10 +65,18 @@ class Trainer:
             elif abandon_if is not None and abandon_if():
                 self._abandon.set()
         self.check()
+        collected = self._completed - self._collected
+        self._collected = self._completed
+        return collected
 
     def check(self) -> None:
         if self._error is not None:
             raise self._error
+
+    @property
+    def completed(self) -> int:
+        """Updates done so far; exact once `wait` has returned."""
+        return self._completed
 
     @property
     def failed(self) -> bool:
@@ -102,5 +108,5 @@ class Trainer:
                 return
             count = min(left, self._updates_per_call)
             self._update(count)
-            self.completed += count
+            self._completed += count
             left -= count

@@ -11,7 +11,8 @@ max(0, numSteps - learn_start)) / ep_endt)), and so does dopamine's linearly_dec
 import numpy as np
 import pytest
 
-from fast_dqn.agents import FastDQN, epsilon_at
+from fast_dqn.agents import FastDQN
+from fast_dqn.counters import epsilon_at
 from fast_dqn.config import Config
 
 NATURE = Config()
@@ -56,7 +57,7 @@ class _Network:
 
 
 def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypatch):
-    """DESIGN.md: with W workers, sampler i draws its epsilon from step `step + i`."""
+    """With W workers, sampler i draws its epsilon from step `step + i`."""
     from fast_dqn.agents import LoopParts
     from fast_dqn.replay_memory import ReplayMemory
     from tests.test_evaluation import ScriptedPool
@@ -68,7 +69,7 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
                       pool=ScriptedPool([50] * 4), make_eval_pool=None, run_log=FakeRunLog(),
                       rng=np.random.default_rng(0))
     loop = FastDQN(parts)
-    loop.step = 2
+    loop.counters.step = 2
     seen = {}
 
     def recording(greedy, epsilon, n_actions, rng):
@@ -85,7 +86,7 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
                                                    initial_epsilon=0.9, final_epsilon=0.01),
                                     Config(replay_start=0, exploration_steps=0)])
 def test_vectorized_schedule_equals_the_scalar_one_bit_for_bit(config):
-    from fast_dqn.agents import epsilons_at
+    from fast_dqn.counters import epsilons_at
     steps = np.concatenate([np.arange(0, 2_000, 7), np.arange(1_040_000, 1_060_000, 333)])
     expected = np.array([epsilon_at(int(step), config) for step in steps])
     np.testing.assert_array_equal(epsilons_at(steps, config), expected)

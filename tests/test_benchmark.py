@@ -1,4 +1,4 @@
-"""The benchmark runs end to end and prints its table and the JSON line of DESIGN.md §6.
+"""The benchmark runs end to end and prints its table and the JSON line of docs/design.md §6.
 
 It checks the keys and that the figures are consistent, not how fast anything is: speed is
 reported by the benchmark itself, never asserted by a timed test.
@@ -44,7 +44,7 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     assert result["sim_steps_per_second"] == result["fast_steps_per_second"]
     assert result["sim_update_ms"] >= 0.8  # a wait never ends early
     assert "serial_steps_per_second" not in result
-    # 4 steps per update over 0.8 ms per update (DESIGN.md §7)
+    # 4 steps per update over 0.8 ms per update (docs/design.md §6)
     assert result["gpu_limit_steps_per_second"] == pytest.approx(5000.0)
     assert result["sim_fraction_of_gpu_limit"] == pytest.approx(
         result["sim_steps_per_second"] / 5000.0)

@@ -19,8 +19,11 @@ import pytest
 from fast_dqn import checkpoints
 from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHECKPOINT,
                                   OLD_CHECKPOINT, CheckpointError, latest_checkpoint,
-                                  network_prefix, read_arrays_into, read_manifest,
+                                  network_prefix, read_manifest, read_replay_into,
                                   save_checkpoint)
+from fast_dqn.replay_memory import ReplayMemory, acted_transitions
+
+CAPACITY = 8
 
 
 def fake_network(payload: bytes):
@@ -38,20 +41,22 @@ def read_fake_network(checkpoint: Path) -> bytes:
 
 
 def replay_arrays(fill: int) -> dict[str, np.ndarray]:
-    return {
-        "frames": np.full((6, 84, 84), fill, dtype=np.uint8),
-        "actions": np.arange(6, dtype=np.uint8),
-        "rewards": np.array([0, 1, -1, 0, 1, 0], dtype=np.float32),
-        "terminals": np.array([0, 0, 1, 0, 0, 0], dtype=bool),
-        "cursor": np.array(fill),
-    }
+    """The saved state of a memory that has not wrapped: 6 transitions whose frames say
+    `fill`."""
+    memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
+    memory.add_many(acted_transitions(
+        np.full((6, 84, 84), fill, dtype=np.uint8), np.arange(6),
+        np.array([0, 1, -1, 0, 1, 0], dtype=np.float32),
+        np.array([0, 0, 1, 0, 0, 0], dtype=bool), np.array([0, 0, 1, 0, 0, 1], dtype=bool)))
+    return memory.state_dict()
 
 
-def read_arrays(checkpoint: Path, like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The stored arrays, read into fresh buffers shaped like `like`."""
-    buffers = {name: np.zeros_like(array) for name, array in like.items()}
-    assert read_arrays_into(checkpoint, buffers)
-    return buffers
+def read_arrays(checkpoint: Path, like: dict[str, np.ndarray] | None = None
+                ) -> dict[str, np.ndarray]:
+    """The stored memory, read into a fresh one, as `state_dict()` gives it."""
+    memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
+    assert read_replay_into(checkpoint, memory)
+    return memory.state_dict()
 
 
 def save(run_dir: Path, step: int, **kwargs) -> Path:
@@ -86,7 +91,7 @@ def test_round_trip_of_manifest_network_and_arrays(tmp_path):
     for name, array in arrays.items():
         assert loaded[name].dtype == array.dtype and loaded[name].shape == array.shape
         np.testing.assert_array_equal(loaded[name], array)
-    assert int(loaded["cursor"]) == 3
+    assert int(loaded["cursor"]) == int(loaded["size"]) == 6
 
     fresh = np.random.default_rng(0)
     fresh.bit_generator.state = read_manifest(path)["rng"]
@@ -95,45 +100,53 @@ def test_round_trip_of_manifest_network_and_arrays(tmp_path):
     assert not (tmp_path / OLD_CHECKPOINT).exists()
 
 
-def test_read_arrays_into_fills_the_given_buffers_in_place(tmp_path):
+def test_read_replay_into_fills_the_memorys_own_arrays(tmp_path):
     path = save(tmp_path, 9)
-    buffers = {name: np.zeros_like(array) for name, array in replay_arrays(0).items()}
-    targets = dict(buffers)
-    assert read_arrays_into(path, targets) is True
+    memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
+    columns = memory.store
+    assert read_replay_into(path, memory) is True
+    assert memory.store is columns  # filled in place, no second copy
     for name, expected in replay_arrays(9).items():
-        assert targets[name] is buffers[name]  # the same buffers, now filled
-        np.testing.assert_array_equal(buffers[name], expected)
+        np.testing.assert_array_equal(memory.state_dict()[name], expected)
+    memory.check_valid()
 
 
-def test_read_arrays_into_without_replay(tmp_path):
+def test_read_replay_into_without_replay(tmp_path):
     path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), None)
-    target = {"frames": np.zeros((6, 84, 84), np.uint8)}
-    assert read_arrays_into(path, target) is False
-    assert not target["frames"].any()
+    memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
+    assert read_replay_into(path, memory) is False
+    assert not memory.store.frames.any() and memory.size == 0
 
 
-@pytest.mark.parametrize("name, buffer, message", [
-    ("frames", np.zeros((5, 84, 84), np.uint8),
-     re.escape("holds uint8 (6, 84, 84); expected uint8 (5, 84, 84)")),
+@pytest.mark.parametrize("name, saved, message", [
     ("frames", np.zeros((6, 84, 80), np.uint8), "expected uint8"),
-    ("rewards", np.zeros(6, np.float64), "expected float64"),
-    ("missing", np.zeros(3), "cannot read .*missing.npy"),
+    ("frames", np.zeros((9, 84, 84), np.uint8),
+     re.escape("holds uint8 (9, 84, 84); expected uint8 (8, 84, 84)")),
+    ("rewards", np.zeros(6, np.float64), "expected float32"),
+    ("capacity", np.array(7), "capacity 7 differs from 8"),
+    ("cursor", np.array(8), "cursor 8 and size 6 do not fit"),
+    ("sampleable", None, "cannot read .*sampleable.npy"),
 ])
-def test_read_arrays_into_refuses_a_mismatch(tmp_path, name, buffer, message):
-    path = save(tmp_path, 2)
+def test_read_replay_into_refuses_a_mismatch(tmp_path, name, saved, message):
+    arrays = replay_arrays(2)
+    if saved is None:
+        del arrays[name]
+    else:
+        arrays[name] = saved
+    path = save(tmp_path, 2, arrays=arrays)
     with pytest.raises(CheckpointError, match=message):
-        read_arrays_into(path, {name: buffer})
+        read_replay_into(path, ReplayMemory(CAPACITY, np.random.default_rng(0)))
 
 
-def test_read_arrays_into_a_torn_file(tmp_path):
+def test_read_replay_into_a_torn_file(tmp_path):
     path = save(tmp_path, 2)
     frames = path / checkpoints.REPLAY / "frames.npy"
     frames.write_bytes(frames.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="ends early"):
-        read_arrays_into(path, {"frames": np.zeros((6, 84, 84), np.uint8)})
+        read_replay_into(path, ReplayMemory(CAPACITY, np.random.default_rng(0)))
     frames.write_bytes(b"not numpy")
     with pytest.raises(CheckpointError, match="cannot read"):
-        read_arrays_into(path, {"frames": np.zeros((6, 84, 84), np.uint8)})
+        read_replay_into(path, ReplayMemory(CAPACITY, np.random.default_rng(0)))
 
 
 def test_checkpoint_holds_no_pickles(tmp_path):
@@ -163,7 +176,7 @@ def test_a_manifest_that_is_not_json_fails_before_writing(tmp_path):
 
 def test_without_arrays_there_is_no_replay(tmp_path):
     path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), None)
-    assert read_arrays_into(path, replay_arrays(0)) is False
+    assert read_replay_into(path, ReplayMemory(CAPACITY, np.random.default_rng(0))) is False
 
 
 def test_real_tensorflow_network_round_trip(tmp_path):

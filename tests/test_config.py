@@ -10,7 +10,7 @@ from fast_dqn import config as config_module
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, parse_bool,
                              validate)
 
-# Mnih et al. (2015), Extended Data Table 1, and DESIGN.md §1/§6. A change here is a change
+# Mnih et al. (2015), Extended Data Table 1, and docs/design.md §1. A change here is a change
 # of the learning problem: it must be deliberate.
 NATURE_DEFAULTS = {
     "game": "pong",

@@ -104,7 +104,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
             return method(self, *args)
         return slow
 
-    monkeypatch.setattr(QNetwork, "train_many", slowed(QNetwork.train_many, 0.02))
+    monkeypatch.setattr(QNetwork, "update_many", slowed(QNetwork.update_many, 0.02))
     monkeypatch.setattr(VectorEnvPool, "step", slowed(VectorEnvPool.step, 0.002))
     assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
 
@@ -160,7 +160,7 @@ FAULT_DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("module,owner,method,after,backend,message", [
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
-    ("fast_dqn.q_network", "QNetwork", "train_many", 10, "vector", "injected trainer failure"),
+    ("fast_dqn.q_network", "QNetwork", "update_many", 10, "vector", "injected trainer failure"),
 ])
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,
                                         message):

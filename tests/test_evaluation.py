@@ -95,7 +95,7 @@ class RecordingNetwork:
         self.use_target.append(use_target)
         return np.zeros(len(states), dtype=np.int64)
 
-    def train(self, batch) -> None:
+    def update(self, batch) -> None:
         raise AssertionError("an evaluation does not train")
 
     def sync_target(self) -> None:
@@ -120,7 +120,7 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
         seen["epsilon"] = epsilon
         return evaluate(pool, greedy, epsilon=epsilon, seed=seed, rng=rng)
 
-    monkeypatch.setattr("fast_dqn.agents.evaluate", recording_evaluate)
+    monkeypatch.setattr("fast_dqn.evaluation.evaluate", recording_evaluate)
     parts = LoopParts(config=config, network=network, memory=ReplayMemory(100, np.random.default_rng(0)),
                       pool=ScriptedPool([10]), make_eval_pool=make_pool, run_log=FakeRunLog(),
                       rng=np.random.default_rng(0))

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop, updates_due
+from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
+from fast_dqn.counters import updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
-from fast_dqn.replay_memory import Batch, ReplayMemory, SamplerBuffer
+from fast_dqn.replay_memory import Batch, ReplayMemory, SamplerBuffer, acted_transitions
 from fast_dqn.samplers import PoolStep
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
                                  CorridorPool, draw, optimal_q)
@@ -93,8 +94,8 @@ def check_learned(loop: TrainingLoop) -> None:
     error = np.abs(q - q_star)
     assert error.max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{np.round(q_star, 3)}"
     assert (q.argmax(axis=1) == RIGHT).all()  # the greedy policy is optimal everywhere
-    assert loop.step == loop.config.timesteps
-    assert loop.updates == updates_due(loop.config.timesteps, loop.config)
+    assert loop.counters.step == loop.config.timesteps
+    assert loop.counters.updates == updates_due(loop.config.timesteps, loop.config)
     # the log holds raw game scores; late games are mostly won
     log = loop.run_log
     assert {ret for _, _, ret in log.episodes} <= {GOAL_REWARD, PIT_REWARD, 0.0}
@@ -140,7 +141,7 @@ def test_fast_dqn_learns_the_optimal_q_values():
 
 
 def test_fast_dqn_with_the_real_network_is_deterministic():
-    """DESIGN.md 2: the same seed gives the same run, bit for bit on CPU, whatever the timing
+    """docs/design.md §2: the same seed gives the same run, bit for bit on CPU, whatever the timing
     of the trainer thread."""
     config = TAPE.replace(timesteps=500, lr=1e-3)
 
@@ -156,7 +157,7 @@ def test_fast_dqn_with_the_real_network_is_deterministic():
     for name, array in first.memory.state_dict().items():
         np.testing.assert_array_equal(second.memory.state_dict()[name], array, err_msg=name)
     assert first.run_log.episodes == second.run_log.episodes
-    assert first.updates == second.updates == 75
+    assert first.counters.updates == second.counters.updates == 75
 
 
 def test_optimal_q_is_the_bellman_fixed_point():
@@ -216,15 +217,15 @@ class RecordingNetwork:
         cells = states[:, -1, 40, :].argmax(axis=1) // 14
         return ((cells + version // 7) % 2).astype(np.int64)
 
-    def train(self, batch: Batch) -> None:
+    def update(self, batch: Batch) -> None:
         self.tape.record("train", self.online_version)
         self.online_version += 1
         self._updates_since_stats += 1
 
-    def train_many(self, batches: Batch, count: int) -> None:
+    def update_many(self, batches: Batch, count: int) -> None:
         assert len(batches.actions) % count == 0
         for _ in range(count):
-            self.train(batches)
+            self.update(batches)
 
     def sync_target(self) -> None:
         self.tape.record("sync", self.online_version)
@@ -235,15 +236,13 @@ class RecordingNetwork:
         return (0.5, 1.0, count) if count else (float("nan"), float("nan"), 0)
 
 
-def recording_memory(tape: Tape) -> type[ReplayMemory]:
+def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:
+    """A memory that records each store: "add" (DQN, a step as it is taken) or "flush"
+    (FastDQN, a sampler's buffer at a sync point)."""
     class RecordingMemory(ReplayMemory):
-        def add(self, *args, **kwargs) -> None:
-            super().add(*args, **kwargs)
-            tape.record("add", self.size)
-
-        def add_many(self, *args, **kwargs) -> None:
-            super().add_many(*args, **kwargs)
-            tape.record("flush", self.size)
+        def add_many(self, transitions) -> None:
+            super().add_many(transitions)
+            tape.record(store_kind, self.size)
 
         def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
             tape.record("sample", self.size)
@@ -289,7 +288,9 @@ class RecordingPool(CorridorPool):
 def taped_run(loop_class: type[TrainingLoop], config: Config) -> tuple[TrainingLoop, Tape]:
     tape = Tape()
     pool = RecordingPool(config.workers if loop_class is FastDQN else 1, tape)
-    loop = make_loop(loop_class, config, pool, RecordingNetwork(tape), recording_memory(tape))
+    store_kind = "flush" if loop_class is FastDQN else "add"
+    loop = make_loop(loop_class, config, pool, RecordingNetwork(tape),
+                     recording_memory(tape, store_kind))
     loop.run()
     return loop, tape
 
@@ -360,7 +361,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
     assert [event[2] for _, event in syncs] == [updates_due(step, config) for step, _ in syncs]
 
     trains = [e for e in tape.events if e[1] == "train"]
-    assert len(trains) == (config.timesteps - start) // config.train_freq == loop.updates
+    assert len(trains) == (config.timesteps - start) // config.train_freq == loop.counters.updates
     if concurrent:
         assert {e[0] for e in trains} == {"trainer"}
 
@@ -388,13 +389,13 @@ def test_fast_dqn_orchestration_tape(concurrent):
         rounds = step // config.workers
         for env, buffer in enumerate(buffers):
             rows = loop.actor.pool.transitions[env][rounds_done:rounds]
-            buffer.extend(*(np.array(column) for column in zip(*rows)))
-            expected.add_many(*buffer.take())
+            buffer.extend(acted_transitions(*(np.array(column) for column in zip(*rows))))
+            expected.add_many(buffer.take())
         rounds_done = rounds
     for name, array in expected.state_dict().items():
         np.testing.assert_array_equal(loop.memory.state_dict()[name], array, err_msg=name)
     # each transition is sampleable once, but for the games still running at the end
-    sampleable = int(loop.memory.sampleable[:loop.memory.size].sum())
+    sampleable = int(loop.memory.store.sampleable[:loop.memory.size].sum())
     assert config.timesteps - config.workers <= sampleable <= config.timesteps
 
 
@@ -431,7 +432,7 @@ def test_dqn_orchestration_tape():
     assert [step for step, _ in syncs] == list(range(start + period, config.timesteps + 1,
                                                       period))
     assert len([e for e in tape.events if e[1] == "train"]) == \
-        (config.timesteps - start) // config.train_freq == loop.updates
+        (config.timesteps - start) // config.train_freq == loop.counters.updates
     # every train_freq steps, one minibatch, right after the step's transition is stored
     adds_before_train = [sum(1 for e in tape.events[:i] if e[1] == "add")
                          for i, e in enumerate(tape.events) if e[1] == "train"]

@@ -6,6 +6,9 @@ a test that trains a network builds its own, so the order of tests never matters
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,7 +16,7 @@ import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.q_network import (QNetwork, build_nature_cnn, configure_device,  # noqa: E402
-                                huber)
+                                huber, make_q_network)
 from fast_dqn.replay_memory import Batch  # noqa: E402
 
 keras = tf.keras
@@ -21,10 +24,10 @@ N_ACTIONS = 6
 
 
 def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = None) -> QNetwork:
-    """A QNetwork built the way the entry points build it (fast_dqn.launch.build_loop)."""
-    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                    epsilon=config.rmsprop_epsilon, discount=config.discount,
-                    seed=config.seed if seed is None else seed)
+    """A QNetwork built the way the entry points build it (fast_dqn.q_network.make_q_network)."""
+    if seed is not None:
+        config = config.replace(seed=seed)
+    return make_q_network(config, n_actions)
 
 
 def random_batch(seed: int, size: int = 32, n_actions: int = N_ACTIONS,
@@ -91,7 +94,7 @@ def test_input_is_scaled_by_1_over_255(default_network):
 
 
 def test_build_nature_cnn_output_for_a_batch():
-    model = build_nature_cnn(3, "probe")
+    model = build_nature_cnn(3, "probe", random.Random(0))
     out = model(np.zeros((5, 4, 84, 84), np.uint8))
     assert tuple(out.shape) == (5, 3)
 
@@ -154,7 +157,7 @@ def test_first_update_is_rmsprop_on_the_summed_gradient():
     batch = random_batch(1)
     kernel_grad, bias_grad = _output_layer_gradient_by_hand(network, batch)
     before = [v.numpy() for v in network.online.trainable_variables[-2:]]
-    network.train(batch)
+    network.update(batch)
     after = [v.numpy() for v in network.online.trainable_variables[-2:]]
     for index, gradient in enumerate((kernel_grad, bias_grad)):
         taken = before[index] - after[index]
@@ -194,7 +197,7 @@ def test_train_moves_q_toward_the_td_target():
     mean_errors = [np.abs(initial).mean()]
     for _ in range(4):
         for _ in range(5):
-            network.train(batch)
+            network.update(batch)
         mean_errors.append(np.abs(td_errors(network, batch)).mean())
     assert all(np.diff(mean_errors) < 0), mean_errors  # shrinks with every few steps
     assert mean_errors[-1] < mean_errors[0] - 0.01, mean_errors
@@ -218,7 +221,7 @@ def test_terminal_transitions_do_not_bootstrap():
     assert targets[2] == pytest.approx(1.0 + 0.99 * 2e6, rel=1e-3)
     # a minibatch of terminal transitions trains on r alone: a modest loss
     batch = random_batch(3, size=8, n_actions=2, terminal_every=1)
-    network.train(batch)
+    network.update(batch)
     loss, _, count = network.take_train_stats()
     assert count == 1 and loss < 5.0
 
@@ -227,7 +230,7 @@ def test_sync_target_copies_the_weights_exactly():
     network = network_from(Config(), seed=3)
     batch = random_batch(4)
     for _ in range(2):
-        network.train(batch)
+        network.update(batch)
     online = [v.numpy() for v in network.online.variables]
     assert any(not np.array_equal(o, t.numpy())
                for o, t in zip(online, network.target.variables))
@@ -258,7 +261,7 @@ def test_take_train_stats_returns_mean_loss_and_count():
         batch = random_batch(seed)
         losses.append(expected_loss(network, batch))
         mean_qs.append(float(network.q_values(batch.states)[np.arange(32), batch.actions].mean()))
-        network.train(batch)
+        network.update(batch)
     loss, mean_q, count = network.take_train_stats()
     assert count == 3
     assert loss == pytest.approx(np.mean(losses), rel=1e-4)
@@ -271,7 +274,7 @@ def test_non_finite_loss_shows_in_train_stats():
     network = network_from(Config(), seed=5)
     batch = random_batch(8)
     batch = batch._replace(rewards=np.full(32, np.nan, np.float32))
-    network.train(batch)
+    network.update(batch)
     loss, _, count = network.take_train_stats()
     assert count == 1 and not np.isfinite(loss)
 
@@ -285,9 +288,9 @@ def test_same_seed_same_batches_gives_identical_weights():
     def trained(seed: int) -> list[np.ndarray]:
         network = network_from(Config(), seed=seed)
         for batch in batches:
-            network.train(batch)
+            network.update(batch)
         network.sync_target()
-        network.train(batches[0])
+        network.update(batches[0])
         return [v.numpy() for v in network.online.variables + network.target.variables]
 
     first, second = trained(seed=21), trained(seed=21)
@@ -309,10 +312,10 @@ def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count):
     batches = [random_batch(seed) for seed in range(20, 20 + 2 * count)]
     one_by_one = network_from(Config(), seed=9)
     for batch in batches:
-        one_by_one.train(batch)
+        one_by_one.update(batch)
     at_once = network_from(Config(), seed=9)
-    at_once.train_many(_stack(batches[:count]), count)
-    at_once.train_many(_stack(batches[count:]), count)  # a second call reuses the trace
+    at_once.update_many(_stack(batches[:count]), count)
+    at_once.update_many(_stack(batches[count:]), count)  # a second call reuses the trace
     assert len(at_once.online.variables) == len(one_by_one.online.variables)
     for a, b in zip(at_once.online.variables, one_by_one.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
@@ -322,3 +325,40 @@ def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count):
     loss_b, q_b, updates_b = one_by_one.take_train_stats()
     assert updates_a == updates_b == 2 * count
     assert loss_a == loss_b and q_a == q_b
+
+
+def test_building_a_network_leaves_the_global_generators_alone():
+    """Randomness is passed in: Python's, NumPy's and TensorFlow's global generators draw
+    the same numbers whether or not a network was built in between."""
+    def draws() -> tuple:
+        return random.random(), np.random.random(), float(tf.random.uniform(()))
+
+    random.seed(1), np.random.seed(1), tf.random.set_seed(1)
+    expected = draws()
+    random.seed(1), np.random.seed(1), tf.random.set_seed(1)
+    first = network_from(Config(), seed=5)
+    assert draws() == expected
+    second = network_from(Config(), seed=5)
+    other = network_from(Config(), seed=6)
+    for a, b, c in zip(first.online.get_weights(), second.online.get_weights(),
+                       other.online.get_weights()):
+        np.testing.assert_array_equal(a, b)  # the seed alone fixes the weights
+        assert a.ndim == 1 or not np.array_equal(a, c)  # kernels differ with the seed
+
+
+def test_make_q_network_takes_the_optimizer_settings_from_the_config():
+    config = Config(lr=1e-3, rmsprop_rho=0.9, rmsprop_epsilon=1e-4, discount=0.5)
+    network = make_q_network(config, 4)
+    optimizer = network.optimizer
+    assert float(optimizer.learning_rate.numpy()) == pytest.approx(1e-3)
+    assert (optimizer.rho, optimizer.epsilon, optimizer.centered) == (0.9, 1e-4, True)
+    assert network.discount == 0.5 and network.n_actions == 4
+
+
+def test_restore_of_a_damaged_checkpoint_is_a_value_error(tmp_path):
+    network = network_from(Config(), seed=1)
+    prefix = str(tmp_path / "ckpt")
+    network.checkpoint().write(prefix)
+    Path(prefix + ".index").write_bytes(b"damaged")
+    with pytest.raises(ValueError, match="cannot restore the networks"):
+        network_from(Config(), seed=2).restore(prefix)

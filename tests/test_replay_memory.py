@@ -15,6 +15,7 @@ import pytest
 
 from fast_dqn.config import HISTORY
 from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, FrameHistory,
+                                    acted_transitions,
                                     ReplayMemory, SamplerBuffer, check_memory_for, clip_reward)
 
 # ------------------------------------------------------------------------------- helpers
@@ -53,7 +54,7 @@ def slot_of(frame_id: int, capacity: int) -> int:
 
 def valid_ids(memory: ReplayMemory) -> set[int]:
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
-    return {int(memory.frames[slot, 0, 0]) for slot in slots}
+    return {int(memory.store.frames[slot, 0, 0]) for slot in slots}
 
 
 # ------------------------------------------------------------------- table-driven cases
@@ -139,7 +140,7 @@ def test_rebuilt_states(case: Case):
     memory = memory_from(case.steps, case.capacity)
     for frame_id, expected in case.states.items():
         slot = slot_of(frame_id, case.capacity)
-        assert memory.frames[slot, 0, 0] == frame_id, "table names an overwritten id"
+        assert memory.store.frames[slot, 0, 0] == frame_id, "table names an overwritten id"
         assert ids_of(memory.state_at(slot)) == expected, f"state of id {frame_id}"
         if frame_id in case.valid:
             batch = memory.batch(np.array([slot]))
@@ -169,10 +170,10 @@ def test_add_many_matches_add_across_the_wrap_point():
     steps = parse_steps(spec)
     in_pieces = ReplayMemory(8, np.random.default_rng(0))
     for piece in (steps[:1], steps[1:7], steps[7:]):  # the last piece wraps
-        in_pieces.add_many(np.stack([id_frame(i) for i, _, _ in piece]),
+        in_pieces.add_many(acted_transitions(np.stack([id_frame(i) for i, _, _ in piece]),
                            np.array([i % 3 for i, _, _ in piece]),
                            np.array([float(i) for i, _, _ in piece]),
-                           np.array([t for _, t, _ in piece]), np.array([x for _, _, x in piece]))
+                           np.array([t for _, t, _ in piece]), np.array([x for _, _, x in piece])))
     for name, array in one_by_one.state_dict().items():
         np.testing.assert_array_equal(in_pieces.state_dict()[name], array, err_msg=name)
 
@@ -180,8 +181,8 @@ def test_add_many_matches_add_across_the_wrap_point():
 def test_add_many_longer_than_capacity_keeps_the_newest():
     memory = ReplayMemory(6, np.random.default_rng(0))
     ids = np.arange(1, 15)
-    memory.add_many(np.stack([id_frame(i) for i in ids]), ids % 3, np.zeros(14),
-                    np.zeros(14, bool), np.zeros(14, bool))
+    memory.add_many(acted_transitions(np.stack([id_frame(i) for i in ids]), ids % 3, np.zeros(14),
+                    np.zeros(14, bool), np.zeros(14, bool)))
     assert memory.size == 6
     assert valid_ids(memory) == {12, 13}
     assert memory.cursor == 0
@@ -212,11 +213,11 @@ def test_rewards_are_clipped_to_their_sign(raw, clipped):
     assert clip_reward(raw) == clipped
     memory = ReplayMemory(8, np.random.default_rng(0))
     memory.add(id_frame(1), 0, raw, terminal=True, episode_end=True)
-    memory.add_many(id_frame(2)[None], np.array([1]), np.array([raw]), np.array([True]),
-                    np.array([True]))
-    assert memory.rewards[:2].tolist() == [clipped, clipped]
+    memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]), np.array([True]),
+                    np.array([True])))
+    assert memory.store.rewards[:2].tolist() == [clipped, clipped]
     assert memory.batch(np.array([0, 1])).rewards.tolist() == [clipped, clipped]
-    assert memory.rewards.dtype == np.float32
+    assert memory.store.rewards.dtype == np.float32
 
 
 # ------------------------------------------------------------------- state_dict round trip
@@ -232,7 +233,7 @@ def filled_memory(capacity: int, transitions: int, seed: int) -> ReplayMemory:
 
 def test_state_dict_round_trip():
     original = filled_memory(40, 57, seed=3)  # wrapped, cursor mid-way
-    original.sampleable[5] = False  # as a context copy would be
+    original.store.sampleable[5] = False  # as a context copy would be
     restored = ReplayMemory(40, np.random.default_rng(99))
     restored.load_state_dict({k: np.copy(v) for k, v in original.state_dict().items()})
     assert (restored.cursor, restored.size) == (original.cursor, original.size) == (17, 40)
@@ -435,11 +436,11 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
     def hand_over(env: int) -> None:
         if pending[env]:
             steps = pending[env]
-            buffers[env].extend(np.stack([s.frame for s in steps]),
+            buffers[env].extend(acted_transitions(np.stack([s.frame for s in steps]),
                                 np.array([s.action for s in steps]),
                                 np.array([s.reward for s in steps], np.float32),
                                 np.array([s.terminal for s in steps]),
-                                np.array([s.episode_end for s in steps]))
+                                np.array([s.episode_end for s in steps])))
             pending[env] = []
 
     for r in range(rounds):
@@ -452,7 +453,7 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
                 hand_over(env)
                 flushed = buffer.take()
                 if flushed is not None:
-                    memory.add_many(*flushed)
+                    memory.add_many(flushed)
 
 
 def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool) -> None:
@@ -464,7 +465,7 @@ def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool
                 np.testing.assert_array_equal(after, ref.next_state)
 
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
-    tags = [tag_of(memory.frames[slot]) for slot in slots]
+    tags = [tag_of(memory.store.frames[slot]) for slot in slots]
     assert len(set(tags)) == len(tags), "a transition is sampleable twice"
     expected = {(env, t) for env, reference in enumerate(references)
                 for t in expected_valid(reference, capacity=10**9)}
@@ -501,7 +502,7 @@ def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, syn
     run_samplers(streams, memory, syncs, rng)
     check_fast_memory(memory, streams, wrapped=False)
     # context copies (and the first copy of a carried row) are stored but never sampleable
-    stored = [tag_of(memory.frames[slot]) for slot in range(memory.size)]
+    stored = [tag_of(memory.store.frames[slot]) for slot in range(memory.size)]
     assert len(stored) > len(set(stored)), "expected episodes left unfinished across flushes"
     valid = memory.valid(np.arange(memory.size))
     for tag in set(stored):
@@ -525,15 +526,15 @@ def test_unfinished_episode_is_carried_with_its_context(context_rows):
     """flush k:  | ... a_n [a_n+1: end, not sampled] |  flush k+1: | (context) a_n+1 ... |"""
     buffer = SamplerBuffer()
     ids = np.arange(1, context_rows + 2)
-    buffer.extend(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
-                  np.zeros(len(ids), bool), np.zeros(len(ids), bool))
+    buffer.extend(acted_transitions(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
+                  np.zeros(len(ids), bool), np.zeros(len(ids), bool)))
     frames, actions, _, terminals, ends, sampleable = buffer.take()
     assert actions.tolist() == ids.tolist()
     assert ends.tolist() == [False] * context_rows + [True]
     assert sampleable.tolist() == [True] * context_rows + [False]
     assert len(buffer) == 1
-    buffer.extend(id_frame(50)[None], np.array([50]), np.zeros(1), np.array([True]),
-                  np.array([True]))
+    buffer.extend(acted_transitions(id_frame(50)[None], np.array([50]), np.zeros(1), np.array([True]),
+                  np.array([True])))
     frames, actions, _, terminals, ends, sampleable = buffer.take()
     assert actions.tolist() == ids[-4:].tolist() + [50]
     assert sampleable.tolist() == [False] * min(context_rows, HISTORY - 1) + [True, True]
@@ -621,9 +622,9 @@ def test_batch_into_reused_buffers_equals_a_fresh_batch():
     rng = np.random.default_rng(3)
     memory = ReplayMemory(64, np.random.default_rng(0))
     count = 150  # wraps around twice
-    memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+    memory.add_many(acted_transitions(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
                     rng.integers(0, 6, count), rng.normal(size=count),
-                    rng.random(count) < 0.1, rng.random(count) < 0.15)
+                    rng.random(count) < 0.1, rng.random(count) < 0.15))
     buffer = empty_batch(16)
     for _ in range(5):
         indices = memory.sample_indices(16)
@@ -637,22 +638,20 @@ def test_batch_into_reused_buffers_equals_a_fresh_batch():
 
 def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots(tmp_path):
     """Regression: an early checkpoint wrote the whole 7 GB capacity of empty slots."""
-    from fast_dqn.checkpoints import latest_checkpoint, read_arrays_into, save_checkpoint
+    from fast_dqn.checkpoints import latest_checkpoint, read_replay_into, save_checkpoint
 
     rng = np.random.default_rng(5)
     memory = ReplayMemory(100, np.random.default_rng(0))
-    memory.add_many(rng.integers(0, 256, (30, 84, 84), dtype=np.uint8), rng.integers(0, 6, 30),
-                    rng.normal(size=30), rng.random(30) < 0.2, rng.random(30) < 0.3)
+    memory.add_many(acted_transitions(rng.integers(0, 256, (30, 84, 84), dtype=np.uint8), rng.integers(0, 6, 30),
+                    rng.normal(size=30), rng.random(30) < 0.2, rng.random(30) < 0.3))
     state = memory.state_dict()
     assert len(state["frames"]) == 30
     save_checkpoint(tmp_path, {"step": 30}, None, state)
     restored = ReplayMemory(100, np.random.default_rng(0))
-    buffers = restored.buffers()
-    assert read_arrays_into(latest_checkpoint(tmp_path), buffers)
-    restored.load_state_dict(buffers)
+    assert read_replay_into(latest_checkpoint(tmp_path), restored)
     assert (restored.cursor, restored.size) == (memory.cursor, memory.size)
     for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable"):
-        np.testing.assert_array_equal(getattr(restored, name), getattr(memory, name))
+        np.testing.assert_array_equal(getattr(restored.store, name), getattr(memory.store, name))
 
 
 def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
@@ -663,9 +662,9 @@ def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
         rng = np.random.default_rng(3)
         memory = ReplayMemory(64, np.random.default_rng(seed))
         count = 150  # wraps around twice; many slots are invalid, so rejections happen
-        memory.add_many(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+        memory.add_many(acted_transitions(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
                         rng.integers(0, 6, count), rng.normal(size=count),
-                        rng.random(count) < 0.1, rng.random(count) < 0.3)
+                        rng.random(count) < 0.1, rng.random(count) < 0.3))
         return memory
 
     one_by_one, at_once = filled(7), filled(7)
@@ -677,3 +676,35 @@ def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
         for name in single._fields:
             np.testing.assert_array_equal(getattr(source, name)[16 * row:16 * (row + 1)],
                                           getattr(single, name), err_msg=f"{name} {k}")
+
+
+# ------------------------------------------------------------------------- check_valid
+
+
+def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
+    filled_memory(40, 25, seed=1).check_valid()  # not wrapped
+    filled_memory(40, 57, seed=3).check_valid()  # wrapped
+    ReplayMemory(8, np.random.default_rng(0)).check_valid()  # empty
+    memory = filled_memory(40, 57, seed=3)
+    memory.close_open_episode()
+    memory.check_valid()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda m: setattr(m, "cursor", 3), "cursor 3 is not at the end of the 25 filled slots"),
+    (lambda m: m.store.episode_ends.__setitem__(np.flatnonzero(m.store.terminals)[0], False),
+     "a terminal transition is not an episode end"),
+    (lambda m: m.store.rewards.__setitem__(2, 0.5), "not clipped"),
+    (lambda m: m.store.sampleable.__setitem__(30, True), "an unfilled slot is marked sampleable"),
+], ids=["cursor", "terminal", "reward", "unfilled"])
+def test_check_valid_names_the_broken_invariant(damage, message):
+    memory = filled_memory(40, 25, seed=1)
+    assert memory.store.terminals[:25].any()
+    damage(memory)
+    with pytest.raises(ValueError, match=message):
+        memory.check_valid()
+
+
+def test_a_transition_costs_the_bytes_of_its_columns():
+    # an 84 x 84 uint8 frame, a uint8 action, a float32 reward and three bool flags
+    assert BYTES_PER_TRANSITION == 84 * 84 + 1 + 4 + 3

@@ -1,4 +1,4 @@
-"""End-to-end tests of interruption and --resume (DESIGN.md section 5), with tiny runs.
+"""End-to-end tests of interruption and --resume (docs/design.md §5), with tiny runs.
 
 The entry points run as subprocesses from the repository root, on the CPU (where a seed fixes
 a run bit for bit): a first SIGINT/SIGTERM stops a run at the end of its round with a
@@ -217,6 +217,37 @@ def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
         assert manifest_a[key] == manifest_b[key], key
 
 
+def break_a_reward(checkpoint: Path) -> None:
+    path = checkpoint / "replay" / "rewards.npy"
+    rewards = np.load(path)
+    rewards[0] = 5.0  # the memory stores rewards clipped to their sign
+    np.save(path, rewards)
+
+
+def damage_the_network(checkpoint: Path) -> None:
+    Path(network_prefix(checkpoint) + ".index").write_bytes(b"damaged")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (break_a_reward, "replay memory: a stored reward is not clipped"),
+    (damage_the_network, "cannot restore the networks"),
+], ids=["replay-invariant", "network"])
+def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, damage, message):
+    """Resume ends with the replay memory's check_valid; a checkpoint that fails it, or whose
+    networks cannot be read, is refused with status 2 before the run goes on."""
+    run_dir, _ = interrupted
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    damage(latest_checkpoint(copy))
+    result = run_cli(RUN_FAST_DQN, ["--resume", str(copy), "--timesteps=3000"],
+                     tmp_path / "damaged")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert_no_traceback(result)
+    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
+    assert message in result.stderr
+    assert read_manifest(latest_checkpoint(copy))["step"] < 3000  # it did not go on
+
+
 def test_serial_run_stops_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     result = interrupt(RUN_DQN, [*TINY, "--evaluate=0", "--checkpoint-every=600"], run_dir,
@@ -366,7 +397,7 @@ def stop_when(loop, step: int, updates: int, done: threading.Event) -> threading
 
     def watch() -> None:
         while not done.is_set():
-            if loop.step >= step and loop.trainer.completed % per_epoch >= updates:
+            if loop.counters.step >= step and loop.trainer.completed % per_epoch >= updates:
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.01)
@@ -412,7 +443,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
         signal.signal(signal.SIGINT, previous)
     assert status == 128 + signal.SIGINT
     original = loop
-    assert original.updates > 0 and original.evaluations >= 1
+    assert original.counters.updates > 0 and original.evaluator.count >= 1
 
     checkpoint = latest_checkpoint(run_dir)
     manifest = read_manifest(checkpoint)
@@ -421,7 +452,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
         restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, run_files,
                                         initial_step=manifest["step"])
         try:
-            launch.restore(restored, run_files, manifest, checkpoint)
+            launch.resume(restored, run_files, manifest, checkpoint)
         finally:
             restored.close()
         assert run_files.episode_stats.state() == episode_stats
@@ -435,14 +466,15 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert_all_equal(variables(net2.target.variables), target, "target")
     assert_all_equal(variables(net2.optimizer.variables), variables(net.optimizer.variables),
                      "optimizer")
-    assert int(net2.optimizer.iterations.numpy()) == original.updates
+    assert int(net2.optimizer.iterations.numpy()) == original.counters.updates
 
     # Counters, averages and both random generators (the loop's and the replay memory's).
     state, state2 = original.state(), restored.state()
     assert state2.pop("hours") >= manifest["hours"] > 0  # the clock goes on from the stop
     del state["hours"]
     assert state2 == state
-    assert (restored.step, restored.updates) == (original.step, original.updates)
+    assert (restored.counters.step, restored.counters.updates) == \
+        (original.counters.step, original.counters.updates)
     assert restored.rng.random(4).tolist() == original.rng.random(4).tolist()
     assert restored.memory.rng.random(4).tolist() == original.memory.rng.random(4).tolist()
 
@@ -479,17 +511,17 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     class StoppingPool(CorridorPool):
         def step(self, actions):
             result = super().step(actions)
-            if first.step >= 268:
+            if first.counters.step >= 268:
                 first.stop.signal_number = 2  # as the SIGINT handler does
             return result
 
     first = make_loop(StoppingPool(2))
-    first.train()
-    assert first.step == 270 and first.run_log.evaluations == []
+    first.act_and_learn()
+    assert first.counters.step == 270 and first.run_log.evaluations == []
 
     second = make_loop(CorridorPool(2))
     second.restore(first.state())
-    second.train()
+    second.act_and_learn()
     assert [timestep for timestep, _ in second.run_log.evaluations] == [270, 500]
 
 
@@ -516,15 +548,15 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
 
     first = make_loop()
     first.config = config.replace(timesteps=200)
-    first.train()
+    first.act_and_learn()
     second = make_loop()
     second.restore(first.state())
-    second.start_refill()  # as launch.restore does without a saved replay memory
+    second.counters.start_refill()  # as launch.resume does without a saved replay memory
     second.config = config.replace(timesteps=300)
-    second.train()
+    second.act_and_learn()
     third = make_loop()
     third.restore(second.state())
-    third.train()
+    third.act_and_learn()
     # 150 learning steps before the refill, 50 refill steps without updates, 150 after.
-    assert first.updates == (200 - 50) // 4
-    assert third.updates == first.updates + (400 - 200 - 50) // 4
+    assert first.counters.updates == (200 - 50) // 4
+    assert third.counters.updates == first.counters.updates + (400 - 200 - 50) // 4

@@ -76,3 +76,14 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
 def test_updates_per_call_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         Trainer(lambda count: None, updates_per_call=0)
+
+
+def test_wait_returns_the_updates_made_since_the_last_wait():
+    trainer = Trainer(lambda count: None, updates_per_call=3)
+    trainer.start_epoch(7)
+    assert trainer.wait() == 7
+    assert trainer.wait() == 0  # nothing started since
+    trainer.start_epoch(2)
+    trainer.start_epoch(4)
+    assert trainer.wait() == 6
+    trainer.close()
