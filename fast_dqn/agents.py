@@ -8,9 +8,9 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `TrainingLoop.update_inline` (main thread) or `FastDQN.update_from_memory` (trainer thread);
-the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and the schedule in
-`fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
+in `TrainingLoop.update_inline_until` (main thread) or `FastDQN.update_from_memory` (the
+trainer thread); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
+the schedule in `fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
-                               period_passed, target_sync_due)
-from fast_dqn.evaluation import Evaluator, epsilon_greedy
+                               next_target_sync, period_passed, target_sync_due)
+from fast_dqn.evaluation import EvaluationLog, Evaluator, epsilon_greedy
 from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
                                     Transitions, acted_transitions, check_memory_for,
                                     empty_batch, select, zero_transitions)
@@ -49,14 +49,10 @@ class QFunction(Protocol):
     def take_train_stats(self) -> tuple[float, float, int]: ...
 
 
-class RunLog(Protocol):
+class RunLog(EvaluationLog, Protocol):
     """What the loops need of the run files (see `fast_dqn.run_files.RunFiles`)."""
 
     def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None: ...
-
-    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict: ...
-
-    def log_scalars(self, step: int, scalars: dict[str, float]) -> None: ...
 
 
 class NonFiniteLoss(RuntimeError):
@@ -179,10 +175,10 @@ class TrainingLoop:
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        # One minibatch buffer, reused: only one thread updates (see update_inline).
+        # One minibatch buffer, reused: only one thread updates (see update_inline_until).
         self._minibatch = empty_batch(self.config.batch_size)
         self.stop = StopRequest()
-        self._progress_shown_at = 0.0
+        self._progress_shown_at = time.monotonic()
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -206,9 +202,19 @@ class TrainingLoop:
                                             "episode/length": float(game.length)})
             self.counters.add_game(game.score)
 
-    def update_inline(self) -> None:
-        """One minibatch update on the main thread (DQN, and FastDQN without --concurrent)."""
-        self.network.update(self.memory.sample(self.config.batch_size, out=self._minibatch))
+    def update_inline_until(self, updates: int) -> None:
+        """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
+        the run has made `updates`."""
+        while self.counters.updates < updates:
+            self.network.update(self.memory.sample(self.config.batch_size,
+                                                   out=self._minibatch))
+            self.counters.updates += 1
+
+    def start_acting(self) -> None:
+        """Fresh games in every env; an evaluation first if one is due (after a resume)."""
+        self.actor.reset(seed=self.env_seed)
+        if self.evaluator.due(self.counters.step):
+            self.run_evaluation()
 
     # -- the sync-point sequence -----------------------------------------------------------------
 
@@ -225,16 +231,18 @@ class TrainingLoop:
         DQN calls it after every agent step (most have nothing due); FastDQN at every epoch
         boundary, after the trainer is drained and the buffers are flushed.
         """
+        # Training scalars exist once the last step taken was a learning step.
+        learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
             self.network.sync_target()
-            if learning_started(self.counters.step - 1, self.config):
+            if learned:
                 self.log_training()
                 logged = True
         if self.evaluator.due(self.counters.step):
             self.run_evaluation()
         if self.checkpoint_due(previous_step) and self.counters.step < self.config.timesteps:
-            if not logged:
+            if learned and not logged:
                 self.log_training()
             self.checkpoint()
 
@@ -316,18 +324,14 @@ class DQN(TrainingLoop):
 
     def act_and_learn(self) -> None:
         config, counters = self.config, self.counters
-        self.actor.reset(seed=self.env_seed)
-        if self.evaluator.due(counters.step):
-            self.run_evaluation()
+        self.start_acting()
         while counters.step < config.timesteps and not self.stop:
             transitions, games = self.actor.act(self.choose_actions(use_target=False))
             self.memory.add_many(transitions)
             counters.step += 1
             self.log_games(games)
             counters.mark_learning_start()
-            while counters.updates < counters.updates_due(counters.step):
-                self.update_inline()
-                counters.updates += 1
+            self.update_inline_until(counters.updates_due(counters.step))
             self.at_sync_point(counters.step - 1,
                                sync_target=target_sync_due(counters.step, config))
             self.update_progress_now_and_then()
@@ -376,15 +380,12 @@ class FastDQN(TrainingLoop):
             # The random phase needs no trainer; flushing it in epochs bounds the staging area.
             end = min(step + config.target_update, config.replay_start)
         else:
-            done_epochs = (step - config.replay_start) // config.target_update
-            end = config.replay_start + (done_epochs + 1) * config.target_update
+            end = next_target_sync(step, config)
         return min(end, _round_up(config.timesteps, self.actor.pool.num_envs))
 
     def act_and_learn(self) -> None:
         counters = self.counters
-        self.actor.reset(seed=self.env_seed)
-        if self.evaluator.due(counters.step):
-            self.run_evaluation()
+        self.start_acting()
         try:
             while counters.step < self.config.timesteps and not self.stop:
                 previous_step = counters.step
@@ -410,8 +411,9 @@ class FastDQN(TrainingLoop):
         self._staging.clear()
         while counters.step < end and not self.stop:
             self._staging.append(self._act_round())
-            if self.trainer is None:
-                self._update_inline_until(end)
+            if self.trainer is None:  # the epoch's updates due by now
+                self.update_inline_until(min(counters.updates_due(counters.step),
+                                             counters.updates_due(end)))
             elif self.trainer.failed:
                 break
             self.update_progress_now_and_then()
@@ -424,14 +426,6 @@ class FastDQN(TrainingLoop):
         self.counters.step += self.actor.pool.num_envs
         self.log_games(games)
         return transitions
-
-    def _update_inline_until(self, end: int) -> None:
-        """Without --concurrent: the epoch's updates due by now, on this thread."""
-        counters = self.counters
-        due = min(counters.updates_due(counters.step), counters.updates_due(end))
-        while counters.updates < due:
-            self.update_inline()
-            counters.updates += 1
 
     def _flush_buffers(self) -> None:
         """The epoch's transitions into the memory, one sampler after another."""

@@ -194,7 +194,10 @@ def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
         raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs from "
                               f"{memory.capacity}")
     for name, column in memory.store._asdict().items():
-        _read_npy_into(directory / f"{name}.npy", column)
+        rows = _read_npy_into(directory / f"{name}.npy", column)
+        if rows != extent["size"]:  # the filled slots, or all of them once wrapped
+            raise CheckpointError(f"{directory / name}.npy holds {rows} rows for a memory of "
+                                  f"{extent['size']} transitions")
     try:
         memory.set_extent(cursor=extent["cursor"], size=extent["size"])
     except ValueError as error:
@@ -209,7 +212,8 @@ def _read_scalar(path: Path) -> int:
         raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
-def _read_npy_into(path: Path, target: np.ndarray) -> None:
+def _read_npy_into(path: Path, target: np.ndarray) -> int:
+    """Reads a .npy file into the leading rows of `target`; returns how many rows."""
     if not (target.flags.c_contiguous and target.flags.writeable):
         # reshape(-1) would read into a copy and leave `target` as it was.
         raise ValueError(f"cannot read {path.name} into a non-contiguous or read-only array")
@@ -231,5 +235,6 @@ def _read_npy_into(path: Path, target: np.ndarray) -> None:
                 if not count:
                     raise CheckpointError(f"{path} ends early")
                 view = view[count:]
+            return shape[0]
     except (OSError, ValueError) as error:  # ValueError: not a .npy header
         raise CheckpointError(f"cannot read {path}: {error}") from error

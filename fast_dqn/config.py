@@ -22,9 +22,9 @@ HISTORY = 4  # frames stacked into one state
 ALGO_DQN = "dqn"
 ALGO_FAST_DQN = "fast_dqn"
 
-# The largest --seed: the network's seeding (keras.utils.set_random_seed, which seeds NumPy's
-# legacy generator) takes 32-bit seeds. The environment seeds derived from it (seed + i for env
-# i, evaluation and resume seeds) are folded into ale-py's narrower range by the env pools.
+# The largest --seed: seeds were 32-bit when the network seeded NumPy's legacy generator, and
+# runs keep that range. The environment seeds derived from it (seed + i for env i, evaluation
+# and resume seeds) are folded into ale-py's narrower range by the env pools.
 MAX_SEED = 2**32 - 1
 
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")

@@ -2,8 +2,9 @@
 
 Both training loops keep their counters here rather than in the loop classes (dqn_zoo keeps
 its step and rate trackers apart from the agent for the same reason): a newcomer finds what a
-step, an update, a rate and the summary mean in one file. The schedule functions are pure
-functions of the agent step and the settings; the loops ask them, they never re-derive them.
+step, an update and a rate mean in one file (`fast_dqn.launch.run_summary` writes them to
+summary.json). The schedule functions are pure functions of the agent step and the settings;
+the loops ask them, they never re-derive them.
 """
 
 from __future__ import annotations
@@ -61,10 +62,17 @@ def updates_due(step: int, config: Config) -> int:
 
 
 def target_sync_due(step: int, config: Config) -> bool:
-    """Whether the serial loop syncs the target network on reaching `step`: every
+    """Whether the target network takes the online weights on reaching `step`: every
     `target_update` agent steps counted from the replay start."""
     learning_steps = step - config.replay_start
     return learning_steps > 0 and learning_steps % config.target_update == 0
+
+
+def next_target_sync(step: int, config: Config) -> int:
+    """The first step after `step` (which is past the replay start) at which the target is
+    synced."""
+    done_periods = (step - config.replay_start) // config.target_update
+    return config.replay_start + (done_periods + 1) * config.target_update
 
 
 def period_passed(period: int, previous_step: int, step: int) -> bool:

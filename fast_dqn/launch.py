@@ -170,8 +170,9 @@ def open_run_files(config: Config, algo: str, resume_step: int | None) -> RunFil
 
 def resume(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
     """Everything a resumed run restores from its checkpoint, in this order: networks and
-    optimizer slots, the replay memory (or a refill when none was saved), counters and random
-    generators, the episode averages; and last a check of the memory's invariants.
+    optimizer slots; the replay memory's arrays; counters and random generators; then the
+    memory's open episode closed (or, without a saved memory, a refill started from the
+    restored counters); the episode averages; and last a check of the memory's invariants.
 
     Raises:
         CheckpointError: a file is missing or does not fit this run, or the memory read

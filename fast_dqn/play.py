@@ -285,7 +285,8 @@ def play_game(env: AtariEnv, history: FrameHistory, policy: Policy,
         step = env.step(policy(history.states))
         score += step.reward
         steps += 1
-        history.push(step.frame[None], after_episode_end=np.array([step.terminal or step.truncated]))
+        ended = np.array([step.terminal or step.truncated])
+        history.push(step.frame[None], after_episode_end=ended)
         if step.game_over:
             return GameResult(score, steps, step.truncated)
 

@@ -44,9 +44,21 @@ TRANSITION_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
     "sampleable": ((), np.bool_),  # False for context-only copies (see SamplerBuffer)
 }
 
-Transitions = NamedTuple("Transitions", [(name, np.ndarray) for name in TRANSITION_COLUMNS])
-Transitions.__doc__ = """Transitions column by column (see TRANSITION_COLUMNS), time along the
-first axis (or rounds x environments in the staging area)."""
+
+
+class Transitions(NamedTuple):
+    """Transitions column by column (see TRANSITION_COLUMNS), time along the first axis (or
+    rounds x environments in the staging area)."""
+
+    frames: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    episode_ends: np.ndarray
+    sampleable: np.ndarray
+
+
+assert Transitions._fields == tuple(TRANSITION_COLUMNS), "one column list, in one order"
 
 
 def zero_transitions(*leading: int) -> Transitions:
@@ -329,9 +341,7 @@ class ReplayMemory:
             raise ValueError("replay memory: a stored reward is not clipped to -1, 0 or 1")
         if store.sampleable[self.size:].any():
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
-        if self.size and not self.valid(np.arange(self.size)).any():
-            raise ValueError(f"replay memory: none of its {self.size} transitions can be "
-                             f"sampled")
+
 
 class FrameHistory:
     """The actors' side of the padding rule: W stacks of the last HISTORY frames.

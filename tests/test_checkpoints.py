@@ -125,6 +125,7 @@ def test_read_replay_into_without_replay(tmp_path):
     ("rewards", np.zeros(6, np.float64), "expected float32"),
     ("capacity", np.array(7), "capacity 7 differs from 8"),
     ("cursor", np.array(8), "cursor 8 and size 6 do not fit"),
+    ("actions", np.zeros(5, np.uint8), "holds 5 rows for a memory of 6 transitions"),
     ("sampleable", None, "cannot read .*sampleable.npy"),
 ])
 def test_read_replay_into_refuses_a_mismatch(tmp_path, name, saved, message):

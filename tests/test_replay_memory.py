@@ -213,8 +213,8 @@ def test_rewards_are_clipped_to_their_sign(raw, clipped):
     assert clip_reward(raw) == clipped
     memory = ReplayMemory(8, np.random.default_rng(0))
     memory.add(id_frame(1), 0, raw, terminal=True, episode_end=True)
-    memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]), np.array([True]),
-                    np.array([True])))
+    memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]),
+                                      np.array([True]), np.array([True])))
     assert memory.store.rewards[:2].tolist() == [clipped, clipped]
     assert memory.batch(np.array([0, 1])).rewards.tolist() == [clipped, clipped]
     assert memory.store.rewards.dtype == np.float32
@@ -533,8 +533,8 @@ def test_unfinished_episode_is_carried_with_its_context(context_rows):
     assert ends.tolist() == [False] * context_rows + [True]
     assert sampleable.tolist() == [True] * context_rows + [False]
     assert len(buffer) == 1
-    buffer.extend(acted_transitions(id_frame(50)[None], np.array([50]), np.zeros(1), np.array([True]),
-                  np.array([True])))
+    buffer.extend(acted_transitions(id_frame(50)[None], np.array([50]), np.zeros(1),
+                                    np.array([True]), np.array([True])))
     frames, actions, _, terminals, ends, sampleable = buffer.take()
     assert actions.tolist() == ids[-4:].tolist() + [50]
     assert sampleable.tolist() == [False] * min(context_rows, HISTORY - 1) + [True, True]
@@ -642,8 +642,9 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
 
     rng = np.random.default_rng(5)
     memory = ReplayMemory(100, np.random.default_rng(0))
-    memory.add_many(acted_transitions(rng.integers(0, 256, (30, 84, 84), dtype=np.uint8), rng.integers(0, 6, 30),
-                    rng.normal(size=30), rng.random(30) < 0.2, rng.random(30) < 0.3))
+    memory.add_many(acted_transitions(rng.integers(0, 256, (30, 84, 84), dtype=np.uint8),
+                                      rng.integers(0, 6, 30), rng.normal(size=30),
+                                      rng.random(30) < 0.2, rng.random(30) < 0.3))
     state = memory.state_dict()
     assert len(state["frames"]) == 30
     save_checkpoint(tmp_path, {"step": 30}, None, state)
@@ -688,6 +689,16 @@ def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
     memory = filled_memory(40, 57, seed=3)
     memory.close_open_episode()
     memory.check_valid()
+    # a first flush of one round per env: only unfinished pieces, none of them sampleable
+    flushed = ReplayMemory(16, np.random.default_rng(0))
+    for env in range(4):
+        buffer = SamplerBuffer()
+        buffer.extend(acted_transitions(id_frame(env)[None], np.array([0]), np.zeros(1),
+                                        np.zeros(1, bool), np.zeros(1, bool)))
+        flushed.add_many(buffer.take())
+    assert not flushed.valid(np.arange(flushed.size)).any()
+    flushed.close_open_episode()
+    flushed.check_valid()
 
 
 @pytest.mark.parametrize("damage, message", [
