@@ -349,18 +349,24 @@ class FastDQN(TrainingLoop):
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self.update_from_memory, name="trainer",
-                                   updates_per_call=self.config.updates_per_call)
-            # One buffer for the most minibatches a call draws, reused (see ReplayMemory.batch)
-            self._minibatches = empty_batch(self.config.batch_size * self.config.updates_per_call)
+            self.trainer = Trainer(self.update_from_memory, prepare=self.sample_minibatches,
+                                   name="trainer", updates_per_call=self.config.updates_per_call)
+            # Two buffers for the most minibatches a call draws, reused (see
+            # ReplayMemory.batch): one is sampled into while the other is trained on.
+            rows = self.config.batch_size * self.config.updates_per_call
+            self._minibatches = (empty_batch(rows), empty_batch(rows))
         rounds = -(-self.config.target_update // num_envs)
         self._staging = _StagingArea(rounds, num_envs)
 
-    def update_from_memory(self, count: int) -> None:
-        """`count` updates in one call, on the trainer thread, from the frozen memory."""
+    def sample_minibatches(self, count: int, slot: int) -> Batch:
+        """`count` minibatches from the frozen memory into buffer `slot`, on the trainer's
+        preparing thread."""
         rows = count * self.config.batch_size
-        out = Batch(*(array[:rows] for array in self._minibatches))
-        batches = self.memory.sample_many(count, self.config.batch_size, out=out)
+        out = Batch(*(array[:rows] for array in self._minibatches[slot]))
+        return self.memory.sample_many(count, self.config.batch_size, out=out)
+
+    def update_from_memory(self, batches: Batch, count: int) -> None:
+        """`count` updates in one call, on the trainer thread."""
         self.network.update_many(batches, count)
 
     def query_greedy(self, use_target: bool) -> np.ndarray:

@@ -3,7 +3,8 @@
     python -m fast_dqn.benchmark [--workers 8 [16 ...]] [--trainer-stub-ms X --query-stub-ms Y]
 
 Measures (a) the trainer alone (minibatch updates/s; 4 x that is the training-bound limit in
-agent steps/s), (b) the serial reference loop, and (c) the fast scheme for each worker count,
+agent steps/s), (b) the serial reference loop, (c) the fast scheme for each worker count, and
+(d) the W environments alone (the emulation-bound limit of this machine),
 all on real Atari emulation with a short random start and then fixed exploration (epsilon =
 --final-epsilon). Prints a table and one JSON line with the ratios (docs/design.md §6).
 
@@ -110,6 +111,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="epoch length in agent steps (default: 10000, the Nature value)")
     parser.add_argument("--trainer-seconds", type=float, default=10.0,
                         help="how long to time the trainer alone (default: 10)")
+    parser.add_argument("--emulation-seconds", type=float, default=3.0,
+                        help="how long to time the envs alone per worker count (default: 3)")
     parser.add_argument("--final-epsilon", type=float, default=0.1)
     parser.add_argument("--skip-serial", action="store_true",
                         help="do not measure the serial reference")
@@ -224,6 +227,24 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     return result
 
 
+def measure_emulation(config: Config, seconds: float) -> float:
+    """Agent steps/s of the W envs alone, stepped with random actions: the most any
+    trainer can reach on this machine, whatever the GPU."""
+    pool = make_pool(config, config.workers, config.backend, config.seed)
+    rng = np.random.default_rng(config.seed)
+    try:
+        pool.reset(seed=config.seed)
+        for _ in range(10):  # past the resets' no-ops
+            pool.step(rng.integers(0, pool.n_actions, pool.num_envs))
+        rounds, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            pool.step(rng.integers(0, pool.n_actions, pool.num_envs))
+            rounds += 1
+        return rounds * pool.num_envs / (time.perf_counter() - start)
+    finally:
+        pool.close()
+
+
 def measure_trainer(args: argparse.Namespace, config: Config) -> float:
     """Minibatch updates/s of the trainer alone on a memory of random frames."""
     rng = np.random.default_rng(config.seed)
@@ -282,8 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     fast_results = {}
     for workers, config in configs.items():
         measured = measure_loop(args, config, fast=True)
+        measured["emulation_steps_per_second"] = measure_emulation(config,
+                                                                   args.emulation_seconds)
         fast_results[workers] = measured
-        note = (f"trainer busy {measured['trainer_busy']:.0%}, "
+        note = (f"emulation alone {measured['emulation_steps_per_second']:.0f} steps/s, "
+                f"trainer busy {measured['trainer_busy']:.0%}, "
                 f"{measured['update_ms']:.2f} ms per update, "
                 f"acting host {measured['round_host_us']:.0f} us per round")
         if simulated:
@@ -300,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
         "round_host_us_by_workers": {str(w): m["round_host_us"]
                                      for w, m in fast_results.items()},
+        "emulation_steps_per_second_by_workers": {str(w): m["emulation_steps_per_second"]
+                                                  for w, m in fast_results.items()},
     })
     if serial:
         result["fast_over_serial"] = best["steps_per_second"] / serial
@@ -313,6 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "sim_update_ms": best["update_ms"],
                        "sim_fraction_of_gpu_limit": best["steps_per_second"] / gpu_limit,
                        "gpu_limit_steps_per_second": gpu_limit,
+                       # what this machine can reach at all: the GPU's limit, or its
+                       # emulators' when they are slower
+                       "sim_fraction_of_attainable": max(
+                           m["steps_per_second"]
+                           / min(gpu_limit, m["emulation_steps_per_second"])
+                           for m in fast_results.values()),
                        "update_host_us": best["update_host_us"],
                        "round_host_us": best["round_host_us"],
                        "update_host_us_by_workers": {str(w): m["update_host_us"]

@@ -93,7 +93,7 @@ class QNetwork:
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
-                 discount: float, seed: int):
+                 discount: float, seed: int, xla: bool = False):
         self.n_actions = n_actions
         self.discount = discount
         seeds = random.Random(seed)
@@ -108,12 +108,17 @@ class QNetwork:
         self._q_sum = tf.Variable(0.0, trainable=False)
         self._updates = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.sync_target()
-        self._update_fn = tf.function(self._update_step, jit_compile=False,
-                                      reduce_retracing=True)
+        self.xla = xla
+        self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
         # Traced once per count of updates per call (the setting and an epoch's remainder).
+        # Not with XLA: it compiles K unrolled updates into other floating-point results
+        # than K single ones (and ran slower on the CPU), so update_many then loops.
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
+        # The samplers' batched query of the target network has one batch size (W) for the
+        # whole run, so XLA compiles it once; the online network's queries come in every
+        # size an evaluation's shrinking set of games asks for, each a compilation.
         self._greedy_fns = {
-            True: tf.function(self._greedy_target, reduce_retracing=True),
+            True: tf.function(self._greedy_target, jit_compile=xla, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
         }
 
@@ -158,6 +163,9 @@ class QNetwork:
 
     def update(self, batch: Batch) -> None:
         """One minibatch update of the online network."""
+        self._update_one(batch)
+
+    def _update_one(self, batch: Batch) -> None:
         self._update_fn(tf.constant(batch.states), tf.constant(batch.actions),
                        tf.constant(batch.rewards), tf.constant(batch.next_states),
                        tf.constant(batch.terminals))
@@ -176,9 +184,13 @@ class QNetwork:
         per-call host cost (dispatch, argument conversion) once.
         """
         if count == 1:
-            self.update(batches)
+            self._update_one(batches)
             return
         size = len(batches.actions) // count
+        if self.xla:
+            for k in range(count):
+                self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
+            return
         stacked = [tf.constant(array.reshape(count, size, *array.shape[1:]))
                    for array in batches]
         self._update_many_fn(*stacked)
@@ -231,7 +243,15 @@ class QNetwork:
                                    optimizer=self.optimizer)
 
 
+def use_xla(mode: str) -> bool:
+    """`--xla`: "on", "off", or "auto" (on where no GPU is visible)."""
+    if mode == "auto":
+        return not tf.config.list_physical_devices("GPU")
+    return mode == "on"
+
+
 def make_q_network(config: Config, n_actions: int) -> QNetwork:
     """The run's Q-network: Nature's optimizer settings and discount from `config`."""
     return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
+                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed,
+                    xla=use_xla(config.xla))

@@ -10,31 +10,46 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
+from typing import Any, Callable
 
 _POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
 
 _STOP = None  # sentinel that ends the thread
 
 
+def _nothing_to_prepare(count: int, slot: int) -> None:
+    return None
+
+
 class Trainer:
     """Runs an epoch's n minibatch updates on a named background thread.
 
-    `update(k)` makes k updates in one call, k at most `updates_per_call`: the replay memory
-    is frozen during an epoch, so k minibatches can be drawn and trained at once, paying the
-    per-call host cost (sampling call, copies, the framework's dispatch) once for k updates.
+    The work of one call is split in two: `prepare(k, slot)` draws k minibatches from the
+    replay memory into buffer `slot` (0 or 1, alternating), and `update(batches, k)` makes
+    the k updates. A second thread prepares the next call while the trainer thread runs the
+    current one, so sampling overlaps the network's update (on a GPU, its kernels; in the
+    benchmark's stub, its wait); the two threads never use the same buffer at once. The
+    calls are prepared one after another in the epoch's order, so the minibatches do not
+    depend on timing. k is at most `updates_per_call`: the replay memory is frozen during an
+    epoch, so k minibatches can be drawn and trained at once, paying the per-call host cost
+    once for k updates.
 
-    Ownership: during an epoch the trainer thread alone calls `update` (which samples the
-    replay memory and trains the online network); the main thread touches neither until
-    `wait` returns.
+    Ownership: during an epoch only these two threads touch the replay memory (reading) and
+    the online network; the main thread touches neither until `wait` returns, and `wait`
+    returns only when no preparation is in flight.
     """
 
-    def __init__(self, update: Callable[[int], None], name: str = "trainer",
-                 updates_per_call: int = 1):
+    def __init__(self, update: Callable[[Any, int], None],
+                 prepare: Callable[[int, int], Any] = _nothing_to_prepare,
+                 name: str = "trainer", updates_per_call: int = 1):
         if updates_per_call < 1:
             raise ValueError(f"updates_per_call must be at least 1; got {updates_per_call}")
         self._update = update
+        self._prepare = prepare
         self._updates_per_call = updates_per_call
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-prepare")
         self._work: queue.Queue[int | None] = queue.Queue()
         self._done = threading.Semaphore(0)
         self._stop = threading.Event()
@@ -87,6 +102,7 @@ class Trainer:
         self._stop.set()
         self._work.put(_STOP)
         self._thread.join()
+        self._preparer.shutdown(wait=True)
 
     def _run(self) -> None:
         while True:
@@ -102,11 +118,22 @@ class Trainer:
                 self._done.release()
 
     def _run_epoch(self, updates: int) -> None:
-        left = updates
-        while left > 0:
-            if self._stop.is_set() or self._abandon.is_set() or self._error is not None:
-                return
-            count = min(left, self._updates_per_call)
-            self._update(count)
-            self._completed += count
-            left -= count
+        counts = [min(self._updates_per_call, updates - done)
+                  for done in range(0, updates, self._updates_per_call)]
+        ahead: Future | None = None
+        try:
+            for index, count in enumerate(counts):
+                if self._stop.is_set() or self._abandon.is_set():
+                    return
+                if ahead is None:
+                    ahead = self._preparer.submit(self._prepare, count, index % 2)
+                batches = ahead.result()
+                ahead = None
+                if index + 1 < len(counts):
+                    ahead = self._preparer.submit(self._prepare, counts[index + 1],
+                                                  (index + 1) % 2)
+                self._update(batches, count)
+                self._completed += count
+        finally:
+            if ahead is not None:
+                wait_for_futures([ahead])  # nothing may read the memory after the epoch

@@ -11,7 +11,8 @@ import pytest
 from fast_dqn import benchmark
 from fast_dqn.config import Config
 
-SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.5", "--target-update=200"]
+SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.5", "--target-update=200",
+         "--emulation-seconds=0.3"]
 
 
 def last_json_line(output: str) -> dict:
@@ -52,6 +53,11 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     assert result["update_host_us"] == pytest.approx(1000 * result["sim_update_ms"] - 800,
                                                      abs=1e-6)
     assert result["round_host_us"] > 0
+    emulation = result["emulation_steps_per_second_by_workers"]["4"]
+    assert emulation > 0
+    # the attainable limit is the GPU's, or the emulators' where they are slower
+    assert result["sim_fraction_of_attainable"] == pytest.approx(
+        result["sim_steps_per_second"] / min(5000.0, emulation))
     assert result["updates_per_call"] == Config().updates_per_call
 
 

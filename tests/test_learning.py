@@ -106,10 +106,10 @@ def check_learned(loop: TrainingLoop) -> None:
 
 
 def real_network(config: Config, n_actions: int):
-    from fast_dqn.q_network import QNetwork, configure_device
+    """The network a run builds (on the CPU: XLA, by --xla=auto)."""
+    from fast_dqn.q_network import configure_device, make_q_network
     configure_device()
-    return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
-                    epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed)
+    return make_q_network(config, n_actions)
 
 
 def test_dqn_learns_the_optimal_q_values():

@@ -10,7 +10,7 @@ from fast_dqn.trainer import Trainer
 
 def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
-    trainer = Trainer(lambda count: threads.append(threading.current_thread().name))
+    trainer = Trainer(lambda _, count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
     trainer.wait()
     trainer.start_epoch(3)
@@ -23,7 +23,7 @@ def test_runs_the_epochs_updates_on_its_own_thread():
 def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
     calls = []
 
-    def update(count):
+    def update(_, count):
         calls.append(count)
         if len(calls) == 3:
             raise RuntimeError("broken update")
@@ -41,7 +41,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
 
 def test_a_stop_request_abandons_the_epoch_within_moments():
     """Regression: Ctrl-C while the main thread waited for the trainer waited out the epoch."""
-    trainer = Trainer(lambda count: time.sleep(0.01))
+    trainer = Trainer(lambda _, count: time.sleep(0.01))
     trainer.start_epoch(10_000)  # 100 s of updates
     requested = time.monotonic() + 0.2
     started = time.monotonic()
@@ -54,7 +54,7 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
 
 
 def test_close_is_idempotent_and_joins_the_thread():
-    trainer = Trainer(lambda count: time.sleep(0.001))
+    trainer = Trainer(lambda _, count: time.sleep(0.001))
     trainer.start_epoch(1_000_000)
     trainer.close()
     trainer.close()
@@ -63,7 +63,7 @@ def test_close_is_idempotent_and_joins_the_thread():
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     calls = []
-    trainer = Trainer(calls.append, updates_per_call=4)
+    trainer = Trainer(lambda _, count: calls.append(count), updates_per_call=4)
     trainer.start_epoch(10)
     trainer.wait()
     trainer.start_epoch(8)
@@ -75,15 +75,80 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
 
 def test_updates_per_call_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
-        Trainer(lambda count: None, updates_per_call=0)
+        Trainer(lambda _, count: None, updates_per_call=0)
 
 
 def test_wait_returns_the_updates_made_since_the_last_wait():
-    trainer = Trainer(lambda count: None, updates_per_call=3)
+    trainer = Trainer(lambda _, count: None, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     assert trainer.wait() == 0  # nothing started since
     trainer.start_epoch(2)
     trainer.start_epoch(4)
     assert trainer.wait() == 6
+    trainer.close()
+
+
+def test_the_next_call_is_prepared_while_the_current_one_updates():
+    """prepare(k, slot) runs one call ahead on its own thread, in the epoch's order, into
+    alternating slots; update gets what was prepared for it."""
+    events, lock = [], threading.Lock()
+    overlapped = threading.Event()
+    updating = threading.Event()
+
+    def prepare(count: int, slot: int) -> tuple[int, int]:
+        if updating.is_set():
+            overlapped.set()
+        with lock:
+            events.append(("prepare", count, slot, threading.current_thread().name))
+        return count, slot
+
+    def update(prepared: tuple[int, int], count: int) -> None:
+        updating.set()
+        time.sleep(0.02)  # long enough for the next preparation to start meanwhile
+        with lock:
+            events.append(("update", prepared, count))
+        updating.clear()
+
+    trainer = Trainer(update, prepare=prepare, updates_per_call=3)
+    trainer.start_epoch(7)
+    assert trainer.wait() == 7
+    trainer.close()
+    prepares = [event[1:3] for event in events if event[0] == "prepare"]
+    updates = [event[1:] for event in events if event[0] == "update"]
+    assert prepares == [(3, 0), (3, 1), (1, 0)]
+    assert updates == [((3, 0), 3), ((3, 1), 3), ((1, 0), 1)]
+    assert all(event[3].startswith("trainer-prepare") for event in events
+               if event[0] == "prepare")
+    assert overlapped.is_set()
+
+
+def test_an_abandoned_epoch_leaves_no_preparation_running():
+    """wait() returns only when no preparation is in flight: after it the main thread may
+    write the replay memory."""
+    running = []
+
+    def prepare(count: int, slot: int) -> None:
+        running.append(1)
+        time.sleep(0.01)
+        running.pop()
+
+    trainer = Trainer(lambda _, count: time.sleep(0.005), prepare=prepare)
+    trainer.start_epoch(100_000)
+    time.sleep(0.1)
+    trainer.wait(abandon_if=lambda: True)
+    assert running == []
+    assert 0 < trainer.completed < 100_000
+    trainer.close()
+
+
+def test_an_exception_in_prepare_is_re_raised_by_wait():
+    def prepare(count: int, slot: int) -> None:
+        raise RuntimeError("broken sampling")
+
+    trainer = Trainer(lambda _, count: None, prepare=prepare)
+    trainer.start_epoch(5)
+    with pytest.raises(RuntimeError, match="broken sampling"):
+        trainer.wait()
+    assert trainer.completed == 0
     trainer.close()
