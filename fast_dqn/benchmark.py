@@ -27,7 +27,7 @@ import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
 from fast_dqn.atari import resolve_game
-from fast_dqn.config import ALGO_FAST_DQN, Config, OneLineErrorParser, validate
+from fast_dqn.config import ALGO_FAST_DQN, XLA_MODES, Config, OneLineErrorParser, validate
 from fast_dqn.launch import make_pool
 from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
 from fast_dqn.samplers import SERIAL
@@ -126,6 +126,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--switch-interval-ms", type=float, default=None,
                         help="Python's GIL switch interval during the measurement "
                              "(default: Python's own, 5 ms)")
+    parser.add_argument("--xla", choices=XLA_MODES, default=Config.xla,
+                        help=f"XLA for the update, as run_fast_dqn.py's --xla (default: "
+                             f"{Config.xla})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
@@ -146,7 +149,8 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         replay_start=random_steps, replay_capacity=max(random_steps + args.steps, 10_000),
         exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
         target_update=args.target_update, workers=workers, concurrent=concurrent,
-        backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call)
+        backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call,
+        xla=args.xla)
     validate(config, ALGO_FAST_DQN)
     return config
 
@@ -320,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
         "fast_over_limit": best["steps_per_second"] / limit,
         "fast_by_workers": {str(w): m["steps_per_second"] for w, m in fast_results.items()},
-        "updates_per_call": args.updates_per_call,
+        "updates_per_call": args.updates_per_call, "xla": args.xla,
         "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
         "round_host_us_by_workers": {str(w): m["round_host_us"]
                                      for w, m in fast_results.items()},

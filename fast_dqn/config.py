@@ -81,8 +81,8 @@ class Config:
     resume: str = _field("", "run directory to continue from its latest checkpoint")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
-    xla: str = _field("auto", "compile the minibatch update with XLA: auto = on the CPU (1.6x "
-                      "faster there, still deterministic), off on a GPU (not measured there)",
+    xla: str = _field("auto", "compile the minibatch update with XLA: auto = on the CPU "
+                      "(faster there, still deterministic), off on a GPU (not measured there)",
                       choices=XLA_MODES)
 
     workers: int = _field(8, "number of environments acting in parallel", fast_only=True)

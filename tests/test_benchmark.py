@@ -33,6 +33,7 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
         result["fast_steps_per_second"] / result["serial_steps_per_second"])
     assert "x serial" in out and "fast, 4 workers" in out
     assert result["simulated"] is False
+    assert result["xla"] == Config().xla == "auto"
 
 
 def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
