@@ -15,21 +15,25 @@ the schedule in `fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
-from typing import Callable, NamedTuple, Protocol
+from typing import Any, Callable, ContextManager, Mapping, NamedTuple, Protocol
 
 import numpy as np
 
+from fast_dqn import saved_state
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
                                next_target_sync, period_passed, target_sync_due)
 from fast_dqn.evaluation import EvaluationLog, Evaluator, epsilon_greedy
 from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
-                                    Transitions, acted_transitions, check_memory_for,
+                                    Transitions, acted_transitions,
                                     empty_batch, select, zero_transitions)
+from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.samplers import EnvPool
+from fast_dqn.saved_state import StateError
 from fast_dqn.trainer import Trainer
 
 
@@ -50,9 +54,11 @@ class QFunction(Protocol):
 
 
 class RunLog(EvaluationLog, Protocol):
-    """What the loops need of the run files (see `fast_dqn.run_files.RunFiles`)."""
+    """What the loops need of the run's logs (see `fast_dqn.run_logs.RunLogs`)."""
 
-    def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None: ...
+    def log_episode(self, row: EpisodeRow) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 class NonFiniteLoss(RuntimeError):
@@ -113,7 +119,8 @@ class Actor:
 class StopRequest:
     """Turns the first SIGINT/SIGTERM into a request to stop at the end of the round.
 
-    A second signal raises KeyboardInterrupt at once. Installed only on the main thread.
+    A second signal raises KeyboardInterrupt at once. Installed only on the main thread;
+    installing it twice keeps the first installation.
     """
 
     def __init__(self):
@@ -123,11 +130,14 @@ class StopRequest:
     def __bool__(self) -> bool:
         return self.signal_number is not None
 
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
+    def install(self) -> bool:
+        """Takes over SIGINT and SIGTERM; False if it was installed already (or cannot be,
+        off the main thread)."""
+        if threading.current_thread() is not threading.main_thread() or self._previous:
+            return False
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._handle)
+        return True
 
     def uninstall(self) -> None:
         for signum, handler in self._previous.items():
@@ -150,8 +160,9 @@ class LoopParts(NamedTuple):
     make_eval_pool: Callable[[], EnvPool] | None
     run_log: RunLog
     rng: np.random.Generator
-    progress: object | None = None  # fast_dqn.run_files.Progress
+    progress: object | None = None  # fast_dqn.progress.Progress
     save_checkpoint: Callable[["TrainingLoop"], None] | None = None
+    stop: StopRequest | None = None  # installed by the entry point before the run is built
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -177,8 +188,9 @@ class TrainingLoop:
         self.env_seed = self.config.seed
         # One minibatch buffer, reused: only one thread updates (see update_inline_until).
         self._minibatch = empty_batch(self.config.batch_size)
-        self.stop = StopRequest()
+        self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
+        self._saved_at: int | None = None  # the agent step of the latest checkpoint
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -195,12 +207,15 @@ class TrainingLoop:
         return self.network.greedy_actions(self.actor.states, use_target=use_target)
 
     def log_games(self, games: list[FinishedGame]) -> None:
-        step = self.counters.step
+        step, stats = self.counters.step, self.counters.games
         for game in games:
-            self.run_log.log_episode(step, game.length, game.score, self.counters.hours())
+            stats.add(game.length, game.score)
+            self.run_log.log_episode(EpisodeRow(
+                episode=stats.episodes, timestep=step, length=game.length, ret=game.score,
+                avg_length=stats.avg_length, avg_return=stats.avg_return,
+                hours=self.counters.hours()))
             self.run_log.log_scalars(step, {"episode/return": game.score,
                                             "episode/length": float(game.length)})
-            self.counters.add_game(game.score)
 
     def update_inline_until(self, updates: int) -> None:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
@@ -260,15 +275,36 @@ class TrainingLoop:
         self.run_log.log_scalars(step, scalars)
 
     def run_evaluation(self) -> None:
+        """The evaluation due now; a stop request cuts it short (it is played again, whole,
+        after a resume)."""
         greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
-        self.evaluator.run(self.counters.step, greedy, self.counters.hours())
+        with self._paused("evaluation"):
+            self.evaluator.run(self.counters.step, greedy, self.counters.hours(),
+                               should_stop=lambda: bool(self.stop))
 
     def checkpoint_due(self, previous_step: int) -> bool:
         return period_passed(self.config.checkpoint_every, previous_step, self.counters.step)
 
     def checkpoint(self) -> None:
-        if self._save_checkpoint is not None:
+        """Saves the run, unless it was saved at this step already (a stop right after a
+        periodic checkpoint must not write a 7 GB memory twice)."""
+        if self._save_checkpoint is None or self._saved_at == self.counters.step:
+            return
+        with self._paused("checkpoint"):
+            self.run_log.flush()  # the events up to the checkpoint are on disk with it
             self._save_checkpoint(self)
+        self._saved_at = self.counters.step
+
+    @property
+    def saved_at(self) -> int | None:
+        """The agent step of the latest checkpoint (written or resumed from), if any."""
+        return self._saved_at
+
+    def _paused(self, kind: str) -> ContextManager[None]:
+        """Time that the progress line leaves out of the rate and counts in the ETA."""
+        if self.progress is None:
+            return contextlib.nullcontext()
+        return self.progress.paused(kind)
 
     def update_progress(self) -> None:
         self._progress_shown_at = time.monotonic()
@@ -287,13 +323,14 @@ class TrainingLoop:
 
     def run(self) -> None:
         """Acts and learns until `timesteps` or a stop request, then checkpoints."""
-        self.stop.install()
+        installed_here = self.stop.install()
         try:
             self.act_and_learn()
             self.log_training()  # also the last NaN guard before the checkpoint
             self.checkpoint()
         finally:
-            self.stop.uninstall()
+            if installed_here:
+                self.stop.uninstall()
 
     def act_and_learn(self) -> None:
         raise NotImplementedError
@@ -304,17 +341,34 @@ class TrainingLoop:
 
     def state(self) -> dict:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
-        return {**self.counters.state(), **self.evaluator.state(),
+        return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
                 "rng": self.rng.bit_generator.state,
                 "replay_rng": self.memory.rng.bit_generator.state}
 
-    def restore(self, state: dict) -> None:
-        """Continues from `state`; environments start fresh games (seeded by the step)."""
-        self.counters.restore(state)
-        self.evaluator.restore(state)
-        self.rng.bit_generator.state = state["rng"]
-        self.memory.rng.bit_generator.state = state["replay_rng"]
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continues from `state`; environments start fresh games (seeded by the step).
+
+        Raises:
+            StateError: a part's state is missing a key or holds a value out of range.
+        """
+        rng_state = generator_state(state, "rng")
+        replay_rng_state = generator_state(state, "replay_rng")
+        self.counters.restore(saved_state.section(state, "counters"))
+        self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
+        self.rng.bit_generator.state = rng_state
+        self.memory.rng.bit_generator.state = replay_rng_state
         self.env_seed = self.config.seed + self.counters.step
+        self._saved_at = self.counters.step
+
+
+def generator_state(state: Mapping[str, Any], key: str) -> dict:
+    """A saved PCG64 generator state, checked by loading it into a scratch generator."""
+    value = saved_state.section(state, key)
+    try:
+        np.random.PCG64().state = dict(value)
+    except (ValueError, TypeError, KeyError) as error:
+        raise StateError(f"'{key}' is not a PCG64 generator state ({error})") from None
+    return dict(value)
 
 
 class DQN(TrainingLoop):
@@ -465,8 +519,3 @@ class _StagingArea:
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
-
-
-def check_resources(config: Config) -> None:
-    """Checks that cost nothing to undo, run before anything is written or allocated."""
-    check_memory_for(config.replay_capacity)

@@ -36,7 +36,10 @@ from fast_dqn.samplers import SERIAL
 class NullRunLog:
     """Discards what a benchmark run would log."""
 
-    def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None:
+    def log_episode(self, row) -> None:
+        pass
+
+    def flush(self) -> None:
         pass
 
     def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:

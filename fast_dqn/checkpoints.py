@@ -1,9 +1,10 @@
-"""Checkpoints: written whole or not at all, and without pickles.
+"""Checkpoints: written whole or not at all, without pickles, and proving themselves.
 
 Layout inside a run directory:
 
     checkpoint/              the latest complete checkpoint
-      manifest.json          counters, random generator states, running averages (JSON)
+      manifest.json          the parts' states (counters, generators, averages) and, for every
+                             other file, its size and CRC-32; and a CRC-32 of itself
       network/ckpt.*         online and target networks and optimizer slots (TensorFlow)
       replay/<name>.npy      the replay memory's arrays (numpy, allow_pickle=False)
 
@@ -12,18 +13,25 @@ A new checkpoint is written to `checkpoint.tmp/`, synced, and swapped in by two 
 removed, so a crash at any moment leaves one complete checkpoint: `latest_checkpoint` looks
 for `checkpoint` first and then `checkpoint.old`. The manifest is written last, so a
 directory without it is incomplete.
+
+`verify_checkpoint` reads every file back against the manifest before a resume changes
+anything. CRC-32 (zlib) guards against damage, not against tampering: it ran at 6.4 GB/s on
+the development machine against 1.9 GB/s for SHA-256, so checking a full 7 GB replay memory
+costs about a second on top of reading it (docs/checkpoints.md).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
+
+from fast_dqn.run_dir import fsync_dir, write_failure
 
 if TYPE_CHECKING:
     from fast_dqn.replay_memory import ReplayMemory
@@ -34,11 +42,12 @@ NEW_CHECKPOINT = "checkpoint.tmp"
 MANIFEST = "manifest.json"
 NETWORK_PREFIX = Path("network") / "ckpt"
 REPLAY = "replay"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint could not be written or read; the message says which and why."""
+    """A checkpoint cannot be used; the message names the file and what is wrong."""
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -50,124 +59,233 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def save_checkpoint(run_dir: Path, manifest: Mapping[str, Any],
+def save_checkpoint(run_dir: Path, state: Mapping[str, Any],
                     write_network: Callable[[str], Any] | None,
                     arrays: Mapping[str, np.ndarray] | None) -> Path:
     """Writes a checkpoint atomically and returns its directory.
 
     Args:
-        manifest: JSON-able state (counters, generator states, averages).
+        state: JSON-able state of the run's parts (counters, generators, averages).
         write_network: writes the networks to a path prefix (TensorFlow's checkpoint format).
         arrays: named arrays to store as .npy files (the replay memory), or None.
 
     Raises:
-        CheckpointError: the write failed (e.g. a full disk); the previous checkpoint is intact
-            and no `checkpoint.tmp` is left behind.
-        TypeError, ValueError: the manifest is not JSON-able or an array holds Python
-            objects (a bug, not a condition of the disk); nothing is written.
+        WriteFailed: the write failed (e.g. a full disk), naming the file; the previous
+            checkpoint is intact and no `checkpoint.tmp` is left behind.
+        TypeError, ValueError: the state is not JSON-able or an array holds Python objects
+            (a bug, not a condition of the disk); nothing is written.
     """
     run_dir = Path(run_dir)
     staging = run_dir / NEW_CHECKPOINT
-    # Serialized before the disk is touched: a manifest that is not JSON fails here.
-    manifest_text = json.dumps({"format_version": FORMAT_VERSION, **manifest}, indent=2,
-                               sort_keys=True)
+    json.dumps(state)  # a state that is not JSON fails here, before the disk is touched
     try:
         shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        _make_dir(staging)
+        files = {}
         if write_network is not None:
-            _write_network(write_network, staging / NETWORK_PREFIX, run_dir)
+            files.update(_write_network(write_network, staging))
         if arrays is not None:
-            _write_arrays(staging / REPLAY, arrays)
-        _write_manifest(staging / MANIFEST, manifest_text)
+            files.update(_write_arrays(staging, arrays))
+        _write_manifest(staging / MANIFEST, {**state, "replay_saved": arrays is not None,
+                                             "files": files})
         _fsync_tree(staging)
         _swap_in(run_dir, staging)
-    except BaseException as error:
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, CheckpointError):
-            raise
-        if isinstance(error, OSError):
-            raise CheckpointError(_failure_message(run_dir, error)) from error
         raise
     return run_dir / CHECKPOINT
 
 
-def _failure_message(run_dir: Path, error: BaseException) -> str:
-    full = getattr(error, "errno", None) == errno.ENOSPC or "No space left" in str(error)
-    hint = "; free some disk space" if full else ""
-    return (f"could not write a checkpoint in {run_dir}: {error}{hint}; the previous "
-            f"checkpoint, if any, is intact")
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True)
+    except OSError as error:
+        raise write_failure(path, error) from error
 
 
-def _write_network(write_network: Callable[[str], Any], prefix: Path, run_dir: Path) -> None:
+def _write_network(write_network: Callable[[str], Any], staging: Path) -> dict[str, dict]:
+    prefix = staging / NETWORK_PREFIX
     try:
         write_network(str(prefix))
     except Exception as error:  # noqa: BLE001
         # TensorFlow reports I/O failures with its own errors (a full disk raises
         # tf.errors.ResourceExhaustedError), which are not OSError.
-        raise CheckpointError(_failure_message(run_dir, error)) from error
+        raise write_failure(prefix.parent, error) from error
+    return {_relative(path, staging): _file_entry(path)
+            for path in sorted(prefix.parent.iterdir())}
 
 
-def _write_arrays(directory: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    directory.mkdir()
+def _write_arrays(staging: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    directory = staging / REPLAY
+    _make_dir(directory)
+    files = {}
     for name, array in arrays.items():
-        # np.save streams the array to the file: no second copy of a 7 GB memory.
-        with open(directory / f"{name}.npy", "wb") as file:
-            np.save(file, np.asarray(array), allow_pickle=False)
+        path = directory / f"{name}.npy"
+        try:
+            with open(path, "wb") as file:
+                # np.save streams the array through the checksum: no second copy of 7 GB.
+                writer = _ChecksummingWriter(file)
+                np.save(writer, np.asarray(array), allow_pickle=False)
+        except OSError as error:
+            raise write_failure(path, error) from error
+        files[_relative(path, staging)] = {"bytes": writer.size, "crc32": writer.crc32}
+    return files
 
 
-def _write_manifest(path: Path, text: str) -> None:
-    with open(path, "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
+class _ChecksummingWriter:
+    """A write-only file object that passes the bytes on and keeps their CRC-32 and count."""
+
+    def __init__(self, file):
+        self._file = file
+        self._crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        self._crc = zlib.crc32(data, self._crc)
+        self.size += memoryview(data).nbytes
+        return self._file.write(data)
+
+    @property
+    def crc32(self) -> str:
+        return f"{self._crc:08x}"
+
+
+def _relative(path: Path, staging: Path) -> str:
+    return path.relative_to(staging).as_posix()
+
+
+def _file_entry(path: Path) -> dict[str, Any]:
+    size, crc = _checksum(path)
+    return {"bytes": size, "crc32": crc}
+
+
+def _checksum(path: Path) -> tuple[int, str]:
+    """Size and CRC-32 of a file, read in chunks."""
+    crc, size = 0, 0
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return size, f"{crc:08x}"
+
+
+def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+    body = {"format_version": FORMAT_VERSION, **manifest}
+    text = json.dumps({**body, "checksum": _manifest_checksum(body)}, indent=2, sort_keys=True)
+    try:
+        with open(path, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as error:
+        raise write_failure(path, error) from error
+
+
+def _manifest_checksum(body: Mapping[str, Any]) -> str:
+    """CRC-32 of the manifest's content in one canonical spelling (keys sorted, compact)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return f"{zlib.crc32(canonical.encode()):08x}"
 
 
 def _fsync_tree(directory: Path) -> None:
     """Makes the files of `directory`, and their names, durable before the swap."""
     for root, _, files in os.walk(directory):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            path = os.path.join(root, name)
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(root))
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as error:
+                raise write_failure(Path(path), error) from error
+        fsync_dir(Path(root))
 
 
 def _swap_in(run_dir: Path, staging: Path) -> None:
     current, old = run_dir / CHECKPOINT, run_dir / OLD_CHECKPOINT
-    if current.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(current, old)
-    os.replace(staging, current)
-    _fsync_dir(run_dir)
+    try:
+        if current.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(current, old)
+        os.replace(staging, current)
+    except OSError as error:
+        raise write_failure(current, error) from error
+    fsync_dir(run_dir)
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def read_manifest(checkpoint: Path) -> dict[str, Any]:
-    """The checkpoint's manifest.
+    """The checkpoint's manifest, checked against its own checksum.
 
     Raises:
-        CheckpointError: it cannot be read, is not JSON, or has another format version.
+        CheckpointError: it cannot be read, is not JSON, has another format version, or its
+            content does not match its checksum.
     """
     path = Path(checkpoint) / MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read the checkpoint manifest {path}: {error}") from None
-    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"cannot read {path}: {error}") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{path} is not a checkpoint manifest")
+    version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise CheckpointError(f"{checkpoint} has checkpoint format {version}, expected "
-                              f"{FORMAT_VERSION}")
+        raise CheckpointError(f"{path} has checkpoint format {version!r}, expected "
+                              f"{FORMAT_VERSION} (written by another version of fast_dqn)")
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    if manifest.get("checksum") != _manifest_checksum(body):
+        raise CheckpointError(f"{path} is damaged: its content does not match its checksum")
     return manifest
+
+
+def verify_checkpoint(checkpoint: Path, *, replay_optional: bool = False) -> dict[str, Any]:
+    """Reads every file of a checkpoint back against its manifest; returns the manifest.
+
+    Args:
+        replay_optional: a replay memory the manifest lists may be missing as a whole (the
+            user asked to refill it); a replay file that is there is still checked.
+    Raises:
+        CheckpointError: naming the first file that is missing, of another size, or damaged.
+    """
+    checkpoint = Path(checkpoint)
+    manifest = read_manifest(checkpoint)
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not any(name.startswith("network/") for name in files):
+        raise CheckpointError(f"{checkpoint / MANIFEST} lists no network files")
+    replay_missing = replay_optional and not (checkpoint / REPLAY).exists()
+    for name, entry in sorted(files.items()):
+        if replay_missing and name.startswith(f"{REPLAY}/"):
+            continue
+        _verify_file(checkpoint, name, entry)
+    return manifest
+
+
+def _verify_file(checkpoint: Path, name: str, entry: Any) -> None:
+    path = checkpoint / name
+    if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int):
+        raise CheckpointError(f"{checkpoint / MANIFEST} has a bad entry for {name}")
+    if checkpoint.resolve() not in path.resolve().parents:
+        raise CheckpointError(f"{checkpoint / MANIFEST} names a file outside it: {name}")
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise CheckpointError(f"{path} is missing") from None
+    if size != entry["bytes"]:
+        raise CheckpointError(f"{path} holds {size} bytes; the manifest says {entry['bytes']}")
+    try:
+        _, crc = _checksum(path)
+    except OSError as error:
+        raise CheckpointError(f"cannot read {path}: {error.strerror or error}") from None
+    if crc != entry.get("crc32"):
+        raise CheckpointError(f"{path} is damaged: CRC-32 {crc}, the manifest says "
+                              f"{entry.get('crc32')}")
+
+
+def replay_in(checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
+    """Whether the checkpoint holds the replay memory its manifest says was saved."""
+    return bool(manifest.get("replay_saved")) and (Path(checkpoint) / REPLAY).is_dir()
 
 
 def network_prefix(checkpoint: Path) -> str:
@@ -176,6 +294,8 @@ def network_prefix(checkpoint: Path) -> str:
 
 def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
     """Reads a checkpoint's replay memory into `memory`; False if the checkpoint has none.
+
+    Run `verify_checkpoint` first: this reader checks shapes and sizes, not the bytes.
 
     Each column's file is read straight into the memory's own array, so restoring a 7 GB
     memory needs no second copy and no mapped pages. A memory saved before it wrapped around

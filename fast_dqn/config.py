@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import json
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 # Atari protocol constants that no flag changes: they define the learning problem's input.
 FRAME_SKIP = 4  # emulator frames per agent step (the last 2 are max-pooled)
@@ -78,7 +78,12 @@ class Config:
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
                                    "the end and on interruption)")
     checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints")
-    resume: str = _field("", "run directory to continue from its latest checkpoint")
+    resume: str = _field("", "run directory to continue from its latest checkpoint (only "
+                         "--timesteps, to extend the run, and --refill-replay may be given "
+                         "beside it)")
+    refill_replay: bool = _field(False, "with --resume: if the checkpoint's replay memory is "
+                                 "missing, refill it for --replay-start steps instead of "
+                                 "refusing to resume")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
     xla: str = _field("auto", "compile the minibatch update with XLA: auto = on the CPU "
@@ -102,6 +107,13 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> "Config":
+        """The settings in a run's config.json (its other keys, e.g. the library versions,
+        are left out; settings added since the run was written take their defaults)."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in saved.items() if key in names})
+
 
 def parse_bool(text: str) -> bool:
     """Parses the boolean spellings the original tool accepted."""
@@ -119,6 +131,10 @@ def flag_name(field_name: str) -> str:
 
 class OneLineErrorParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line and exit with status 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        # No abbreviations: `--work=4` must not silently mean `--workers=4`.
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -189,6 +205,13 @@ def validate(config: Config, algo: str) -> None:
     if config.replay_start > config.replay_capacity:
         raise ValueError(f"--replay-start ({config.replay_start}) must not exceed "
                          f"--replay-capacity ({config.replay_capacity})")
+    if config.replay_start < config.batch_size:
+        raise ValueError(f"--replay-start ({config.replay_start}) must be at least --batch-size "
+                         f"({config.batch_size}): the first minibatch is drawn from what the "
+                         "random start stored")
+    if config.replay_capacity < config.batch_size + HISTORY:
+        raise ValueError(f"--replay-capacity ({config.replay_capacity}) must hold a minibatch "
+                         f"and its frame history: at least {config.batch_size + HISTORY}")
     if algo == ALGO_FAST_DQN:
         _validate_fast(config)
 
@@ -199,6 +222,9 @@ def float_fields() -> list[str]:
 
 
 def _validate_fast(config: Config) -> None:
+    if config.timesteps < config.workers:
+        raise ValueError(f"--timesteps ({config.timesteps}) must be at least --workers "
+                         f"({config.workers}): every round steps all the environments")
     if config.target_update % config.train_freq != 0:
         raise ValueError(f"--train-freq ({config.train_freq}) must divide --target-update "
                          f"({config.target_update}) so that every epoch has whole minibatches")

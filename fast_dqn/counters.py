@@ -9,14 +9,18 @@ the loops ask them, they never re-derive them.
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, Callable
+from collections import deque
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from fast_dqn import saved_state
 from fast_dqn.config import Config
+from fast_dqn.saved_state import StateError
 
-RECENT_GAMES = 100  # games in the progress line's running mean
+AVERAGE_WINDOW = 100  # games in the running averages, as the original tool used
 
 
 # -- the schedule -------------------------------------------------------------------------
@@ -82,43 +86,103 @@ def period_passed(period: int, previous_step: int, step: int) -> bool:
 
 # -- the counters -------------------------------------------------------------------------
 
+class EpisodeStats:
+    """Games finished since the run began, and the lengths and returns of the last `window`.
+
+    The one place where recent scores are kept: episodes.csv's averages and the progress
+    line's recent return both read them here.
+    """
+
+    def __init__(self, window: int = AVERAGE_WINDOW):
+        if window < 1:
+            raise ValueError(f"the averaging window must be at least 1 game; got {window}")
+        self._window = window
+        self._lengths: deque[int] = deque(maxlen=window)
+        self._returns: deque[float] = deque(maxlen=window)
+        self.episodes = 0
+
+    def add(self, length: int, score: float) -> None:
+        """Records one finished game: its length in agent steps and its raw score."""
+        self._lengths.append(int(length))
+        self._returns.append(float(score))
+        self.episodes += 1
+
+    @property
+    def avg_length(self) -> float:
+        """Mean length of the last `window` games (NaN before the first game)."""
+        return _mean(self._lengths)
+
+    @property
+    def avg_return(self) -> float:
+        """Mean return of the last `window` games (NaN before the first game)."""
+        return _mean(self._returns)
+
+    def state(self) -> dict[str, Any]:
+        return {"window": self._window, "episodes": self.episodes,
+                "lengths": list(self._lengths), "returns": list(self._returns)}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Restores what `state()` returned.
+
+        Raises:
+            StateError: a key is missing or a value is out of range or inconsistent.
+        """
+        window = saved_state.integer(state, "window", 1)
+        episodes = saved_state.integer(state, "episodes")
+        kept = min(window, episodes)
+        lengths = saved_state.numbers(state, "lengths", kept, low=1)
+        returns = saved_state.numbers(state, "returns", kept)
+        if len(lengths) != kept or len(returns) != kept:
+            raise StateError(f"the episode statistics keep {len(lengths)} lengths and "
+                             f"{len(returns)} returns of {episodes} games; expected {kept}")
+        if any(length != int(length) for length in lengths):
+            raise StateError("'lengths' must be whole agent steps")
+        self._window = window
+        self._lengths = deque((int(length) for length in lengths), maxlen=window)
+        self._returns = deque(returns, maxlen=window)
+        self.episodes = episodes
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan
+
+
 class RunCounters:
-    """Agent steps, minibatch updates, recent game scores and the run's clock.
+    """Agent steps, minibatch updates, finished games and the run's clock.
 
     `step` counts agent steps: one per environment per round (W per round in the fast
     scheme). `updates` counts minibatch updates applied to the online network. Owned by the
     main thread; the trainer thread's updates are added when an epoch's work is collected.
+    The clock and the rates span the whole run, earlier processes of a resumed run included.
     """
 
     def __init__(self, config: Config):
         self.config = config
         self.step = 0
         self.updates = 0
-        self.recent_scores: list[float] = []
+        self.games = EpisodeStats()
         # Learning pauses after a resume without the replay memory until it is refilled.
         self._refill_until = 0
         self._updates_before_refill = 0
         self._hours_before = 0.0
         self._started = time.monotonic()
+        # Learning time, steps and updates of earlier processes of this run.
+        self._learning_before = (0.0, 0, 0)
         self._learning_clock: tuple[float, int, int] | None = None  # time, step, updates
         self.on_learning_start: list[Callable[[], None]] = []  # e.g. a benchmark's clocks
 
     def updates_due(self, step: int) -> int:
         """Minibatch updates the run has made by agent step `step`, refill pauses included."""
-        if self._refill_until == 0:
-            return updates_due(step, self.config)
-        return self._updates_before_refill + updates_due(step - self._refill_until, self.config)
+        return self._updates_due_after(step, self._refill_until, self._updates_before_refill)
 
     def start_refill(self) -> None:
         """After a resume with an empty memory: act `replay_start` steps before learning."""
         self._refill_until = self.step
         self._updates_before_refill = self.updates
 
-    def add_game(self, score: float) -> None:
-        self.recent_scores = (self.recent_scores + [score])[-RECENT_GAMES:]
-
     def recent_mean_score(self) -> float | None:
-        return float(np.mean(self.recent_scores)) if self.recent_scores else None
+        """Mean score of the last 100 games (None before the first)."""
+        return self.games.avg_return if self.games.episodes else None
 
     # -- the clock and the rates --------------------------------------------------------------
 
@@ -127,33 +191,67 @@ class RunCounters:
         return self._hours_before + (time.monotonic() - self._started) / 3600.0
 
     def mark_learning_start(self) -> None:
-        """Starts the rates' clock the first time the run reaches the replay start."""
+        """Starts this process's learning clock once the run is past the replay start."""
         if self._learning_clock is None and learning_started(self.step, self.config):
             self._learning_clock = (time.monotonic(), self.step, self.updates)
             for callback in self.on_learning_start:
                 callback()
 
+    def _learning_totals(self) -> tuple[float, int, int]:
+        """Seconds, agent steps and updates after the replay start, over the whole run."""
+        seconds, steps, updates = self._learning_before
+        if self._learning_clock is not None:
+            since, step0, updates0 = self._learning_clock
+            seconds += time.monotonic() - since
+            steps += self.step - step0
+            updates += self.updates - updates0
+        return seconds, steps, updates
+
     def rates(self) -> tuple[float, float]:
-        """Agent steps/s and updates/s since learning started (0 before)."""
-        if self._learning_clock is None:
+        """Agent steps/s and updates/s after the replay start, over the whole run (0 before)."""
+        seconds, steps, updates = self._learning_totals()
+        if seconds <= 0:
             return 0.0, 0.0
-        since, step0, updates0 = self._learning_clock
-        elapsed = max(time.monotonic() - since, 1e-9)
-        return (self.step - step0) / elapsed, (self.updates - updates0) / elapsed
+        return steps / seconds, updates / seconds
 
     # -- checkpoints ----------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        seconds, steps, updates = self._learning_totals()
         return {"step": self.step, "updates": self.updates,
                 "refill_until": self._refill_until,
                 "updates_before_refill": self._updates_before_refill,
-                "recent_scores": self.recent_scores, "hours": self.hours()}
+                "games": self.games.state(), "hours": self.hours(),
+                "learning_seconds": seconds, "learning_steps": steps,
+                "learning_updates": updates}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.step = int(state["step"])
-        self.updates = int(state["updates"])
-        self._refill_until = int(state["refill_until"])
-        self._updates_before_refill = int(state["updates_before_refill"])
-        self.recent_scores = [float(score) for score in state["recent_scores"]]
-        self._hours_before = float(state["hours"])
-        self._started = time.monotonic()
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Restores what `state()` returned, for a run of `config.timesteps` at most.
+
+        Raises:
+            StateError: a key is missing, or a value is out of range or disagrees with the
+                others (nothing is changed then).
+        """
+        step = saved_state.integer(state, "step", 0, self.config.timesteps)
+        updates = saved_state.integer(state, "updates", 0, step // self.config.train_freq)
+        refill_until = saved_state.integer(state, "refill_until", 0, step)
+        before_refill = saved_state.integer(state, "updates_before_refill", 0, updates)
+        hours = saved_state.number(state, "hours", low=0.0)
+        learning = (saved_state.number(state, "learning_seconds", low=0.0),
+                    saved_state.integer(state, "learning_steps", 0, step),
+                    saved_state.integer(state, "learning_updates", 0, updates))
+        games = EpisodeStats()
+        games.restore(saved_state.section(state, "games"))
+        if updates > self._updates_due_after(step, refill_until, before_refill):
+            raise StateError(f"'updates' ({updates}) exceeds the updates due by step {step}")
+        self.step, self.updates, self.games = step, updates, games
+        self._refill_until, self._updates_before_refill = refill_until, before_refill
+        self._hours_before, self._started = hours, time.monotonic()
+        self._learning_before, self._learning_clock = learning, None
+
+    def _updates_due_after(self, step: int, refill_until: int, before_refill: int) -> int:
+        """`updates_due(step)` for a run that paused learning at `refill_until` (0 = never)
+        after `before_refill` updates."""
+        if refill_until == 0:
+            return updates_due(step, self.config)
+        return before_refill + updates_due(step - refill_until, self.config)

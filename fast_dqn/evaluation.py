@@ -9,14 +9,16 @@ short games.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
+from fast_dqn import saved_state
 from fast_dqn.config import Config
 from fast_dqn.counters import period_passed
 from fast_dqn.replay_memory import FrameHistory
 from fast_dqn.samplers import EnvPool
+from fast_dqn.saved_state import StateError
 
 GreedyFn = Callable[[np.ndarray], np.ndarray]
 
@@ -30,13 +32,18 @@ def epsilon_greedy(greedy: np.ndarray, epsilon: np.ndarray | float, n_actions: i
 
 
 def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
-             rng: np.random.Generator) -> list[float]:
-    """Plays one full game (all lives) in each env of `pool`; returns the raw scores."""
+             rng: np.random.Generator,
+             should_stop: Callable[[], bool] | None = None) -> list[float] | None:
+    """Plays one full game (all lives) in each env of `pool`; returns the raw scores, or None
+    if `should_stop()` turned true first (checked every step: 30 games of up to 5 minutes of
+    play must not hold up a stop for minutes)."""
     history = FrameHistory(pool.num_envs)
     states = history.reset(pool.reset(seed=seed))
     scores = np.zeros(pool.num_envs, dtype=np.float64)
     playing = np.ones(pool.num_envs, dtype=bool)
     while playing.any():
+        if should_stop is not None and should_stop():
+            return None
         greedy_actions = np.zeros(pool.num_envs, dtype=np.int64)
         greedy_actions[playing] = greedy(states[playing])  # finished games need no query
         actions = epsilon_greedy(greedy_actions, epsilon, pool.n_actions, rng)
@@ -48,7 +55,7 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
 
 
 class EvaluationLog(Protocol):
-    """What evaluations write (see `fast_dqn.run_files.RunFiles`)."""
+    """What evaluations write (see `fast_dqn.run_logs.RunLogs`)."""
 
     def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict: ...
 
@@ -73,14 +80,19 @@ class Evaluator:
     def due(self, step: int) -> bool:
         return period_passed(self.config.evaluate, self.evaluated_at, step)
 
-    def run(self, step: int, greedy: GreedyFn, hours: float) -> None:
+    def run(self, step: int, greedy: GreedyFn, hours: float,
+            should_stop: Callable[[], bool] | None = None) -> None:
+        """Plays and logs the evaluation due at `step`. One cut short by `should_stop` is
+        neither logged nor counted, so a resumed run plays it again, whole."""
         if self._make_pool is None:
             return
         if self._pool is None:
             self._pool = self._make_pool()
         seed = self.config.seed + 1_000_003 * (self.count + 1)
         returns = evaluate(self._pool, greedy, epsilon=self.config.eval_epsilon, seed=seed,
-                           rng=np.random.default_rng(seed))
+                           rng=np.random.default_rng(seed), should_stop=should_stop)
+        if returns is None:
+            return
         self.count += 1
         self.evaluated_at = step
         self.last = self._run_log.log_evaluation(step, returns, hours)
@@ -93,10 +105,24 @@ class Evaluator:
         return {"evaluations": self.count, "evaluated_at": self.evaluated_at,
                 "last_evaluation": self.last}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.count = int(state["evaluations"])
-        self.evaluated_at = int(state["evaluated_at"])
-        self.last = state["last_evaluation"]
+    def restore(self, state: Mapping[str, Any], step: int) -> None:
+        """Restores what `state()` returned, for a run at agent step `step`.
+
+        Raises:
+            StateError: a key is missing or a value is out of range (nothing is changed then).
+        """
+        count = saved_state.integer(state, "evaluations", 0, step)
+        evaluated_at = saved_state.integer(state, "evaluated_at", 0, step)
+        last = state.get("last_evaluation", "missing")
+        if last is not None:
+            last = dict(saved_state.section(state, "last_evaluation"))
+            saved_state.integer(last, "timestep", evaluated_at, evaluated_at)
+            for key in ("mean", "std", "hours"):
+                saved_state.number(last, key)
+            saved_state.integer(last, "episodes", 1)
+        if (count == 0) != (last is None):
+            raise StateError(f"{count} evaluations but last_evaluation is {last!r}")
+        self.count, self.evaluated_at, self.last = count, evaluated_at, last
 
     def close(self) -> None:
         if self._pool is not None:

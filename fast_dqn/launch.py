@@ -3,14 +3,18 @@
 Failures and stopping follow docs/design.md §5.
 
 Bad input is found before anything is written or allocated: it gets one line on stderr and
-exit status 2. A run interrupted by SIGINT/SIGTERM exits with 130/143 after writing its
-summary; a diverged run exits with 1.
+exit status 2; so does a run directory held by another process, and a checkpoint that fails
+its checks (`--resume`), which is verified whole before the run's files are touched. A run
+interrupted by SIGINT/SIGTERM exits with 130/143 after writing its checkpoint and summary;
+a diverged run, or one that cannot write its files (a full disk), exits with 1 and one line
+that names the file and the checkpoint to resume from.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -18,15 +22,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop, check_resources
+from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, StopRequest, TrainingLoop
 from fast_dqn.atari import resolve_game
-from fast_dqn.checkpoints import (CheckpointError, latest_checkpoint, network_prefix,
-                                  read_manifest, read_replay_into, save_checkpoint)
+from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
+                                  network_prefix, read_replay_into, replay_in, save_checkpoint,
+                                  verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, validate)
-from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.run_files import Progress, RunFiles, check_run_dir_writable, default_run_dir
+from fast_dqn.progress import Progress
+from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes
+from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
+                              default_run_dir, disk_space_warning, write_json_atomic)
+from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
+from fast_dqn.saved_state import StateError, integer, section
 
 DESCRIPTIONS = {
     ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "
@@ -35,45 +44,60 @@ DESCRIPTIONS = {
                    "Daley & Amato (2021): samplers act with the target network while a "
                    "trainer thread updates the online network.",
 }
+RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resume
+NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 
 
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     """Parses and checks the command line; raises ValueError on bad input."""
     parser = make_parser(algo, DESCRIPTIONS[algo])
     settings = given_settings(parser.parse_args(argv))
-    if settings.get("resume"):
+    if "resume" in settings:
         return resumed_config(settings, algo)
     config = Config(**settings)
     validate(config, algo)
     config = config.replace(game=resolve_game(config.game))
-    if not config.logdir:
-        config = config.replace(logdir=str(default_run_dir(config.game, algo, config.seed)))
-    check_resources(config)
+    logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
+    config = config.replace(logdir=os.path.expanduser(logdir))
+    check_memory_for(config.replay_capacity)
     check_run_dir_writable(Path(config.logdir))
     return config
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
-    """The settings of the run in --resume RUN_DIR; only --timesteps may change."""
-    run_dir = Path(settings.pop("resume"))
-    extra = sorted(set(settings) - {"timesteps"})
+    """The settings of the run in --resume RUN_DIR; only --timesteps may change them."""
+    if not settings["resume"].strip():
+        raise ValueError("--resume needs the run directory to continue; got an empty path")
+    run_dir = Path(os.path.expanduser(settings.pop("resume")))
+    extra = sorted(set(settings) - set(RESUME_FLAGS))
     if extra:
-        raise ValueError(f"only --timesteps may be given with --resume; got "
-                         f"{', '.join(flag_name(name) for name in extra)}")
-    try:
-        saved = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot resume {run_dir}: no readable config.json ({error})") from None
+        raise ValueError(f"only --timesteps and --refill-replay may be given with --resume; "
+                         f"got {', '.join(flag_name(name) for name in extra)}")
+    saved = saved_config(run_dir)
     if saved.get("algo") != algo:
         raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
-    if latest_checkpoint(run_dir) is None:
-        raise ValueError(f"cannot resume {run_dir}: it has no complete checkpoint")
-    fields = {field.name for field in dataclasses.fields(Config)}
-    config = Config(**{k: v for k, v in saved.items() if k in fields})
-    config = config.replace(logdir=str(run_dir), resume=str(run_dir), **settings)
+    config = Config.from_saved(saved).replace(logdir=str(run_dir), resume=str(run_dir),
+                                               **settings)
     validate(config, algo)
-    check_resources(config)
+    check_memory_for(config.replay_capacity)
     return config
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    """A run's config.json as written (settings, algorithm, library versions).
+
+    Raises:
+        ValueError: there is none, or it is not a JSON object.
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot resume {run_dir}: no readable {CONFIG_FILE} ({error})") \
+            from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"cannot resume {run_dir}: {path} is not a JSON object")
+    return saved
 
 
 def make_pool(config: Config, num_envs: int, backend: str, seed: int,
@@ -96,8 +120,14 @@ def make_eval_pool(config: Config) -> EnvPool:
                      max_episode_steps=config.eval_max_episode_steps)
 
 
-def build_loop(config: Config, algo: str, run_files: RunFiles,
-               initial_step: int = 0) -> tuple[TrainingLoop, str]:
+def checkpoint_bytes(config: Config) -> int:
+    """About what one checkpoint of this run takes on disk."""
+    replay = replay_bytes(config.replay_capacity) if config.checkpoint_replay else 0
+    return replay + NETWORK_CHECKPOINT_BYTES
+
+
+def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
+               stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
     from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
 
@@ -112,94 +142,163 @@ def build_loop(config: Config, algo: str, run_files: RunFiles,
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
 
     def save(loop: TrainingLoop) -> None:
-        manifest = {**loop.state(), "episode_stats": run_files.episode_stats.state(),
-                    "replay_saved": config.checkpoint_replay}
         arrays = memory.state_dict() if config.checkpoint_replay else None
-        save_checkpoint(run_files.run_dir, manifest, network.checkpoint().write, arrays)
+        save_checkpoint(run_log.run_dir, loop.state(), network.checkpoint().write, arrays)
 
     progress = Progress(config.timesteps, initial_step=initial_step,
-                        every_seconds=config.progress_every)
+                        every_seconds=config.progress_every,
+                        periods={"evaluation": config.evaluate,
+                                 "checkpoint": config.checkpoint_every})
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
-                      make_eval_pool=lambda: make_eval_pool(config), run_log=run_files,
+                      make_eval_pool=lambda: make_eval_pool(config), run_log=run_log,
                       rng=np.random.default_rng(seeds[1]), progress=progress,
-                      save_checkpoint=save)
+                      save_checkpoint=save, stop=stop)
     loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN
-    return loop_class(parts), device
+    loop = loop_class(parts)
+    loop.counters.on_learning_start.append(lambda: progress.start_rate(loop.counters.step))
+    return loop, device
 
 
 def main(argv: Sequence[str] | None, algo: str) -> int:
+    """Runs one entry point; returns the exit status.
+
+    The stop request is installed first, so that a signal during the start (TensorFlow's
+    import, reading a 7 GB checkpoint) stops the run as soon as it can act on it.
+    """
+    stop = StopRequest()
+    stop.install()
+    try:
+        return _main(argv, algo, stop)
+    except KeyboardInterrupt:
+        print("interrupted twice: stopping at once", file=sys.stderr)
+        return 128 + signal.SIGINT
+    finally:
+        stop.uninstall()
+
+
+def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
     try:
         config = prepare_config(argv, algo)
-        checkpoint = latest_checkpoint(Path(config.logdir)) if config.resume else None
-        manifest = read_manifest(checkpoint) if checkpoint is not None else None
-        resume_step = manifest["step"] if manifest else None
-        run_files = open_run_files(config, algo, resume_step)
-    except (ValueError, CheckpointError) as error:
-        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-        return 2
-    run_dir = run_files.run_dir
-    with run_files:
-        print(f"run directory: {run_dir}", flush=True)
-        loop, device = build_loop(config, algo, run_files, initial_step=resume_step or 0)
+        run_dir = (RunDirectory.reopen(Path(config.logdir)) if config.resume
+                   else RunDirectory.create(Path(config.logdir)))
+    except ValueError as error:
+        return _refuse(error)
+    with run_dir:  # the lock is held until the run is over
+        manifest, checkpoint = None, None
+        if config.resume:
+            try:
+                checkpoint, manifest = verified_checkpoint(config)
+            except (ValueError, CheckpointError) as error:
+                return _refuse(error)
+        run_log = RunLogs(run_dir.path)
+        if manifest is None:
+            try:
+                run_log.write_config({"algo": algo, **dataclasses.asdict(config)})
+            except WriteFailed as error:
+                run_dir.discard()
+                return _refuse(f"{error}; choose another --logdir")
+        print(f"run directory: {run_dir.path}", flush=True)
+        warning = disk_space_warning(run_dir.path, checkpoint_bytes(config), "a checkpoint")
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        initial_step = checkpoint_step(manifest) if manifest else 0
+        loop, device = build_loop(config, algo, run_log, initial_step, stop)
         if manifest is not None:
             try:
-                resume(loop, run_files, manifest, checkpoint)
-            except CheckpointError as error:
+                resume(loop, manifest, checkpoint)
+                extend_config(config, run_dir.path)
+            except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
-                print(f"error: cannot resume {run_dir}: {error}", file=sys.stderr)
-                return 2
-        return run(loop, run_files, device)
+                return _refuse(f"cannot resume {run_dir.path}: {error}")
+        try:
+            run_log.open(resume_step=initial_step if manifest else None)
+        except (WriteFailed, ValueError) as error:
+            loop.close()
+            run_dir.discard()  # a new run leaves nothing behind; a resumed one is kept
+            return _refuse(error)
+        return run(loop, run_log, device)
 
 
-def open_run_files(config: Config, algo: str, resume_step: int | None) -> RunFiles:
-    """Creates (or reopens) the run directory and writes its config.json.
+def _refuse(error: Exception | str) -> int:
+    print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def checkpoint_step(manifest: dict) -> int:
+    """The agent step a (verified) manifest was saved at."""
+    return integer(section(manifest, "counters"), "step")
+
+
+def verified_checkpoint(config: Config) -> tuple[Path, dict]:
+    """The run's latest checkpoint, every file read back against its manifest, and the
+    manifest; the run must end after the checkpoint's step.
 
     Raises:
-        ValueError: the directory cannot be used (RunDirError where creating or writing it
-            failed; a new run's directory is then removed again, so nothing is left behind).
+        CheckpointError, ValueError: one line naming the file or the setting at fault.
     """
-    run_files = RunFiles(Path(config.logdir), resume=bool(config.resume),
-                         resume_step=resume_step)
+    run_dir = Path(config.logdir)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise ValueError(f"cannot resume {run_dir}: it has no complete checkpoint")
+    manifest = verify_checkpoint(checkpoint, replay_optional=config.refill_replay)
     try:
-        run_files.write_config({"algo": algo, **dataclasses.asdict(config)})
-    except OSError as error:
-        run_files.discard()
-        raise run_files.write_error(error) from None
-    return run_files
+        step = checkpoint_step(manifest)
+    except StateError as error:
+        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
+    if config.timesteps <= step:
+        raise ValueError(f"{run_dir} is at step {step} and --timesteps is {config.timesteps}; "
+                         f"a resume only extends a run: give --timesteps above {step}")
+    return checkpoint, manifest
 
 
-def resume(loop: TrainingLoop, run_files: RunFiles, manifest: dict, checkpoint: Path) -> None:
-    """Everything a resumed run restores from its checkpoint, in this order: networks and
-    optimizer slots; the replay memory's arrays; counters and random generators; then the
-    memory's open episode closed (or, without a saved memory, a refill started from the
-    restored counters); the episode averages; and last a check of the memory's invariants.
+def extend_config(config: Config, run_dir: Path) -> None:
+    """Writes the new --timesteps into config.json; nothing else of it changes on a resume."""
+    saved = saved_config(run_dir)
+    if saved.get("timesteps") != config.timesteps:
+        write_json_atomic(run_dir / CONFIG_FILE, {**saved, "timesteps": config.timesteps})
+
+
+def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
+    """Everything a resumed run restores from its (verified) checkpoint, in this order:
+    networks and optimizer slots; the replay memory's arrays; counters and random generators;
+    then the memory's open episode closed (or, without a saved memory, a refill started
+    from the restored counters); a check of the memory's invariants; and last, that the
+    CSVs hold what the checkpoint counted. Only memory is changed here; the run's files are
+    changed after it succeeds.
 
     Raises:
-        CheckpointError: a file is missing or does not fit this run, or the memory read
-            back breaks an invariant.
+        CheckpointError: a file or a value does not fit this run, or the memory read back
+            breaks an invariant.
+        ValueError: the CSVs disagree with the checkpoint.
     """
     try:
         loop.network.restore(network_prefix(checkpoint))
     except ValueError as error:
         raise CheckpointError(str(error)) from None
-    replay_restored = read_replay_into(checkpoint, loop.memory)
-    loop.restore(manifest)
+    replay_restored = replay_in(checkpoint, manifest)
+    if replay_restored:
+        read_replay_into(checkpoint, loop.memory)
+    try:
+        loop.restore(manifest)
+    except StateError as error:
+        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
     if replay_restored:
         loop.memory.close_open_episode()  # the resumed run starts fresh games
     else:
-        print("warning: the checkpoint holds no replay memory (--checkpoint-replay=false); "
-              "the resumed run refills it from scratch", file=sys.stderr)
+        print("warning: the checkpoint holds no replay memory; the resumed run refills it "
+              f"for {loop.config.replay_start} steps before it learns again", file=sys.stderr)
         loop.counters.start_refill()
-    run_files.episode_stats.load_state(manifest["episode_stats"])
     try:
         loop.memory.check_valid()
     except ValueError as error:
         raise CheckpointError(f"{checkpoint}: {error}") from None
+    check_logs_match(Path(loop.config.logdir), loop.counters.step,
+                     loop.counters.games.episodes, loop.evaluator.count)
     print(f"resumed from {checkpoint} at step {loop.counters.step}", flush=True)
 
 
 def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
-    """What summary.json says about a run, however it ended."""
+    """What summary.json says about a run, however it ended (figures of the whole run)."""
     counters, evaluator = loop.counters, loop.evaluator
     steps_per_second, updates_per_second = counters.rates()
     return {
@@ -212,24 +311,41 @@ def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
     }
 
 
-def run(loop: TrainingLoop, run_files: RunFiles, device: str) -> int:
-    """Runs the loop; the summary is written however it ends."""
-    status = 1
+def write_failed_line(error: WriteFailed, loop: TrainingLoop, run_dir: Path) -> str:
+    """The one line for a file the run could not write: which, and what to resume from."""
+    if loop.saved_at is None:
+        return f"error: {error}; no checkpoint had been written yet"
+    return (f"error: {error}; the last checkpoint (step {loop.saved_at}) in "
+            f"{run_dir / CHECKPOINT} is intact: resume with --resume {run_dir}")
+
+
+def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
+    """Runs the loop; the summary is written however it ends. Returns the exit status."""
+    status, message = 1, None
     try:
         loop.run()
         status = 128 + loop.stop.signal_number if loop.stop else 0
-    except (NonFiniteLoss, CheckpointError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except NonFiniteLoss as error:
+        message = f"error: {error}"
+    except WriteFailed as error:
+        message = write_failed_line(error, loop, run_log.run_dir)
     except KeyboardInterrupt:
-        print("interrupted twice: stopping at once", file=sys.stderr)
+        message = "interrupted twice: stopping at once"
         status = 128 + signal.SIGINT
     finally:
         finished = status == 0 and loop.counters.step >= loop.config.timesteps
-        run_files.write_summary(run_summary(loop, finished=finished, device=device))
         if loop.progress is not None:
             loop.progress.close()
         loop.close()
+        try:
+            run_log.write_summary(run_summary(loop, finished=finished, device=device))
+            run_log.close()
+        except WriteFailed as error:
+            if message is None:  # the first failure is the one to report
+                message, status = write_failed_line(error, loop, run_log.run_dir), 1
+    if message is not None:
+        print(message, file=sys.stderr)
     steps_per_second, _ = loop.counters.rates()
     print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the replay "
-          f"start, {loop.counters.updates} updates; files in {run_files.run_dir}", flush=True)
+          f"start, {loop.counters.updates} updates; files in {run_log.run_dir}", flush=True)
     return status

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -37,7 +36,7 @@ from fast_dqn.checkpoints import MANIFEST, latest_checkpoint, network_prefix
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
 from fast_dqn.evaluation import GreedyFn, epsilon_greedy
 from fast_dqn.replay_memory import FrameHistory
-from fast_dqn.run_files import CONFIG_FILE
+from fast_dqn.run_dir import CONFIG_FILE
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork
@@ -136,14 +135,14 @@ def load_run(run_dir: Path) -> RunToPlay:
     saved = _read_json(run_dir / CONFIG_FILE)
     if not isinstance(saved, dict) or "game" not in saved:
         raise ValueError(f"{run_dir / CONFIG_FILE} does not name a game; is it a run's config?")
-    fields = {field.name for field in dataclasses.fields(Config)}
-    config = Config(**{key: value for key, value in saved.items() if key in fields})
+    config = Config.from_saved(saved)
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no complete checkpoint (looked for "
                          f"checkpoint/{MANIFEST} and checkpoint.old/{MANIFEST})")
     manifest = _read_json(checkpoint / MANIFEST)
-    step = manifest.get("step") if isinstance(manifest, dict) else None
+    counters = manifest.get("counters") if isinstance(manifest, dict) else None
+    step = counters.get("step") if isinstance(counters, dict) else None
     return RunToPlay(config, str(saved.get("algo", "?")), checkpoint,
                      step if isinstance(step, int) else None)
 

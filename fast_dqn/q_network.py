@@ -1,7 +1,7 @@
 """The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
 
 This and the TensorBoard writer are the only modules that import TensorFlow; this one is
-imported first in a run, quietly (fast_dqn/tf_logs.py).
+imported first in a run, quietly (fast_dqn/quiet_tensorflow.py).
 Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
 layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
 learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
@@ -21,10 +21,10 @@ import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY, Config
 from fast_dqn.replay_memory import Batch
-from fast_dqn.tf_logs import quiet_tensorflow_start
+from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
 # TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
-# something is wrong (see tf_logs.py), or always with FAST_DQN_TF_LOGS=1.
+# something is wrong (see quiet_tensorflow.py), or always with FAST_DQN_TF_LOGS=1.
 with quiet_tensorflow_start():
     import tensorflow as tf
 

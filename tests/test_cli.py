@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fast_dqn import run_files as run_files_module
+from fast_dqn import run_logs
+from fast_dqn.run_dir import write_failure
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, flag_name, float_fields
-from fast_dqn.launch import main
+from fast_dqn.launch import main, prepare_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,15 @@ BAD_INPUTS = [
     (ALGO_DQN, ["--final-epsilon=2"], "--final-epsilon must be within [0, 1]"),
     (ALGO_DQN, ["--replay-capacity=1000000000000"], "lower --replay-capacity"),
     (ALGO_DQN, ["--resume=/nonexistent/run"], "cannot resume"),
-    (ALGO_DQN, ["--resume=/nonexistent/run", "--lr=0.1"], "only --timesteps may be given"),
+    (ALGO_DQN, ["--resume=/nonexistent/run", "--lr=0.1"],
+     "only --timesteps and --refill-replay may be given"),
+    (ALGO_FAST_DQN, ["--resume="], "--resume needs the run directory"),
+    (ALGO_DQN, ["--resume=  "], "--resume needs the run directory"),
+    (ALGO_FAST_DQN, ["--replay-start=0"], "--replay-start (0) must be at least --batch-size"),
+    (ALGO_DQN, ["--replay-start=31"], "--replay-start (31) must be at least --batch-size (32)"),
+    (ALGO_DQN, ["--replay-capacity=35", "--replay-start=32"],
+     "--replay-capacity (35) must hold a minibatch and its frame history: at least 36"),
+    (ALGO_FAST_DQN, ["--timesteps=4"], "--timesteps (4) must be at least --workers (8)"),
 ]
 
 
@@ -46,6 +55,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, algo, argv, message)
 
 @pytest.mark.parametrize("argv,message", [
     (["--no-such-flag"], "unrecognized arguments"),
+    (["--work=4"], "unrecognized arguments: --work=4"),  # no abbreviations of --workers
+    (["--time=100"], "unrecognized arguments: --time=100"),
     (["--concurrent=maybe"], "expected true/false"),
     (["--backend=gpu"], "invalid choice"),
     (["--timesteps=ten"], "invalid int value"),
@@ -155,23 +166,30 @@ def test_largest_seed_runs_with_evaluations(tmp_path, algo):
     assert summary["finished"] and summary["seed"] == MAX_SEED and summary["evaluations"] == 2
 
 
-def _disk_full(*args, **kwargs):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+def _disk_full(path, *args, **kwargs):
+    raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
 def test_failed_write_of_a_new_run_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(run_files_module, "write_json_atomic", _disk_full)  # config.json
+    monkeypatch.setattr(run_logs, "write_json_atomic", _disk_full)  # config.json
     logdir = tmp_path / "new" / "nested" / "run"
     assert main([f"--logdir={logdir}"], ALGO_DQN) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert f"cannot write the run directory {logdir}: No space left on device" in err
+    assert f"cannot write {logdir / 'config.json'}: No space left on device" in err
     assert list(tmp_path.iterdir()) == []  # the directories it created are gone too
+
+
+def test_logdir_with_a_tilde_is_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = prepare_config(["--logdir=~/runs/x"], ALGO_FAST_DQN)
+    assert config.logdir == str(tmp_path / "runs" / "x")
+    assert not (tmp_path / "runs").exists() and not Path("~").exists()
 
 
 def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, capsys,
                                                                       monkeypatch):
-    monkeypatch.setattr(run_files_module, "write_json_atomic", _disk_full)
+    monkeypatch.setattr(run_logs, "write_json_atomic", _disk_full)
     logdir = tmp_path / "run"
     logdir.mkdir()
     (logdir / "notes.txt").write_text("mine")
@@ -181,14 +199,14 @@ def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, c
 
 
 def test_failed_creation_of_the_csvs_is_one_line(tmp_path, capsys, monkeypatch):
-    def refuse(self, path, *args, **kwargs):
+    def refuse(path, *args, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
-    monkeypatch.setattr(run_files_module._CsvLog, "__init__", refuse)
+    monkeypatch.setattr(run_logs, "open", refuse, raising=False)  # the CSVs' open
     logdir = tmp_path / "run"
     assert main([f"--logdir={logdir}"], ALGO_DQN) == 2
     err = capsys.readouterr().err
-    assert "Permission denied; choose another --logdir" in err
+    assert f"cannot write {logdir / 'episodes.csv'}: Permission denied" in err
     assert len(err.strip().splitlines()) == 1
     assert not logdir.exists()
 

@@ -28,15 +28,18 @@ from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, STA
 
 
 class FakeRunLog:
-    """Records what a loop logs (the real one is fast_dqn.run_files.RunFiles)."""
+    """Records what a loop logs (the real one is fast_dqn.run_logs.RunLogs)."""
 
     def __init__(self):
         self.episodes: list[tuple[int, int, float]] = []  # timestep, length, return
         self.evaluations: list[tuple[int, list[float]]] = []
         self.scalars: list[tuple[int, dict[str, float]]] = []
 
-    def log_episode(self, timestep: int, length: int, ret: float, hours: float) -> None:
-        self.episodes.append((timestep, length, ret))
+    def log_episode(self, row) -> None:
+        self.episodes.append((row.timestep, row.length, row.ret))
+
+    def flush(self) -> None:
+        pass
 
     def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
         self.evaluations.append((timestep, returns))

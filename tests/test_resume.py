@@ -117,6 +117,10 @@ def without_hours(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{key: value for key, value in row.items() if key != "hours"} for row in rows]
 
 
+def step_of(manifest: dict) -> int:
+    return manifest["counters"]["step"]
+
+
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -126,8 +130,9 @@ def assert_no_traceback(result: Finished) -> None:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file's bytes, but the lock's (a resume locks the directory before it checks)."""
     return {str(path.relative_to(directory)): path.read_bytes()
-            for path in sorted(directory.rglob("*")) if path.is_file()}
+            for path in sorted(directory.rglob("*")) if path.is_file() and path.name != ".lock"}
 
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
@@ -167,14 +172,14 @@ def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     done = summary(run_dir)
     assert done["finished"] is False
     assert done["stopped_by_signal"] == signal.SIGINT
-    assert done["steps"] == manifest["step"] > 800  # stopped after the periodic checkpoint
-    assert done["updates"] == manifest["updates"]
+    assert done["steps"] == step_of(manifest) > 800  # stopped after the periodic checkpoint
+    assert done["updates"] == manifest["counters"]["updates"]
 
 
 def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     run_dir, _ = interrupted
     before = read_csv(run_dir / "episodes.csv")
-    stopped_at = read_manifest(latest_checkpoint(run_dir))["step"]
+    stopped_at = step_of(read_manifest(latest_checkpoint(run_dir)))
     resumed_dir, result = resumed_twice[0]
     assert result.returncode == 0, result.stderr[-3000:]
     assert_no_traceback(result)
@@ -213,7 +218,9 @@ def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
     assert summary_a["last_evaluation"]["mean"] == summary_b["last_evaluation"]["mean"]
     manifest_a = read_manifest(dir_a / CHECKPOINT)
     manifest_b = read_manifest(dir_b / CHECKPOINT)
-    for key in ("step", "updates", "rng", "replay_rng", "recent_scores", "episode_stats"):
+    for key in ("step", "updates", "games", "refill_until", "learning_steps"):
+        assert manifest_a["counters"][key] == manifest_b["counters"][key], key
+    for key in ("evaluator", "rng", "replay_rng", "files"):
         assert manifest_a[key] == manifest_b[key], key
 
 
@@ -245,7 +252,7 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, dama
     assert_no_traceback(result)
     assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
     assert message in result.stderr
-    assert read_manifest(latest_checkpoint(copy))["step"] < 3000  # it did not go on
+    assert step_of(read_manifest(latest_checkpoint(copy))) < 3000  # it did not go on
 
 
 def test_serial_run_stops_and_resumes(tmp_path):
@@ -256,7 +263,7 @@ def test_serial_run_stops_and_resumes(tmp_path):
     assert result.seconds < STOP_SECONDS
     assert_no_traceback(result)
     stopped = read_manifest(latest_checkpoint(run_dir))
-    assert stopped["step"] >= 600 and summary(run_dir)["finished"] is False
+    assert step_of(stopped) >= 600 and summary(run_dir)["finished"] is False
 
     resumed = run_cli(RUN_DQN, ["--resume", str(run_dir), "--timesteps=1200"],
                       tmp_path / "resume")
@@ -267,7 +274,7 @@ def test_serial_run_stops_and_resumes(tmp_path):
     rows = read_csv(run_dir / "episodes.csv")
     assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
     timesteps = [int(row["timestep"]) for row in rows]
-    assert timesteps == sorted(timesteps) and timesteps[-1] > stopped["step"]
+    assert timesteps == sorted(timesteps) and timesteps[-1] > step_of(stopped)
 
 
 # -- SIGTERM, and a checkpoint without the replay memory ---------------------------------------
@@ -290,12 +297,12 @@ def test_sigterm_gives_143_and_a_resume_without_replay_refills(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "--checkpoint-replay=false" in warnings[0]
+    assert len(warnings) == 1 and "holds no replay memory" in warnings[0]
     done = summary(run_dir)
     assert done["finished"] is True and done["steps"] >= 1200
     # Learning paused while the memory refilled (replay start = 400 steps), then went on.
-    refilled = stopped["step"] + 400
-    assert done["updates"] == stopped["updates"] + max(0, 1200 - refilled) // 4
+    refilled = step_of(stopped) + 400
+    assert done["updates"] == stopped["counters"]["updates"] + max(0, 1200 - refilled) // 4
 
 
 # -- bad --resume command lines -----------------------------------------------------------------
@@ -309,8 +316,20 @@ def saved_run(tmp_path) -> Path:
     config = Config(game="breakout", timesteps=1000, logdir=str(run_dir))
     (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
                                                      **dataclasses.asdict(config)}))
-    save_checkpoint(run_dir, {"step": 500}, None, None)
+    def write_network(prefix: str) -> None:
+        Path(prefix).parent.mkdir(parents=True)
+        Path(prefix + ".index").write_bytes(b"not a real network")
+
+    save_checkpoint(run_dir, {"counters": {"step": 500}}, write_network, None)
     return run_dir
+
+
+def edit_manifest(run_dir: Path) -> None:
+    """Changes a value by hand, without the manifest's checksum."""
+    path = run_dir / CHECKPOINT / MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["counters"]["step"] = 499
+    path.write_text(json.dumps(manifest))
 
 
 def corrupt_manifest(run_dir: Path, text: str) -> None:
@@ -318,18 +337,24 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
 
 
 @pytest.mark.parametrize("script, args, prepare, message", [
-    (RUN_FAST_DQN, ["--seed=3"], None, "only --timesteps may be given with --resume; got --seed"),
+    (RUN_FAST_DQN, ["--seed=3"], None,
+     "only --timesteps and --refill-replay may be given with --resume; got --seed"),
     (RUN_FAST_DQN, ["--timesteps=9", "--workers=2", "--lr=0.1"], None,
-     "only --timesteps may be given with --resume; got --lr, --workers"),
+     "only --timesteps and --refill-replay may be given with --resume; got --lr, --workers"),
     (RUN_FAST_DQN, ["--timesteps=-1"], None, "--timesteps must be at least 1"),
+    (RUN_FAST_DQN, ["--timesteps=400"], None,
+     "is at step 500 and --timesteps is 400; a resume only extends a run"),
+    (RUN_FAST_DQN, ["--timesteps=500"], None, "give --timesteps above 500"),
     (RUN_DQN, [], None, "was trained by fast_dqn, not dqn"),
     (RUN_FAST_DQN, [], lambda d: shutil.rmtree(d / CHECKPOINT), "has no complete checkpoint"),
     (RUN_FAST_DQN, [], lambda d: (d / "config.json").unlink(), "no readable config.json"),
     (RUN_FAST_DQN, [], lambda d: corrupt_manifest(d, '{"format_version": 99, "step": 5}'),
-     "checkpoint format 99, expected 1"),
+     "checkpoint format 99, expected 2"),
     (RUN_FAST_DQN, [], lambda d: corrupt_manifest(d, '{"step": '), "manifest"),
-], ids=["other-flag", "other-flags", "bad-timesteps", "wrong-entry-point", "no-checkpoint",
-        "no-config", "format-version", "torn-manifest"])
+    (RUN_FAST_DQN, [], edit_manifest, "manifest.json is damaged"),
+], ids=["other-flag", "other-flags", "bad-timesteps", "fewer-timesteps", "same-timesteps",
+        "wrong-entry-point", "no-checkpoint", "no-config", "format-version", "torn-manifest",
+        "edited-manifest"])
 def test_bad_resume_is_one_line_with_status_2(saved_run, tmp_path, script, args, prepare,
                                               message):
     if prepare is not None:
@@ -383,7 +408,7 @@ def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, script, 
     assert summary(run_dir)["finished"] is False
     checkpoint = latest_checkpoint(run_dir)
     assert checkpoint is not None  # the flags put a checkpoint before the first loss check
-    assert read_manifest(checkpoint)["step"] <= diverged_at
+    assert step_of(read_manifest(checkpoint)) <= diverged_at
     assert network_is_finite(checkpoint), "the last checkpoint holds the diverged network"
 
 

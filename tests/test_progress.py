@@ -1,0 +1,341 @@
+"""Tests of fast_dqn.progress: the live progress line, its rate and its ETA.
+
+Every expected rate and ETA below is worked out by hand from the fake clock's times.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fast_dqn import progress as progress_module
+from fast_dqn.progress import Progress
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def plain(total: int, **kwargs) -> tuple[Progress, io.StringIO, FakeClock]:
+    """A progress line off a terminal with a fake clock at 0."""
+    stream, clock = io.StringIO(), FakeClock()
+    kwargs.setdefault("every_seconds", 1.0)
+    return Progress(total, stream=stream, clock=clock, **kwargs), stream, clock
+
+
+def report(progress: Progress, step: int) -> None:
+    progress.update(step, epsilon=0.5, recent_return=1.0, last_eval=2.0)
+
+
+def pause(progress: Progress, clock: FakeClock, kind: str, seconds: float) -> None:
+    with progress.paused(kind):
+        clock.now += seconds
+
+
+def last_line(stream: io.StringIO) -> str:
+    return stream.getvalue().splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------- the plain line
+
+
+def test_progress_off_a_terminal_prints_plain_periodic_lines():
+    stream, clock = io.StringIO(), FakeClock()
+    progress = Progress(50_000_000, every_seconds=10.0, stream=stream, clock=clock)
+    clock.now = 5.0
+    progress.update(5_000, epsilon=0.95, recent_return=None, last_eval=None)
+    assert stream.getvalue() == ""  # not due yet
+    clock.now = 10.0
+    progress.update(12_000, epsilon=0.91, recent_return=-20.3, last_eval=-21.0)
+    clock.now = 20.0
+    progress.update(32_000, epsilon=0.88, recent_return=-20.04, last_eval=None)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    # 12000 steps in 10 s: 1200 steps/s; 49 988 000 / 1200 = 41 657 s = 11h34m.
+    assert lines[0] == ("step 12000/50000000 (0.0%) | 1200 steps/s training | ETA 11h34m | "
+                        "eps 0.91 | return -20.3 | eval -21.0")
+    # The rate is the average since the start, not over the last interval:
+    # 32000 steps in 20 s = 1600 steps/s; 49 968 000 / 1600 = 31 230 s = 8h40m.
+    assert lines[1] == ("step 32000/50000000 (0.1%) | 1600 steps/s training | ETA 8h40m | "
+                        "eps 0.88 | return -20.0 | eval -")
+    assert len(lines) == 2  # close adds nothing when the last step was already shown
+    assert "\r" not in stream.getvalue()
+
+
+def test_progress_off_a_terminal_with_real_clock():
+    stream = io.StringIO()
+    progress = Progress(1000, initial_step=100, every_seconds=1e-9, stream=stream)
+    for step in range(200, 1001, 200):
+        progress.update(step, epsilon=0.5, recent_return=1.0, last_eval=2.0)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 5
+    assert all("steps/s training" in line and "ETA" in line for line in lines)
+    assert lines[-1].startswith("step 1000/1000 (100.0%)") and "ETA 0m00s" in lines[-1]
+
+
+def test_progress_close_prints_the_final_step():
+    stream, clock = io.StringIO(), FakeClock()
+    progress = Progress(100, every_seconds=30.0, stream=stream, clock=clock)
+    clock.now = 2.0
+    progress.update(100, epsilon=0.1, recent_return=3.0, last_eval=None)
+    assert stream.getvalue() == ""
+    progress.close()
+    assert stream.getvalue() == ("step 100/100 (100.0%) | 50 steps/s training | ETA 0m00s | "
+                                 "eps 0.10 | return 3.0 | eval -\n")
+
+
+def test_progress_as_a_context_manager_closes():
+    stream, clock = io.StringIO(), FakeClock()
+    with Progress(1000, every_seconds=30.0, stream=stream, clock=clock) as progress:
+        clock.now = 4.0
+        report(progress, 400)
+    assert stream.getvalue().startswith("step 400/1000 (40.0%) | 100 steps/s training | ")
+
+
+def test_progress_rejects_bad_settings():
+    with pytest.raises(ValueError, match="positive"):
+        Progress(10, every_seconds=0, stream=io.StringIO())
+    with pytest.raises(ValueError, match="0 or more"):
+        Progress(-1, stream=io.StringIO())
+    with pytest.raises(ValueError, match="'evaluation'"):
+        Progress(10, stream=io.StringIO(), periods={"evaluation": -1})
+
+
+# ---------------------------------------------------------------------------- rate and pauses
+
+
+def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
+    progress, stream, clock = plain(1_000_000, every_seconds=30.0)
+    clock.now = 10.0
+    report(progress, 1000)  # 1000 steps in 10 s of acting; not due yet
+    pause(progress, clock, "evaluation", 100.0)
+    assert stream.getvalue() == ""  # a pause prints nothing by itself
+    report(progress, 1000)  # t = 110: due; 1000 steps / (110 - 100) s = 100 steps/s
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 100 steps/s training | ")
+    clock.now = 140.0
+    report(progress, 4000)  # 4000 steps / (140 - 100) s = 100 steps/s
+    assert last_line(stream).startswith("step 4000/1000000 (0.4%) | 100 steps/s training | ")
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_the_eta_counts_the_pauses_to_come_at_their_measured_cost():
+    periods = {"evaluation": 25_000, "checkpoint": 50_000}
+    progress, stream, clock = plain(100_000, periods=periods)
+    clock.now = 250.0
+    report(progress, 25_000)  # 100 steps/s; no pause measured yet: 75 000 / 100 = 750 s
+    assert "| 100 steps/s training | ETA 12m30s |" in last_line(stream)
+    pause(progress, clock, "evaluation", 60.0)  # t = 310
+    report(progress, 25_000)
+    # 750 s of steps + 3 evaluations to come (50k, 75k, 100k) x 60 s = 930 s.
+    assert "| 100 steps/s training | ETA 15m30s |" in last_line(stream)
+    clock.now = 560.0
+    report(progress, 50_000)  # 50 000 steps in 560 - 60 = 500 s of training
+    pause(progress, clock, "evaluation", 90.0)  # t = 650; evaluations average 75 s
+    pause(progress, clock, "checkpoint", 120.0)  # t = 770
+    report(progress, 50_000)
+    # 50 000 / 100 = 500 s of steps + 2 evaluations (75k, 100k) x 75 s + 1 checkpoint
+    # (the final one, which replaces the periodic one at 100k) x 120 s = 770 s.
+    assert "| 100 steps/s training | ETA 12m50s |" in last_line(stream)
+
+
+def test_start_rate_leaves_out_the_steps_before_it():
+    progress, stream, clock = plain(61_000)
+    clock.now = 10.0
+    report(progress, 50_000)  # the random-action phase: 5000 steps/s
+    assert "| 5000 steps/s training |" in last_line(stream)
+    progress.start_rate()
+    clock.now = 20.0
+    report(progress, 51_000)  # 1000 steps in 10 s: 100 steps/s; 10 000 / 100 = 100 s
+    assert last_line(stream).startswith("step 51000/61000 (83.6%) | 100 steps/s training | "
+                                        "ETA 1m40s | ")
+
+
+def test_start_rate_takes_the_step_it_starts_from():
+    progress, stream, clock = plain(61_000)
+    clock.now = 10.0
+    report(progress, 40_000)
+    progress.start_rate(50_000)  # the loop knows a later step than the last one reported
+    clock.now = 20.0
+    report(progress, 51_000)  # (51 000 - 50 000) / 10 s
+    assert "| 100 steps/s training | ETA 1m40s |" in last_line(stream)
+
+
+def test_start_rate_inside_a_pause_counts_only_the_rest_of_it():
+    progress, stream, clock = plain(1_000_000)
+    with progress.paused("evaluation"):
+        clock.now = 30.0
+        progress.start_rate()
+        clock.now = 50.0  # 20 s of this pause come after the rate started
+    clock.now = 60.0
+    report(progress, 1000)  # 1000 steps / (60 - 30 - 20) s = 100 steps/s
+    assert "| 100 steps/s training |" in last_line(stream)
+
+
+def test_nested_pauses_charge_each_kind_its_own_time():
+    progress, stream, clock = plain(1000, periods={"evaluation": 500, "checkpoint": 500})
+    clock.now = 1.0
+    report(progress, 100)
+    with progress.paused("evaluation"):
+        clock.now += 10.0
+        pause(progress, clock, "checkpoint", 30.0)
+    report(progress, 100)  # t = 41: 100 steps / 1 s of training = 100 steps/s
+    # 900 / 100 = 9 s + 2 evaluations (500, 1000) x 10 s + 2 checkpoints (500, and the
+    # final one, which replaces the one at 1000) x 30 s = 9 + 20 + 60 = 89 s.
+    assert "| 100 steps/s training | ETA 1m29s |" in last_line(stream)
+
+
+def test_an_interrupted_pause_is_left_out_of_the_rate_but_not_measured():
+    progress, stream, clock = plain(10_000, periods={"evaluation": 5000})
+    clock.now = 10.0
+    report(progress, 1000)
+    with pytest.raises(KeyboardInterrupt):
+        with progress.paused("evaluation"):
+            clock.now += 500.0
+            raise KeyboardInterrupt
+    report(progress, 1000)  # 1000 steps / 10 s; 9000 / 100 = 90 s, no evaluation measured
+    assert "| 100 steps/s training | ETA 1m30s |" in last_line(stream)
+
+
+def test_steps_during_a_pause_count():
+    progress, stream, clock = plain(100_000)
+    clock.now = 10.0
+    report(progress, 1000)
+    with progress.paused("checkpoint"):
+        clock.now = 20.0
+        report(progress, 2000)  # counted: 2000 steps / 10 s of training = 200 steps/s
+    assert "| 200 steps/s training |" in last_line(stream)
+
+
+def test_a_kind_without_a_period_costs_only_its_final_pauses():
+    progress, stream, clock = plain(10_000)  # no periods; a final checkpoint all the same
+    clock.now = 10.0
+    report(progress, 1000)
+    pause(progress, clock, "checkpoint", 30.0)  # e.g. a checkpoint on request
+    pause(progress, clock, "evaluation", 30.0)  # no period: none to come
+    report(progress, 1000)  # 9000 / 100 = 90 s + 1 final checkpoint x 30 s = 120 s
+    assert "| 100 steps/s training | ETA 2m00s |" in last_line(stream)
+
+
+# ---------------------------------------------------------------------------- edges
+
+
+def test_the_percent_stops_at_100_and_the_step_is_shown_as_is():
+    progress, stream, clock = plain(6000)
+    clock.now = 6.0
+    report(progress, 6004)  # the fast trainer may overshoot by up to W - 1 steps
+    assert last_line(stream).startswith("step 6004/6000 (100.0%) | 1001 steps/s training | "
+                                        "ETA 0m00s | ")
+
+
+def test_the_eta_is_unknown_before_any_rate():
+    progress, stream, clock = plain(1000)
+    clock.now = 5.0
+    report(progress, 0)  # no steps yet
+    assert "| ? steps/s training | ETA ? |" in last_line(stream)
+    pause(progress, clock, "evaluation", 10.0)
+    report(progress, 10)  # 10 steps / (15 - 10) s of training: a slow rate gets a decimal
+    assert "| 2.0 steps/s training |" in last_line(stream)
+    progress.start_rate()
+    pause(progress, clock, "evaluation", 10.0)
+    report(progress, 20)  # 10 steps, all in a pause: no training time since the rate started
+    assert "| ? steps/s training | ETA ? |" in last_line(stream)
+
+
+def test_the_eta_is_zero_at_the_end_even_with_pauses_measured():
+    progress, stream, clock = plain(1000, periods={"evaluation": 500, "checkpoint": 500})
+    clock.now = 5.0
+    report(progress, 500)
+    pause(progress, clock, "evaluation", 20.0)
+    pause(progress, clock, "checkpoint", 30.0)
+    clock.now = 59.0
+    report(progress, 900)  # 900 steps / 9 s; 1 s + 1 evaluation (1000) + 1 final checkpoint
+    assert "| 100 steps/s training | ETA 0m51s |" in last_line(stream)
+    clock.now = 60.0
+    report(progress, 1000)
+    assert "| 100 steps/s training | ETA 0m00s |" in last_line(stream)
+
+
+def test_update_writes_nothing_when_not_due():
+    progress, stream, clock = plain(1000, every_seconds=30.0)
+    for step in range(1, 300):
+        clock.now = step / 10
+        report(progress, step)
+    assert stream.getvalue() == ""
+
+
+# ---------------------------------------------------------------------------- the terminal
+
+
+def test_progress_on_a_terminal_redraws_one_line_with_tqdm():
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(10_000, every_seconds=30.0, stream=stream, clock=clock)
+    for i in range(1, 11):
+        clock.now = float(i)
+        progress.update(1000 * i, epsilon=0.5, recent_return=-3.0, last_eval=4.0)
+        assert "\n" not in stream.getvalue()  # redrawn in place, never a new line per update
+    progress.close()
+    output = stream.getvalue()
+    assert output.count("\r") >= 10
+    assert output.count("\n") <= 1
+    assert "step 10000/10000 (100.0%)" in output
+    assert "eps 0.50 | return -3.0 | eval 4.0" in output
+
+
+def test_the_terminal_line_shows_our_rate_and_eta_not_tqdms():
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(100_000, every_seconds=30.0, stream=stream, clock=clock,
+                        periods={"evaluation": 50_000})
+    clock.now = 10.0
+    report(progress, 1000)
+    pause(progress, clock, "evaluation", 100.0)
+    report(progress, 1000)  # t = 110: tqdm's own average would be 1000 / 110 s = 9 step/s
+    drawn = stream.getvalue().split("\r")[-1]
+    # 1000 steps / 10 s of training; 99 000 / 100 = 990 s + 2 evaluations x 100 s = 1190 s.
+    assert drawn.startswith("step 1000/100000 (1.0%) | 100 steps/s training | ETA 19m50s | "
+                            "eps 0.50 | return 1.0 | eval 2.0 |")
+    assert "step/s" not in stream.getvalue() and "it/s" not in stream.getvalue()
+    assert "<" not in stream.getvalue()  # tqdm's [elapsed<remaining]
+    progress.close()
+
+
+def test_the_terminal_bar_survives_an_overshoot():
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(6000, stream=stream, clock=clock)
+    clock.now = 6.0
+    report(progress, 6004)
+    progress.close()
+    drawn = stream.getvalue().rstrip("\n").split("\r")[-1]
+    assert drawn.startswith("step 6004/6000 (100.0%) | ")
+    # A full bar (ASCII or not, as tqdm picks for the stream), not tqdm's blank one for an
+    # unknown total, which it falls back to when the count passes the total.
+    assert re.search(r"\|([#█]{10})\|$", drawn)
+
+
+# ---------------------------------------------------------------------------- the module
+
+
+def test_duration_format():
+    assert progress_module._duration(9 * 3600 + 2 * 60 + 10) == "9h02m"
+    assert progress_module._duration(245) == "4m05s"
+    assert progress_module._duration(99 * 3600 + 59 * 60) == "99h59m"
+    assert progress_module._duration((5 * 24 + 3) * 3600 + 1800) == "5d03h"
+    assert progress_module._duration(-3) == "0m00s"
+
+
+def test_the_module_loads_without_tensorflow():
+    code = "import sys, fast_dqn.progress; assert 'tensorflow' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
