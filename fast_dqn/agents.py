@@ -19,11 +19,14 @@ import contextlib
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, NamedTuple, Protocol
 
 import numpy as np
 
 from fast_dqn import saved_state
+from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
+                                  replay_in)
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
                                next_target_sync, period_passed, target_sync_due)
@@ -359,6 +362,38 @@ class TrainingLoop:
         self.memory.rng.bit_generator.state = replay_rng_state
         self.env_seed = self.config.seed + self.counters.step
         self._saved_at = self.counters.step
+
+    def resume_from(self, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
+        """Restores everything from a checkpoint that `verify_checkpoint` passed, in this
+        order: networks and optimizer slots; the replay memory's arrays; the loop's own state;
+        then the memory's open episode closed (or, without a saved memory, a refill started
+        from the restored counters); last, a check of the memory's invariants. Only memory is
+        changed. Returns whether the checkpoint held the replay memory.
+
+        Raises:
+            CheckpointError: a file or a value does not fit this run, or the memory read
+                back breaks an invariant.
+        """
+        try:
+            self.network.restore(network_prefix(checkpoint))
+        except ValueError as error:
+            raise CheckpointError(str(error)) from None
+        replay_restored = replay_in(checkpoint, manifest)
+        if replay_restored:
+            read_replay_into(checkpoint, self.memory)
+        try:
+            self.restore(manifest)
+        except StateError as error:
+            raise CheckpointError(f"{Path(checkpoint) / MANIFEST}: {error}") from None
+        if replay_restored:
+            self.memory.close_open_episode()  # the resumed run starts fresh games
+        else:
+            self.counters.start_refill()
+        try:
+            self.memory.check_valid()
+        except ValueError as error:
+            raise CheckpointError(f"{checkpoint}: {error}") from None
+        return replay_restored
 
 
 def generator_state(state: Mapping[str, Any], key: str) -> dict:

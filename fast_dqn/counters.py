@@ -233,7 +233,7 @@ class RunCounters:
                 others (nothing is changed then).
         """
         step = saved_state.integer(state, "step", 0, self.config.timesteps)
-        updates = saved_state.integer(state, "updates", 0, step // self.config.train_freq)
+        updates = saved_state.integer(state, "updates")
         refill_until = saved_state.integer(state, "refill_until", 0, step)
         before_refill = saved_state.integer(state, "updates_before_refill", 0, updates)
         hours = saved_state.number(state, "hours", low=0.0)
@@ -242,8 +242,12 @@ class RunCounters:
                     saved_state.integer(state, "learning_updates", 0, updates))
         games = EpisodeStats()
         games.restore(saved_state.section(state, "games"))
-        if updates > self._updates_due_after(step, refill_until, before_refill):
-            raise StateError(f"'updates' ({updates}) exceeds the updates due by step {step}")
+        # The fast trainer makes an epoch's updates while its steps are taken, so a run
+        # stopped mid-epoch may be up to one epoch ahead of the steps.
+        ahead = step + self.config.target_update
+        if updates > self._updates_due_after(ahead, refill_until, before_refill):
+            raise StateError(f"'updates' ({updates}) exceeds the updates due by the end of "
+                             f"the epoch of step {step}")
         self.step, self.updates, self.games = step, updates, games
         self._refill_until, self._updates_before_refill = refill_until, before_refill
         self._hours_before, self._started = hours, time.monotonic()

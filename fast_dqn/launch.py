@@ -25,8 +25,7 @@ import numpy as np
 from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, StopRequest, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
-                                  network_prefix, read_replay_into, replay_in, save_checkpoint,
-                                  verify_checkpoint)
+                                  save_checkpoint, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, validate)
 from fast_dqn.progress import Progress
@@ -60,7 +59,8 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
     config = config.replace(logdir=os.path.expanduser(logdir))
     check_memory_for(config.replay_capacity)
-    check_run_dir_writable(Path(config.logdir))
+    if not Path(config.logdir).is_dir():  # an existing one is checked once it is locked
+        check_run_dir_writable(Path(config.logdir))
     return config
 
 
@@ -259,39 +259,17 @@ def extend_config(config: Config, run_dir: Path) -> None:
 
 
 def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
-    """Everything a resumed run restores from its (verified) checkpoint, in this order:
-    networks and optimizer slots; the replay memory's arrays; counters and random generators;
-    then the memory's open episode closed (or, without a saved memory, a refill started
-    from the restored counters); a check of the memory's invariants; and last, that the
-    CSVs hold what the checkpoint counted. Only memory is changed here; the run's files are
-    changed after it succeeds.
+    """Continues a run from its verified checkpoint (`TrainingLoop.resume_from`), then checks
+    that the CSVs hold what the checkpoint counted. Only memory is changed here; the run's
+    files are changed after it succeeds.
 
     Raises:
-        CheckpointError: a file or a value does not fit this run, or the memory read back
-            breaks an invariant.
+        CheckpointError: a file or a value does not fit this run.
         ValueError: the CSVs disagree with the checkpoint.
     """
-    try:
-        loop.network.restore(network_prefix(checkpoint))
-    except ValueError as error:
-        raise CheckpointError(str(error)) from None
-    replay_restored = replay_in(checkpoint, manifest)
-    if replay_restored:
-        read_replay_into(checkpoint, loop.memory)
-    try:
-        loop.restore(manifest)
-    except StateError as error:
-        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-    if replay_restored:
-        loop.memory.close_open_episode()  # the resumed run starts fresh games
-    else:
+    if not loop.resume_from(checkpoint, manifest):
         print("warning: the checkpoint holds no replay memory; the resumed run refills it "
               f"for {loop.config.replay_start} steps before it learns again", file=sys.stderr)
-        loop.counters.start_refill()
-    try:
-        loop.memory.check_valid()
-    except ValueError as error:
-        raise CheckpointError(f"{checkpoint}: {error}") from None
     check_logs_match(Path(loop.config.logdir), loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
     print(f"resumed from {checkpoint} at step {loop.counters.step}", flush=True)

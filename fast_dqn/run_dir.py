@@ -68,13 +68,15 @@ class WriteFailed(RuntimeError):
 
 
 def write_failure(path: Path, error: BaseException) -> WriteFailed:
-    """The `WriteFailed` for an OSError (or TensorFlow's I/O error, which says the same)."""
+    """The `WriteFailed` for an OSError (or TensorFlow's I/O error, which says the same in
+    a long message naming its own temporary files: the disk's reason is kept from it)."""
     code = getattr(error, "errno", None)
-    text = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
-    disk_full = code in _DISK_FULL_ERRNOS or "No space left" in str(error) \
-        or "quota exceeded" in str(error).lower()
-    return WriteFailed(path, str(text).strip().splitlines()[0] if text else repr(error),
-                       disk_full)
+    text = str(getattr(error, "strerror", None) or getattr(error, "message", None) or error)
+    for candidate in _DISK_FULL_ERRNOS:
+        if code == candidate or os.strerror(candidate) in text:
+            return WriteFailed(path, os.strerror(candidate), disk_full=True)
+    reason = re.sub(r"\{\{[^}]*\}\}\s*", "", text).strip().splitlines()
+    return WriteFailed(path, reason[0] if reason else repr(error), disk_full=False)
 
 
 # --------------------------------------------------------------------------------------------

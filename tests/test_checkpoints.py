@@ -1,4 +1,5 @@
-"""Tests of fast_dqn/checkpoints.py: round trips, no pickles, and crash and full-disk safety.
+"""Tests of fast_dqn/checkpoints.py: round trips, no pickles, crash and full-disk safety, and
+the manifest's sizes and CRC-32s (checked here against `zlib.crc32` of the bytes on disk).
 
 The networks are stood in for by a fake writer that writes a file at the prefix it is given
 (one test uses a real `tf.train.Checkpoint` of one variable), so most of these tests run
@@ -11,6 +12,8 @@ import errno
 import json
 import os
 import re
+import shutil
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +22,10 @@ import pytest
 from fast_dqn import checkpoints
 from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHECKPOINT,
                                   OLD_CHECKPOINT, CheckpointError, latest_checkpoint,
-                                  network_prefix, read_manifest, read_replay_into,
-                                  save_checkpoint)
+                                  network_prefix, read_manifest, read_replay_into, replay_in,
+                                  save_checkpoint, verify_checkpoint)
 from fast_dqn.replay_memory import ReplayMemory, acted_transitions
+from fast_dqn.run_dir import WriteFailed
 
 CAPACITY = 8
 
@@ -51,6 +55,22 @@ def replay_arrays(fill: int) -> dict[str, np.ndarray]:
     return memory.state_dict()
 
 
+def files_on_disk(checkpoint: Path) -> dict[str, dict]:
+    """Every file of a checkpoint but the manifest, with its size and CRC-32 as read here."""
+    return {path.relative_to(checkpoint).as_posix():
+            {"bytes": os.path.getsize(path), "crc32": f"{zlib.crc32(path.read_bytes()):08x}"}
+            for path in sorted(checkpoint.rglob("*")) if path.is_file() and path.name != MANIFEST}
+
+
+def rewrite_manifest(checkpoint: Path, manifest: dict) -> None:
+    """Writes `manifest` with a checksum made as documented: CRC-32 of the other content as
+    compact, key-sorted JSON."""
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    (checkpoint / MANIFEST).write_text(json.dumps({**body,
+                                                   "checksum": f"{zlib.crc32(canonical):08x}"}))
+
+
 def read_arrays(checkpoint: Path, like: dict[str, np.ndarray] | None = None
                 ) -> dict[str, np.ndarray]:
     """The stored memory, read into a fresh one, as `state_dict()` gives it."""
@@ -67,7 +87,7 @@ def save(run_dir: Path, step: int, **kwargs) -> Path:
 
 
 def assert_checkpoint_of(checkpoint: Path, step: int) -> None:
-    assert read_manifest(checkpoint)["step"] == step
+    assert verify_checkpoint(checkpoint)["step"] == step
     assert read_fake_network(checkpoint) == b"net%d" % step
     arrays = read_arrays(checkpoint, replay_arrays(0))
     for name, expected in replay_arrays(step).items():
@@ -84,7 +104,11 @@ def test_round_trip_of_manifest_network_and_arrays(tmp_path):
 
     assert path == tmp_path / CHECKPOINT
     assert latest_checkpoint(tmp_path) == path
-    assert read_manifest(path) == {"format_version": FORMAT_VERSION, **manifest}
+    stored = read_manifest(path)
+    assert set(stored) == {"format_version", *manifest, "replay_saved", "files", "checksum"}
+    assert {key: stored[key] for key in manifest} == manifest
+    assert stored["format_version"] == FORMAT_VERSION and stored["replay_saved"] is True
+    assert verify_checkpoint(path) == stored
     assert read_fake_network(path) == b"weights"
     loaded = read_arrays(path, arrays)
     assert sorted(loaded) == sorted(arrays)
@@ -187,6 +211,10 @@ def test_real_tensorflow_network_round_trip(tmp_path):
     restored = tf.Variable(tf.zeros([2, 2]))
     tf.train.Checkpoint(v=restored).read(network_prefix(path)).assert_consumed()
     np.testing.assert_array_equal(restored.numpy(), variable.numpy())
+    files = read_manifest(path)["files"]
+    assert files == files_on_disk(path)  # TensorFlow's .index and .data-* files
+    assert any(name.endswith(".index") for name in files)
+    assert verify_checkpoint(path)["files"] == files
 
 
 def test_a_newer_checkpoint_replaces_the_older(tmp_path):
@@ -217,8 +245,10 @@ def test_crash_between_the_two_renames_leaves_the_old_checkpoint(tmp_path, monke
         real_replace(src, dst)
 
     monkeypatch.setattr(checkpoints.os, "replace", replace)
-    with pytest.raises(CheckpointError, match="simulated crash"):
+    with pytest.raises(WriteFailed, match="simulated crash") as error:
         save(tmp_path, 2)
+    assert not error.value.disk_full
+    assert error.value.path == tmp_path / CHECKPOINT
     assert renames == [(CHECKPOINT, OLD_CHECKPOINT), (NEW_CHECKPOINT, CHECKPOINT)]
     assert latest_checkpoint(tmp_path) == tmp_path / OLD_CHECKPOINT
     assert_checkpoint_of(latest_checkpoint(tmp_path), 1)
@@ -269,13 +299,23 @@ def test_a_directory_without_manifest_is_not_a_checkpoint(tmp_path):
 # -- a full disk ---------------------------------------------------------------------------
 
 
+def first_array() -> str:
+    """The name of the first array `save` writes."""
+    return next(iter(replay_arrays(0)))
+
+
 def full_disk(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def assert_failed_cleanly(tmp_path: Path, error: pytest.ExceptionInfo, previous: int) -> None:
+def assert_failed_cleanly(tmp_path: Path, error: pytest.ExceptionInfo, previous: int,
+                          file: str) -> None:
+    """The save failed as a full disk naming `file` (inside the staging directory), and the
+    previous checkpoint is the latest and intact."""
+    assert error.type is WriteFailed and error.value.disk_full
+    assert error.value.path == tmp_path / NEW_CHECKPOINT / file
     message = str(error.value)
-    assert "could not write a checkpoint" in message
+    assert message.startswith(f"cannot write {tmp_path / NEW_CHECKPOINT / file}: ")
     assert "No space left on device" in message and "free some disk space" in message
     assert "\n" not in message
     assert_checkpoint_of(latest_checkpoint(tmp_path), previous)
@@ -286,18 +326,18 @@ def assert_failed_cleanly(tmp_path: Path, error: pytest.ExceptionInfo, previous:
 def test_full_disk_while_writing_arrays(tmp_path, monkeypatch):
     save(tmp_path, 1)
     monkeypatch.setattr(checkpoints.np, "save", full_disk)
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(WriteFailed) as error:
         save(tmp_path, 2)
-    assert_failed_cleanly(tmp_path, error, previous=1)
+    assert_failed_cleanly(tmp_path, error, previous=1, file=f"replay/{first_array()}.npy")
 
 
 def test_full_disk_while_writing_the_manifest(tmp_path, monkeypatch):
     save(tmp_path, 1)
     monkeypatch.setattr(checkpoints.os, "fsync", full_disk)
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(WriteFailed) as error:
         save(tmp_path, 2)
     monkeypatch.undo()
-    assert_failed_cleanly(tmp_path, error, previous=1)
+    assert_failed_cleanly(tmp_path, error, previous=1, file=MANIFEST)
 
 
 def test_full_disk_while_tensorflow_writes_the_networks(tmp_path):
@@ -312,16 +352,17 @@ def test_full_disk_while_tensorflow_writes_the_networks(tmp_path):
         raise ResourceExhaustedError("ckpt.data; No space left on device [Op:SaveV2]")
 
     save(tmp_path, 1)
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(WriteFailed) as error:
         save(tmp_path, 2, write_network=write_network)
     assert isinstance(error.value.__cause__, ResourceExhaustedError)
-    assert_failed_cleanly(tmp_path, error, previous=1)
+    assert_failed_cleanly(tmp_path, error, previous=1, file="network")
 
 
 def test_full_disk_on_the_first_checkpoint_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoints.np, "save", full_disk)
-    with pytest.raises(CheckpointError, match="No space left on device"):
+    with pytest.raises(WriteFailed, match="No space left on device") as error:
         save(tmp_path, 1)
+    assert error.value.disk_full
     assert latest_checkpoint(tmp_path) is None
     assert list(tmp_path.iterdir()) == []
 
@@ -343,9 +384,204 @@ def test_wrong_format_version_is_refused(tmp_path):
         read_manifest(path)
 
 
+def test_format_version_1_is_refused_by_name(tmp_path):
+    path = save(tmp_path, 1)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["format_version"] = 1
+    rewrite_manifest(path, manifest)  # a valid checksum: the version alone is refused
+    with pytest.raises(CheckpointError) as error:
+        read_manifest(path)
+    message = str(error.value)
+    assert f"format 1, expected {FORMAT_VERSION}" in message and str(path / MANIFEST) in message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize("text", ["{\"step\": 1", "[1, 2]", ""])
 def test_a_corrupt_manifest_is_a_checkpoint_error(tmp_path, text):
     path = save(tmp_path, 1)
     (path / MANIFEST).write_text(text)
     with pytest.raises(CheckpointError, match="manifest|format"):
         read_manifest(path)
+
+
+# -- sizes and CRC-32s: the manifest and verify_checkpoint ----------------------------------
+
+
+def test_the_manifest_lists_every_file_with_its_size_and_crc32(tmp_path):
+    path = save(tmp_path, 4)
+    manifest = read_manifest(path)
+    on_disk = files_on_disk(path)
+    assert manifest["files"] == on_disk
+    assert set(on_disk) == {"network/ckpt.data",
+                            *(f"replay/{name}.npy" for name in replay_arrays(0))}
+    assert manifest["replay_saved"] is True
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert manifest["checksum"] == f"{zlib.crc32(canonical):08x}"
+
+
+def test_the_crc32_kept_while_streaming_matches_the_file_beyond_numpys_buffer(tmp_path,
+                                                                              monkeypatch):
+    """np.save writes an array larger than its 16 MiB buffer in several pieces; the CRC-32
+    kept while streaming must still be that of the whole file."""
+    big = np.random.default_rng(3).integers(0, 256, 20_000_000, dtype=np.uint8)
+    writes = []
+    real_write = checkpoints._ChecksummingWriter.write
+
+    def write(self, data):
+        writes.append(memoryview(data).nbytes)
+        return real_write(self, data)
+
+    monkeypatch.setattr(checkpoints._ChecksummingWriter, "write", write)
+    path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), {"big": big})
+    assert len([size for size in writes if size > 1_000_000]) >= 2  # streamed in pieces
+    file = path / "replay" / "big.npy"
+    data = file.read_bytes()
+    assert read_manifest(path)["files"]["replay/big.npy"] == {
+        "bytes": os.path.getsize(file), "crc32": f"{zlib.crc32(data):08x}"}
+    verify_checkpoint(path)
+    np.testing.assert_array_equal(np.load(file, allow_pickle=False), big)
+
+
+def test_verify_passes_on_a_fresh_checkpoint(tmp_path):
+    path = save(tmp_path, 2)
+    manifest = verify_checkpoint(path)
+    assert manifest == read_manifest(path) and manifest["step"] == 2
+    assert replay_in(path, manifest)
+
+
+def flip_byte(file: Path, offset: int | None = None) -> None:
+    data = bytearray(file.read_bytes())
+    offset = len(data) // 2 if offset is None else offset
+    data[offset] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def assert_refused(checkpoint: Path, file: Path, message: str, **kwargs) -> None:
+    """verify_checkpoint refuses in one line that names `file` and matches `message`."""
+    with pytest.raises(CheckpointError, match=message) as error:
+        verify_checkpoint(checkpoint, **kwargs)
+    assert str(file) in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_verify_refuses_a_flipped_byte_in_the_replay(tmp_path):
+    path = save(tmp_path, 2)
+    frames = path / "replay" / "frames.npy"
+    size = os.path.getsize(frames)
+    flip_byte(frames)
+    assert os.path.getsize(frames) == size
+    assert_refused(path, frames, "is damaged: CRC-32")
+    assert_refused(path, frames, "is damaged: CRC-32", replay_optional=True)
+
+
+def test_verify_refuses_a_truncated_network_file(tmp_path):
+    path = save(tmp_path, 2)
+    data = path / "network" / "ckpt.data"
+    size = os.path.getsize(data)
+    data.write_bytes(data.read_bytes()[:-1])
+    assert_refused(path, data, f"holds {size - 1} bytes; the manifest says {size}")
+
+
+def test_verify_refuses_an_appended_byte(tmp_path):
+    path = save(tmp_path, 2)
+    rewards = path / "replay" / "rewards.npy"
+    size = os.path.getsize(rewards)
+    with open(rewards, "ab") as file:
+        file.write(b"\0")
+    assert_refused(path, rewards, f"holds {size + 1} bytes; the manifest says {size}")
+
+
+def test_verify_refuses_a_deleted_replay_file(tmp_path):
+    path = save(tmp_path, 2)
+    actions = path / "replay" / "actions.npy"
+    actions.unlink()
+    assert_refused(path, actions, "is missing")
+    # Only a wholly missing replay memory may be refilled; one missing file is damage.
+    assert_refused(path, actions, "is missing", replay_optional=True)
+
+
+def test_a_deleted_replay_directory_is_refused_unless_optional(tmp_path):
+    path = save(tmp_path, 2)
+    shutil.rmtree(path / "replay")
+    with pytest.raises(CheckpointError, match=r"replay/\w+\.npy is missing") as error:
+        verify_checkpoint(path)
+    assert str(path / "replay") in str(error.value) and "\n" not in str(error.value)
+
+    manifest = verify_checkpoint(path, replay_optional=True)
+    assert manifest["replay_saved"] is True
+    assert not replay_in(path, manifest)
+
+    network = path / "network" / "ckpt.data"
+    flip_byte(network)  # the other files are still checked
+    assert_refused(path, network, "is damaged: CRC-32", replay_optional=True)
+
+
+def test_read_manifest_refuses_a_hand_edited_manifest(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["step"] = 8
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    with pytest.raises(CheckpointError, match="damaged") as error:
+        read_manifest(path)
+    assert str(path / MANIFEST) in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(CheckpointError, match="damaged"):
+        verify_checkpoint(path)
+
+
+def test_read_manifest_refuses_an_edited_file_entry(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["files"]["replay/frames.npy"]["bytes"] += 1
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="damaged"):
+        read_manifest(path)
+
+
+def test_read_manifest_accepts_another_spelling_of_the_same_content(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    (path / MANIFEST).write_text(json.dumps(manifest))  # other whitespace, same content
+    assert read_manifest(path) == manifest
+
+
+def test_read_manifest_refuses_a_manifest_without_checksum(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    del manifest["checksum"]
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="damaged") as error:
+        read_manifest(path)
+    assert str(path / MANIFEST) in str(error.value)
+
+
+def test_verify_refuses_a_manifest_without_network_files(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    del manifest["files"]["network/ckpt.data"]
+    rewrite_manifest(path, manifest)
+    read_manifest(path)  # the checksum is right; the content is not
+    with pytest.raises(CheckpointError, match="no network files"):
+        verify_checkpoint(path)
+
+
+@pytest.mark.parametrize("name", ["../outside.bin", "network/../../outside.bin"])
+def test_verify_refuses_a_file_outside_the_checkpoint(tmp_path, name):
+    path = save(tmp_path, 7)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"x")
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["files"][name] = {"bytes": 1, "crc32": f"{zlib.crc32(b'x'):08x}"}
+    rewrite_manifest(path, manifest)
+    with pytest.raises(CheckpointError, match="outside"):
+        verify_checkpoint(path)
+
+
+def test_without_arrays_the_manifest_lists_no_replay(tmp_path):
+    path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), None)
+    manifest = verify_checkpoint(path)
+    assert manifest["replay_saved"] is False
+    assert manifest["files"] == files_on_disk(path)
+    assert list(manifest["files"]) == ["network/ckpt.data"]
+    assert not (path / "replay").exists()
+    assert not replay_in(path, manifest)

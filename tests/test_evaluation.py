@@ -116,7 +116,7 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
 
     seen = {}
 
-    def recording_evaluate(pool, greedy, *, epsilon, seed, rng):
+    def recording_evaluate(pool, greedy, *, epsilon, seed, rng, should_stop=None):
         seen["epsilon"] = epsilon
         return evaluate(pool, greedy, epsilon=epsilon, seed=seed, rng=rng)
 
@@ -151,3 +151,27 @@ def test_the_runs_evaluation_pool_cuts_games_off_at_the_evaluation_cap():
         pool.close()
     assert rounds[0] == 60
     assert len(scores) == 2 and all(-21 < score <= 0 for score in scores)
+
+
+def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
+    """A stop must not wait for 30 games of up to 4,500 steps: `evaluate` looks at the
+    request before every step, and an evaluation cut short is neither logged nor counted."""
+    from fast_dqn.evaluation import Evaluator
+
+    pool = ScriptedPool([4500, 4500])
+    asked = []
+
+    def stop_after_10_steps() -> bool:
+        asked.append(len(pool.actions))
+        return len(pool.actions) >= 10
+
+    greedy = lambda states: np.zeros(len(states), dtype=np.int64)  # noqa: E731
+    result = evaluate(pool, greedy, epsilon=0.05, seed=0, rng=np.random.default_rng(0),
+                      should_stop=stop_after_10_steps)
+    assert result is None and len(pool.actions) == 10
+
+    log = FakeRunLog()
+    evaluator = Evaluator(Config(eval_episodes=2), lambda: ScriptedPool([4500, 4500]), log)
+    evaluator.run(250_000, greedy, hours=1.0, should_stop=lambda: True)
+    assert (evaluator.count, evaluator.evaluated_at, log.evaluations) == (0, 0, [])
+    assert evaluator.due(250_000)  # played again, whole, after a resume

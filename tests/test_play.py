@@ -45,7 +45,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np
     network = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
                        seed=SAVED_SEED)
     network.checkpoint().write(str(run_dir / "checkpoint" / "network" / "ckpt"))
-    (run_dir / "checkpoint" / "manifest.json").write_text(json.dumps({"step": 1234}))
+    (run_dir / "checkpoint" / "manifest.json").write_text(json.dumps({"counters": {"step": 1234}}))
     return run_dir, [variable.numpy() for variable in network.online.variables]
 
 
@@ -140,7 +140,7 @@ def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expec
     (tmp_path / "checkpoint" / "network").mkdir(parents=True)  # incomplete unless listed
     for name in complete:
         (tmp_path / name).mkdir(exist_ok=True)
-        (tmp_path / name / "manifest.json").write_text('{"step": 5}')
+        (tmp_path / name / "manifest.json").write_text('{"counters": {"step": 5}}')
     run = play.load_run(tmp_path)
     assert run.checkpoint == tmp_path / expected
     assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, 5)

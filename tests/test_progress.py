@@ -339,3 +339,42 @@ def test_duration_format():
 def test_the_module_loads_without_tensorflow():
     code = "import sys, fast_dqn.progress; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the real run ---------------------------------------------------------------------------
+
+
+def _seconds(eta: str) -> float:
+    """Reads back `4m05s` or `1h02m` (this test's runs never take days)."""
+    if match := re.fullmatch(r"(\d+)m(\d+)s", eta):
+        return 60.0 * int(match[1]) + int(match[2])
+    match = re.fullmatch(r"(\d+)h(\d+)m", eta)
+    assert match, eta
+    return 3600.0 * int(match[1]) + 60.0 * int(match[2])
+
+
+def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path):
+    """A tiny run with evaluations and checkpoints: the ETA printed at the halfway point is
+    compared with the time the run then took to finish, measured from outside."""
+    import time
+
+    from tests.cli_runs import FAST, RUN_FAST_DQN, start
+
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=4000", "--evaluate=1000", "--eval-episodes=4",
+                               "--checkpoint-every=1000", "--progress-every=1",
+                               f"--logdir={tmp_path / 'run'}"], tmp_path / "run")
+    out = run.log.with_suffix(".out")
+    halfway = None  # (the ETA printed, when it was seen)
+    while run.process.poll() is None and halfway is None:
+        for line in out.read_text().splitlines():
+            match = re.match(r"step (\d+)/4000 .*\| ETA (\S+) \|", line)
+            if match and int(match[1]) >= 2000 and match[2] != "?":
+                halfway = (_seconds(match[2]), time.monotonic())
+                break
+        time.sleep(0.02)
+    result = run.finish(timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert halfway is not None, result.stdout
+    eta, seen_at = halfway
+    took = time.monotonic() - seen_at
+    assert took / 1.5 <= eta <= took * 1.5, (eta, took, result.stdout)

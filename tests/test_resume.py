@@ -8,15 +8,12 @@ checkpoint in this process and compares every array with the run that wrote it.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,111 +25,9 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
                                   read_manifest, save_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN, Config
 
-REPO = Path(__file__).resolve().parent.parent
-RUN_FAST_DQN = REPO / "run_fast_dqn.py"
-RUN_DQN = REPO / "run_dqn.py"
-# The CPU only, so that runs are deterministic on any machine; TensorFlow's logs kept short.
-ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
-        "--target-update=400", "--max-episode-steps=400", "--seed=0"]
-FAST = [*TINY, "--workers=4"]
-STOP_SECONDS = 20  # a signalled run must be gone within this
-
-
-# -- helpers --------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Finished:
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float  # from start (or from the signal, for a signalled run) to exit
-
-
-@dataclasses.dataclass
-class Running:
-    """An entry point running as a subprocess; stdout and stderr go to LOG.out and LOG.err."""
-
-    process: subprocess.Popen
-    log: Path
-    started: float
-
-    def finish(self, timeout: float, since: float | None = None) -> Finished:
-        """Waits for the exit (killing the run after `timeout` s) and collects its output."""
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"{self.process.args} did not exit within {timeout} s")
-        seconds = time.monotonic() - (self.started if since is None else since)
-        return Finished(self.process.returncode, self.log.with_suffix(".out").read_text(),
-                        self.log.with_suffix(".err").read_text(), seconds)
-
-
-def start(script: Path, args: list[str], log: Path) -> Running:
-    """Starts an entry point from the repository root (files, not pipes, take its output)."""
-    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
-        process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, env=ENV,
-                                   stdout=out, stderr=err)
-    return Running(process, log, time.monotonic())
-
-
-def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:
-    return start(script, args, log).finish(timeout)
-
-
-def wait_for(run: Running, path: Path, timeout: float = 90) -> None:
-    """Waits until `path` exists while the run goes on."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if run.process.poll() is not None:
-            result = run.finish(1)
-            pytest.fail(f"the run exited ({result.returncode}) before {path} appeared:\n"
-                        f"{result.stderr[-3000:]}")
-        if time.monotonic() > deadline:
-            run.process.kill()
-            run.finish(10)
-            pytest.fail(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
-
-
-def interrupt(script: Path, args: list[str], run_dir: Path, signum: int) -> Finished:
-    """Starts a long run, signals it once its first checkpoint exists, waits for its exit."""
-    run = start(script, [*args, "--timesteps=20000", f"--logdir={run_dir}"],
-                run_dir.parent / f"{run_dir.name}-interrupted")
-    wait_for(run, run_dir / CHECKPOINT / MANIFEST)
-    signalled = time.monotonic()
-    run.process.send_signal(signum)
-    return run.finish(timeout=60, since=signalled)
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as file:
-        return list(csv.DictReader(file))
-
-
-def without_hours(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{key: value for key, value in row.items() if key != "hours"} for row in rows]
-
-
-def step_of(manifest: dict) -> int:
-    return manifest["counters"]["step"]
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def assert_no_traceback(result: Finished) -> None:
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    """Every file's bytes, but the lock's (a resume locks the directory before it checks)."""
-    return {str(path.relative_to(directory)): path.read_bytes()
-            for path in sorted(directory.rglob("*")) if path.is_file() and path.name != ".lock"}
+from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
+                            assert_no_traceback, interrupt, read_csv, run_cli, snapshot, start,
+                            step_of, summary, without_hours)
 
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
@@ -236,12 +131,12 @@ def damage_the_network(checkpoint: Path) -> None:
 
 
 @pytest.mark.parametrize("damage, message", [
-    (break_a_reward, "replay memory: a stored reward is not clipped"),
-    (damage_the_network, "cannot restore the networks"),
-], ids=["replay-invariant", "network"])
+    (break_a_reward, "rewards.npy is damaged: CRC-32"),
+    (damage_the_network, "ckpt.index holds 7 bytes; the manifest says"),
+], ids=["replay", "network"])
 def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, damage, message):
-    """Resume ends with the replay memory's check_valid; a checkpoint that fails it, or whose
-    networks cannot be read, is refused with status 2 before the run goes on."""
+    """Every file is read back against the manifest's sizes and checksums before a resume
+    changes anything; a damaged one is refused with status 2, naming the file."""
     run_dir, _ = interrupted
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
@@ -444,7 +339,7 @@ def assert_all_equal(actual: list[np.ndarray], expected: list[np.ndarray], what:
 
 def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     from fast_dqn import launch
-    from fast_dqn.run_files import RunFiles
+    from fast_dqn.run_logs import RunLogs
 
     run_dir = tmp_path / "run"
     argv = [*FAST, "--evaluate=400", "--eval-episodes=2", "--checkpoint-every=0",
@@ -453,34 +348,34 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     previous = signal.signal(signal.SIGINT, lambda *_: None)  # a late signal does no harm
     done = threading.Event()
     try:
-        with RunFiles(run_dir) as run_files:
-            run_files.write_config({"algo": ALGO_FAST_DQN, **dataclasses.asdict(config)})
-            loop, device = launch.build_loop(config, ALGO_FAST_DQN, run_files)
-            # Mid-epoch (the first epoch of learning is steps 400-800): the target lags.
-            stopper = stop_when(loop, step=600, updates=5, done=done)
-            try:
-                status = launch.run(loop, run_files, device)
-            finally:
-                done.set()
-                stopper.join()
-            episode_stats = run_files.episode_stats.state()
+        run_dir.mkdir()
+        run_log = RunLogs(run_dir)
+        run_log.write_config({"algo": ALGO_FAST_DQN, **dataclasses.asdict(config)})
+        run_log.open()
+        loop, device = launch.build_loop(config, ALGO_FAST_DQN, run_log)
+        # Mid-epoch (the first epoch of learning is steps 400-800): the target lags.
+        stopper = stop_when(loop, step=600, updates=5, done=done)
+        try:
+            status = launch.run(loop, run_log, device)
+        finally:
+            done.set()
+            stopper.join()
+        games = loop.counters.games.state()
     finally:
         signal.signal(signal.SIGINT, previous)
     assert status == 128 + signal.SIGINT
     original = loop
     assert original.counters.updates > 0 and original.evaluator.count >= 1
 
-    checkpoint = latest_checkpoint(run_dir)
-    manifest = read_manifest(checkpoint)
     resumed_config = launch.prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN)
-    with RunFiles(run_dir, resume=True, resume_step=manifest["step"]) as run_files:
-        restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, run_files,
-                                        initial_step=manifest["step"])
-        try:
-            launch.resume(restored, run_files, manifest, checkpoint)
-        finally:
-            restored.close()
-        assert run_files.episode_stats.state() == episode_stats
+    checkpoint, manifest = launch.verified_checkpoint(resumed_config)
+    restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, RunLogs(run_dir),
+                                    initial_step=step_of(manifest))
+    try:
+        launch.resume(restored, manifest, checkpoint)
+    finally:
+        restored.close()
+    assert restored.counters.games.state() == games
     assert "resumed from" in capsys.readouterr().out
 
     # Networks and every optimizer variable (slots and the iteration count).
@@ -495,8 +390,9 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
 
     # Counters, averages and both random generators (the loop's and the replay memory's).
     state, state2 = original.state(), restored.state()
-    assert state2.pop("hours") >= manifest["hours"] > 0  # the clock goes on from the stop
-    del state["hours"]
+    for clock in ("hours", "learning_seconds"):  # the clocks go on from the stop
+        assert state2["counters"].pop(clock) >= manifest["counters"][clock] > 0
+        del state["counters"][clock]
     assert state2 == state
     assert (restored.counters.step, restored.counters.updates) == \
         (original.counters.step, original.counters.updates)

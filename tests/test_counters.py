@@ -1,0 +1,326 @@
+"""Tests of fast_dqn.counters: the schedule (Nature's numbers, worked by hand), EpisodeStats
+and RunCounters."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fast_dqn import counters
+from fast_dqn.config import Config
+from fast_dqn.counters import (EpisodeStats, RunCounters, epsilon_at, epsilons_at,
+                               learning_started, next_target_sync, period_passed,
+                               target_sync_due, updates_due)
+from fast_dqn.saved_state import StateError
+
+# Nature's settings: replay start 50,000, an update every 4 steps, the target synced every
+# 10,000 steps, epsilon 1.0 -> 0.1 over 1,000,000 steps counted from the replay start.
+NATURE = Config()
+
+
+def episodes_of(n: int) -> list[tuple[int, float]]:
+    """n (length, return) pairs that differ from game to game."""
+    return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
+
+
+class FakeClock:
+    """Stands in for the `time` module of fast_dqn.counters (only `monotonic` is read)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(counters, "time", fake)
+    return fake
+
+
+# ---------------------------------------------------------------------------- the schedule
+
+
+def test_nature_settings_are_the_defaults():
+    assert (NATURE.replay_start, NATURE.train_freq, NATURE.target_update) == \
+        (50_000, 4, 10_000)
+    assert (NATURE.initial_epsilon, NATURE.final_epsilon, NATURE.exploration_steps) == \
+        (1.0, 0.1, 1_000_000)
+
+
+def test_learning_started_at_the_replay_start():
+    assert not learning_started(0, NATURE)
+    assert not learning_started(49_999, NATURE)
+    assert learning_started(50_000, NATURE)
+    assert learning_started(10_000_000, NATURE)
+
+
+def test_epsilon_at_nature_steps():
+    assert epsilon_at(0, NATURE) == 1.0
+    assert epsilon_at(49_999, NATURE) == 1.0
+    assert epsilon_at(50_000, NATURE) == 1.0  # the decay starts here
+    assert epsilon_at(300_000, NATURE) == pytest.approx(0.775)  # 1 - 0.25 * 0.9
+    assert epsilon_at(550_000, NATURE) == pytest.approx(0.55)  # halfway: 1 - 0.5 * 0.9
+    assert epsilon_at(1_049_999, NATURE) == pytest.approx(0.1000009)  # 1 - 0.999999 * 0.9
+    assert epsilon_at(1_050_000, NATURE) == 0.1
+    assert epsilon_at(1_050_001, NATURE) == 0.1
+    assert epsilon_at(50_000_000, NATURE) == 0.1
+
+
+def test_epsilon_without_a_decay_drops_at_the_replay_start():
+    config = NATURE.replace(exploration_steps=0)
+    assert epsilon_at(49_999, config) == 1.0
+    assert epsilon_at(50_000, config) == 0.1
+
+
+@pytest.mark.parametrize("config", [NATURE, NATURE.replace(exploration_steps=0),
+                                    NATURE.replace(replay_start=0, initial_epsilon=0.5)],
+                         ids=["nature", "no-decay", "no-replay-start"])
+def test_epsilons_at_equals_epsilon_at_elementwise(config):
+    steps = np.array([0, 1, 49_999, 50_000, 50_001, 300_000, 550_000, 777_777, 1_049_999,
+                      1_050_000, 1_050_001, 50_000_000], dtype=np.int64)
+    expected = [epsilon_at(int(step), config) for step in steps]
+    got = epsilons_at(steps, config)
+    assert got.dtype == np.float64 and got.shape == steps.shape
+    assert got.tolist() == expected  # the same arithmetic: equal, not just close
+
+
+def test_updates_due_one_per_four_steps_after_the_replay_start():
+    assert updates_due(0, NATURE) == 0
+    assert updates_due(49_999, NATURE) == 0
+    assert updates_due(50_003, NATURE) == 0
+    assert updates_due(50_004, NATURE) == 1
+    assert updates_due(50_007, NATURE) == 1
+    assert updates_due(50_008, NATURE) == 2
+    assert updates_due(90_000, NATURE) == 10_000  # 40,000 steps / 4
+    assert updates_due(50_000_000, NATURE) == 12_487_500  # (50M - 50k) / 4
+
+
+def test_target_sync_every_10000_steps_after_the_replay_start():
+    assert not target_sync_due(0, NATURE)
+    assert not target_sync_due(40_000, NATURE)  # a multiple, but before the replay start
+    assert not target_sync_due(50_000, NATURE)
+    assert target_sync_due(60_000, NATURE)
+    assert not target_sync_due(65_000, NATURE)
+    assert target_sync_due(70_000, NATURE)
+    assert not target_sync_due(70_001, NATURE)
+
+
+def test_next_target_sync():
+    assert next_target_sync(50_000, NATURE) == 60_000
+    assert next_target_sync(50_001, NATURE) == 60_000
+    assert next_target_sync(59_999, NATURE) == 60_000
+    assert next_target_sync(60_000, NATURE) == 70_000  # the first one after the step
+    assert next_target_sync(65_000, NATURE) == 70_000
+
+
+def test_period_passed():
+    assert period_passed(250_000, 249_999, 250_000)
+    assert period_passed(250_000, 240_000, 260_000)
+    assert not period_passed(250_000, 250_000, 250_008)  # already passed at the start
+    assert not period_passed(250_000, 0, 249_999)
+    assert period_passed(250_000, 0, 500_000)  # two multiples at once still count
+    assert not period_passed(0, 0, 10**9)  # 0 = never
+    assert not period_passed(4, 8, 8)  # an empty interval
+
+
+# ---------------------------------------------------------------------------- EpisodeStats
+
+
+def test_episode_stats_average_the_last_window_games():
+    stats = EpisodeStats(window=3)
+    assert stats.episodes == 0 and math.isnan(stats.avg_return) and math.isnan(stats.avg_length)
+    for length, score in [(10, 1.0), (20, 2.0)]:
+        stats.add(length, score)
+    assert (stats.episodes, stats.avg_length, stats.avg_return) == (2, 15.0, 1.5)
+    for length, score in [(30, 3.0), (40, 10.0)]:
+        stats.add(length, score)
+    assert (stats.episodes, stats.avg_length, stats.avg_return) == (4, 30.0, 5.0)
+    with pytest.raises(ValueError, match="at least 1"):
+        EpisodeStats(window=0)
+
+
+def test_episode_stats_state_round_trips_through_json():
+    stats = EpisodeStats()
+    for length, ret in episodes_of(130):
+        stats.add(length, ret)
+    restored = EpisodeStats()
+    restored.restore(json.loads(json.dumps(stats.state())))
+    assert restored.state() == stats.state()
+    for length, ret in episodes_of(20):
+        stats.add(length, ret)
+        restored.add(length, ret)
+    assert restored.state() == stats.state()
+    assert (restored.episodes, restored.avg_length, restored.avg_return) == \
+        (stats.episodes, stats.avg_length, stats.avg_return)
+
+
+def test_episode_stats_round_trip_before_the_window_fills_and_with_no_games():
+    for games in (0, 7):
+        stats = EpisodeStats()
+        for length, ret in episodes_of(games):
+            stats.add(length, ret)
+        restored = EpisodeStats()
+        restored.restore(json.loads(json.dumps(stats.state())))
+        assert restored.state() == stats.state() and restored.episodes == games
+
+
+MISSING = object()  # a key left out of the state
+GOOD_STATS = {"window": 100, "episodes": 2, "lengths": [5, 6], "returns": [1.0, -2.0]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"returns": MISSING}, "'returns' is missing"),
+    ({"episodes": "abc"}, "'episodes' must be an integer"),
+    ({"episodes": -1}, "'episodes' must be at least 0"),
+    ({"episodes": 1}, "'lengths' must be a list of at most 1 numbers"),  # 2 lengths, 1 game
+    ({"lengths": [5, 6, 7], "returns": [1.0, 2.0, 3.0]}, "at most 2"),
+    ({"lengths": [0, 6]}, "'lengths' must be at least 1"),
+    ({"lengths": [5]}, "keep 1 lengths and 2 returns of 2 games; expected 2"),
+    ({"lengths": [5, 6.5]}, "whole agent steps"),
+    ({"returns": [1.0, math.nan]}, "'returns' must be a finite number"),
+    ({"window": 0}, "'window' must be at least 1"),
+], ids=["missing-key", "episodes-abc", "negative-episodes", "more-lengths-than-games",
+        "more-than-episodes", "length-0", "fewer-lengths", "fractional-length", "nan-return",
+        "window-0"])
+def test_episode_stats_restore_refuses_bad_states(change, message):
+    state = {key: value for key, value in {**GOOD_STATS, **change}.items()
+             if value is not MISSING}
+    stats = EpisodeStats()
+    stats.add(3, 4.0)
+    before = stats.state()
+    with pytest.raises(StateError, match=message):
+        stats.restore(state)
+    assert stats.state() == before  # nothing changed
+
+
+def test_episode_stats_restore_accepts_the_good_state():
+    stats = EpisodeStats()
+    stats.restore(GOOD_STATS)
+    assert (stats.episodes, stats.avg_length, stats.avg_return) == (2, 5.5, -0.5)
+
+
+# ---------------------------------------------------------------------------- RunCounters
+
+
+def test_run_counters_state_round_trips_through_json(clock):
+    run = RunCounters(NATURE)
+    run.step, run.updates = 60_000, 2_500
+    for length, ret in episodes_of(5):
+        run.games.add(length, ret)
+    run.mark_learning_start()
+    clock.now += 36.0
+    run.step, run.updates = 64_000, 3_500
+    state = json.loads(json.dumps(run.state()))
+    assert state == {"step": 64_000, "updates": 3_500, "refill_until": 0,
+                     "updates_before_refill": 0, "games": run.games.state(),
+                     "hours": pytest.approx(0.01), "learning_seconds": 36.0,
+                     "learning_steps": 4_000, "learning_updates": 1_000}
+    restored = RunCounters(NATURE)
+    restored.restore(state)
+    assert restored.state() == state
+    assert (restored.step, restored.updates, restored.games.episodes) == (64_000, 3_500, 5)
+    assert restored.recent_mean_score() == pytest.approx(
+        sum(ret for _, ret in episodes_of(5)) / 5)
+
+
+def test_run_counters_before_learning(clock):
+    run = RunCounters(NATURE)
+    assert run.rates() == (0.0, 0.0)
+    assert run.recent_mean_score() is None
+    run.step = 49_999
+    run.mark_learning_start()  # too early: no clock yet
+    clock.now += 50.0
+    assert run.rates() == (0.0, 0.0)
+
+
+def test_rates_of_a_resumed_run_include_the_earlier_process(clock):
+    started = []
+    state = {"step": 51_000, "updates": 250, "refill_until": 0, "updates_before_refill": 0,
+             "games": EpisodeStats().state(), "hours": 0.5, "learning_seconds": 100.0,
+             "learning_steps": 1_000, "learning_updates": 250}
+    run = RunCounters(NATURE)
+    run.on_learning_start.append(lambda: started.append(run.step))
+    run.restore(state)
+    assert run.rates() == (10.0, 2.5)  # 1,000 steps and 250 updates in 100 s
+    assert run.hours() == 0.5
+    run.mark_learning_start()
+    run.mark_learning_start()  # the clock starts once
+    assert started == [51_000]
+    clock.now += 100.0
+    run.step, run.updates = 53_000, 750
+    assert run.rates() == (15.0, 3.75)  # 3,000 steps and 750 updates in 200 s
+    assert run.hours() == pytest.approx(0.5 + 100 / 3600)
+    saved = run.state()
+    assert (saved["learning_seconds"], saved["learning_steps"], saved["learning_updates"]) == \
+        (200.0, 3_000, 750)
+
+
+def good_counters_state(**changes) -> dict:
+    state = {"step": 60_000, "updates": 2_500, "refill_until": 0, "updates_before_refill": 0,
+             "games": EpisodeStats().state(), "hours": 1.0, "learning_seconds": 0.0,
+             "learning_steps": 0, "learning_updates": 0}
+    return {**state, **changes}
+
+
+@pytest.mark.parametrize("config, change, message", [
+    (NATURE.replace(timesteps=59_999), {}, r"'step' must be within \[0, 59999\]"),
+    # The fast trainer runs up to one epoch (10,000 steps: 2,500 updates) ahead of its steps.
+    (NATURE, {"updates": 5_001}, r"'updates' \(5001\) exceeds the updates due by the end of "
+                                 r"the epoch of step 60000"),
+    (NATURE, {"updates": -1}, r"'updates' must be at least 0"),
+    (NATURE, {"hours": -0.5}, "'hours' must be at least 0.0"),
+    (NATURE, {"learning_seconds": -1.0}, "'learning_seconds' must be at least 0.0"),
+    (NATURE, {"learning_steps": 60_001}, "'learning_steps' must be within"),
+    (NATURE, {"games": {"window": 100, "episodes": -1}}, "'episodes' must be at least 0"),
+    (NATURE, {"step": 6.0e4}, "'step' must be an integer"),
+], ids=["step-above-timesteps", "updates-above-due", "negative-updates", "negative-hours",
+        "negative-seconds", "learning-steps-above-step", "bad-games", "float-step"])
+def test_run_counters_restore_refuses_bad_states(config, change, message):
+    run = RunCounters(config)
+    run.step, run.updates = 123, 0
+    with pytest.raises(StateError, match=message):
+        run.restore(good_counters_state(**change))
+    assert (run.step, run.updates) == (123, 0)  # nothing changed
+
+
+def test_run_counters_restore_accepts_the_edges():
+    RunCounters(NATURE.replace(timesteps=60_000)).restore(good_counters_state())
+    RunCounters(NATURE).restore(good_counters_state(updates=2_500))
+    RunCounters(NATURE).restore(good_counters_state(updates=5_000))  # a whole epoch ahead
+
+
+def test_a_fast_run_stopped_mid_epoch_restores():
+    """Regression: a stop in the middle of an epoch saved the epoch's updates, made ahead of
+    its steps, and the resume refused them. Replay start 400, epochs of 400 steps, W = 4:
+    at step 816 the epoch 800-1200 may have made all of its 100 updates: 104 in all, and up
+    to (1216 - 400) / 4 = 204 within one more epoch."""
+    config = Config(replay_start=400, target_update=400, timesteps=20_000)
+    RunCounters(config).restore(good_counters_state(step=816, updates=108))
+    RunCounters(config).restore(good_counters_state(step=816, updates=204))
+    with pytest.raises(StateError, match="exceeds the updates due"):
+        RunCounters(config).restore(good_counters_state(step=816, updates=205))
+
+
+def test_updates_due_after_a_refill_pause():
+    # Resumed at step 1,000,000 after 237,500 updates ((1,000,000 - 50,000) / 4), with an
+    # empty memory: 50,000 steps of refilling before the next update is due.
+    run = RunCounters(NATURE)
+    run.step, run.updates = 1_000_000, 237_500
+    run.start_refill()
+    assert run.updates_due(1_000_000) == 237_500
+    assert run.updates_due(1_050_003) == 237_500
+    assert run.updates_due(1_050_004) == 237_501
+    assert run.updates_due(1_090_000) == 247_500
+    state = good_counters_state(step=1_050_004, updates=237_501, refill_until=1_000_000,
+                                updates_before_refill=237_500)
+    RunCounters(NATURE).restore(state)
+    # Up to one epoch ahead: due by step 1,060,004 is 237,500 + 10,004 // 4 = 240,001.
+    RunCounters(NATURE).restore({**state, "updates": 240_001})
+    with pytest.raises(StateError, match="exceeds the updates due"):
+        RunCounters(NATURE).restore({**state, "updates": 240_002})

@@ -1,0 +1,438 @@
+"""How runs die, tried on the real entry points (docs/design.md §5): a second writer, a signal
+in each phase, a full disk at each file, and damage to each checkpoint file.
+
+A full disk is a real small file system where this machine allows one (a tmpfs, mounted as
+root); elsewhere those tests are skipped and say so. TensorBoard's writer goes through
+TensorFlow's own file system layer, so only a real full disk can fail it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fast_dqn import launch, run_logs
+from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
+                                  read_manifest, verify_checkpoint)
+from fast_dqn.config import ALGO_FAST_DQN
+from fast_dqn.run_dir import write_failure
+from tests.cli_runs import (FAST, RUN_FAST_DQN, Running, assert_no_traceback, read_csv,
+                            run_cli, snapshot, start, step_of, summary, wait_for)
+
+STOP_WITHIN = 10.0  # seconds from a signal to the exit, when no checkpoint of size is due
+
+
+def wait_for_line(run: Running, text: str, timeout: float = 90) -> None:
+    """Waits until the run's stdout holds `text`."""
+    out = run.log.with_suffix(".out")
+    deadline = time.monotonic() + timeout
+    while text not in out.read_text():
+        if run.process.poll() is not None or time.monotonic() > deadline:
+            run.process.kill()
+            result = run.finish(10)
+            pytest.fail(f"{text!r} did not appear (exit {result.returncode}):\n"
+                        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        time.sleep(0.05)
+
+
+def signal_and_finish(run: Running, signum: int, timeout: float = 60):
+    signalled = time.monotonic()
+    run.process.send_signal(signum)
+    return run.finish(timeout, since=signalled)
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]
+
+
+# -- one writer per run directory --------------------------------------------------------------
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no_lock(
+        tmp_path):
+    run_dir = tmp_path / "run"
+    first = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+                                 "--checkpoint-every=400", f"--logdir={run_dir}"],
+                  tmp_path / "first")
+    wait_for(first, run_dir / CHECKPOINT / MANIFEST)
+    holder = f"pid {first.process.pid}"
+    second_resume = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), "--timesteps=30000"],
+                            tmp_path / "second", timeout=60)
+    second_new = run_cli(RUN_FAST_DQN, [*FAST, f"--logdir={run_dir}"], tmp_path / "new",
+                         timeout=60)
+    for result in (second_resume, second_new):
+        assert result.returncode == 2, result.stderr[-3000:]
+        line = one_line(result.stderr)
+        assert "is in use by another process" in line and holder in line, line
+    assert first.process.poll() is None  # the holder goes on, untouched
+    stopped = signal_and_finish(first, signal.SIGTERM)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    stopped_at = step_of(read_manifest(latest_checkpoint(run_dir)))
+
+    # Two resumes at once: one runs, the other is refused, and no row is written twice.
+    extend = f"--timesteps={stopped_at + 800}"
+    racers = [start(RUN_FAST_DQN, ["--resume", str(run_dir), extend], tmp_path / f"race{i}")
+              for i in range(2)]
+    results = sorted((racer.finish(timeout=180) for racer in racers),
+                     key=lambda result: result.returncode)
+    assert [result.returncode for result in results] == [0, 2], results[1].stderr[-3000:]
+    assert "is in use by another process" in one_line(results[1].stderr)
+    rows = read_csv(run_dir / "episodes.csv")
+    assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
+    evaluations = [row["timestep"] for row in read_csv(run_dir / "evaluations.csv")]
+    assert len(evaluations) == len(set(evaluations))
+
+    # A holder killed outright (SIGKILL, a lost node) leaves a lock the kernel has released.
+    killed = start(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={stopped_at + 1600}"],
+                   tmp_path / "killed")
+    wait_for_line(killed, "resumed from")
+    killed.process.kill()
+    killed.finish(30)
+    after = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={stopped_at + 1600}"],
+                    tmp_path / "after", timeout=180)
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert summary(run_dir)["finished"] is True
+
+
+# -- a signal in each phase ------------------------------------------------------------------------
+
+
+def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone(tmp_path):
+    """16 games of up to 4,500 steps take long; the stop must not wait for them."""
+    run_dir = tmp_path / "run"
+    args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=16",
+            "--checkpoint-every=0", f"--logdir={run_dir}"]
+    run = start(RUN_FAST_DQN, args, tmp_path / "first")
+    wait_for_line(run, "training on")
+    time.sleep(6)  # the 400 random steps take about a second; the evaluation far longer
+    result = signal_and_finish(run, signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert result.seconds < STOP_WITHIN, result.seconds
+    assert_no_traceback(result)
+    assert step_of(read_manifest(latest_checkpoint(run_dir))) == 400
+    assert read_csv(run_dir / "evaluations.csv") == []  # cut short: neither logged nor counted
+
+    resumed = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir)], tmp_path / "resumed",
+                      timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    evaluations = read_csv(run_dir / "evaluations.csv")
+    assert [(row["timestep"], row["episodes"]) for row in evaluations] == [("400", "16")]
+
+
+def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
+    """An epoch of 1,000 updates takes far longer than the acting; the stop abandons it."""
+    run_dir = tmp_path / "run"
+    args = [*FAST, "--timesteps=20000", "--target-update=4000", "--evaluate=0",
+            "--checkpoint-every=0", f"--logdir={run_dir}"]
+    run = start(RUN_FAST_DQN, args, tmp_path / "first")
+    wait_for_line(run, "training on")
+    time.sleep(8)
+    result = signal_and_finish(run, signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert result.seconds < STOP_WITHIN, result.seconds
+    done = summary(run_dir)
+    assert 0 < done["updates"] < 1000  # inside the first epoch of learning (steps 400-4400)
+    assert verify_checkpoint(latest_checkpoint(run_dir))
+
+
+# -- a full disk at each file ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, megabytes: int):
+    """A tmpfs of `megabytes` at `path` (needs root); skipped where it cannot be mounted."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs",
+                              str(path)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small real disk needs a tmpfs mount: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int = 0) -> Path:
+    """Fills `disk` until at most `leave_bytes` are free; returns the filler file."""
+    filler = disk / "filler"
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as file:
+        with contextlib.suppress(OSError):
+            while shutil.disk_usage(disk).free > leave_bytes + len(chunk):
+                file.write(chunk)
+            while shutil.disk_usage(disk).free > leave_bytes:
+                file.write(b"\0" * 4096)
+    return filler
+
+
+def assert_disk_full_line(result, run_dir: Path, file_pattern: str, warned: bool = False) -> int:
+    """The one line a full disk ends in (after the start's warning, if `warned`); returns the
+    step of the checkpoint it names."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    stderr = result.stderr
+    if warned:
+        warning, stderr = stderr.split("\n", 1)
+        assert re.fullmatch(r"warning: [\d.]+ GB free on the disk of .+, but a checkpoint "
+                            r"needs about [\d.]+ GB", warning), warning
+    line = one_line(stderr)
+    assert re.search(f"cannot write {re.escape(str(run_dir))}/{file_pattern}: No space left "
+                     "on device; free some disk space", line), line
+    checkpoint = latest_checkpoint(run_dir)
+    step = step_of(verify_checkpoint(checkpoint))
+    assert f"the last checkpoint (step {step}) in {run_dir / CHECKPOINT} is intact" in line
+    return step
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
+    """A real small disk, filled to 2 MB after the first checkpoint: rows and events still
+    fit, the next checkpoint (about 30 MB) does not. 80 MB is less than a checkpoint of this
+    run may take (a 35 MB memory and the networks), so the run warns at its start."""
+    with small_disk(tmp_path / "disk", 80) as disk:
+        run_dir = disk / "run"
+        run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+                                   "--checkpoint-every=800", f"--logdir={run_dir}"],
+                    tmp_path / "full")
+        wait_for(run, run_dir / CHECKPOINT / MANIFEST)
+        filler = fill(disk, leave_bytes=2 << 20)
+        result = run.finish(timeout=120)
+        step = assert_disk_full_line(result, run_dir, r"checkpoint\.tmp/\S+", warned=True)
+        assert not (run_dir / "checkpoint.tmp").exists()
+
+        filler.unlink()
+        resumed = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={step + 800}"],
+                          tmp_path / "resumed", timeout=180)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        rows = read_csv(run_dir / "episodes.csv")
+        assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
+
+
+def test_a_full_disk_at_a_csv_row_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """Injected: on a real disk a row often still fits in the file's last page, so which
+    write fails first is not up to the test. Here the CSVs' file objects refuse every write
+    with ENOSPC once the first checkpoint is on disk."""
+    run_dir = tmp_path / "run"
+    full = threading.Event()
+
+    class FillingFile(io.FileIO):
+        def write(self, data):
+            if full.is_set():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(data)
+
+    monkeypatch.setattr(run_logs, "open", lambda path, mode, buffering=0: FillingFile(path, mode),
+                        raising=False)
+
+    def fill_after_the_first_checkpoint() -> None:
+        while not (run_dir / CHECKPOINT / MANIFEST).exists() and not done.is_set():
+            time.sleep(0.05)
+        full.set()
+
+    done = threading.Event()
+    watcher = threading.Thread(target=fill_after_the_first_checkpoint, daemon=True)
+    watcher.start()
+    try:
+        status = launch.main([*FAST, "--timesteps=20000", "--evaluate=0",
+                              "--checkpoint-every=400", f"--logdir={run_dir}"], ALGO_FAST_DQN)
+    finally:
+        done.set()
+        watcher.join()
+    err = capsys.readouterr().err
+
+    class Result:  # what assert_disk_full_line reads of a finished process
+        returncode, stderr = status, err
+
+    assert_disk_full_line(Result, run_dir, r"episodes\.csv")
+
+
+def test_a_full_disk_before_the_start_is_one_line_and_leaves_nothing(tmp_path):
+    with small_disk(tmp_path / "disk", 1) as disk:
+        fill(disk)
+        run_dir = disk / "run"
+        result = run_cli(RUN_FAST_DQN, [*FAST, f"--logdir={run_dir}"], tmp_path / "start",
+                         timeout=60)
+        assert result.returncode == 2, result.stderr[-3000:]
+        line = one_line(result.stderr)
+        assert f"cannot write {run_dir / 'config.json'}: No space left on device" in line
+        assert not run_dir.exists()
+
+
+def test_tensorboard_on_a_full_disk_names_its_file(tmp_path):
+    with small_disk(tmp_path / "disk", 1) as disk:
+        logs = run_logs.RunLogs(disk)
+        logs.log_scalars(0, {"train/loss": 1.0})
+        logs.flush()
+        fill(disk)
+        with pytest.raises(run_logs.WriteFailed) as failure:
+            for step in range(1, 200):
+                logs.log_scalars(step, {f"train/value{i}": float(i) for i in range(50)})
+            logs.flush()
+        assert failure.value.disk_full
+        assert re.fullmatch(r"cannot write .*/events\.out\.tfevents\.[^ ]+: .+; free some disk "
+                            r"space", str(failure.value)), str(failure.value)
+        with contextlib.suppress(run_logs.WriteFailed):
+            logs.close()
+
+
+def test_a_failed_summary_is_one_line_naming_the_checkpoint(tmp_path, capsys, monkeypatch):
+    real = run_logs.write_json_atomic
+
+    def summary_disk_full(path, obj):
+        if Path(path).name == "summary.json":
+            raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        real(path, obj)
+
+    monkeypatch.setattr(run_logs, "write_json_atomic", summary_disk_full)
+    run_dir = tmp_path / "run"
+    status = launch.main([*FAST, "--timesteps=800", "--evaluate=0", "--checkpoint-every=0",
+                          f"--logdir={run_dir}"], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 1
+    line = one_line(err)
+    assert f"cannot write {run_dir / 'summary.json'}: No space left on device" in line
+    assert "the last checkpoint (step 800)" in line
+
+
+# -- damage to each checkpoint file ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> Path:
+    """A fast run with evaluations, stopped by SIGTERM after two periodic checkpoints."""
+    run_dir = tmp_path_factory.mktemp("damage") / "run"
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=400",
+                               "--eval-episodes=2", "--eval-max-episode-steps=200",
+                               "--checkpoint-every=400", f"--logdir={run_dir}"],
+                run_dir.parent / "run")
+    wait_for(run, run_dir / "evaluations.csv")
+    while len(read_csv(run_dir / "evaluations.csv")) < 2 and run.process.poll() is None:
+        time.sleep(0.1)
+    result = signal_and_finish(run, signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    return run_dir
+
+
+def flip_a_byte(path: Path, offset_fraction: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * offset_fraction)] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def resign(checkpoint: Path, change) -> None:
+    """Edits the manifest and writes a checksum that fits the edit, as the documented rule
+    says: CRC-32 of the content without "checksum", keys sorted, compact separators. Only
+    then do the values' own checks come into play."""
+    path = checkpoint / MANIFEST
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    body = {key: value for key, value in manifest.items() if key != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    manifest["checksum"] = f"{zlib.crc32(canonical):08x}"
+    path.write_text(json.dumps(manifest))
+
+
+def network_data(checkpoint: Path) -> Path:
+    return next(Path(network_prefix(checkpoint)).parent.glob("ckpt.data-*"))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+
+
+def drop_a_game(run_dir: Path) -> None:
+    lines = (run_dir / "episodes.csv").read_text().splitlines(keepends=True)
+    (run_dir / "episodes.csv").write_text("".join(lines[:2] + lines[3:]))
+
+
+DAMAGE = {
+    # name: (what is done to (run_dir, checkpoint), what the one line says)
+    "replay-byte": (lambda run, ckpt: flip_a_byte(ckpt / "replay" / "frames.npy"),
+                    r"replay/frames\.npy is damaged: CRC-32"),
+    "network-truncated": (lambda run, ckpt: truncate(network_data(ckpt)),
+                          r"network/ckpt\.data-\S+ holds \d+ bytes; the manifest says"),
+    "network-index-byte": (lambda run, ckpt: flip_a_byte(Path(network_prefix(ckpt) + ".index")),
+                           r"ckpt\.index is damaged"),
+    "replay-deleted": (lambda run, ckpt: shutil.rmtree(ckpt / "replay"),
+                       r"replay/\w+\.npy is missing"),
+    "manifest-edited": (lambda run, ckpt: flip_a_byte(ckpt / MANIFEST, 0.3),
+                        r"manifest\.json (is damaged|cannot|is not)|cannot read .*manifest"),
+    "manifest-no-step": (lambda run, ckpt: resign(ckpt, lambda m: m["counters"].pop("step")),
+                         r"manifest\.json: 'step' is missing"),
+    "manifest-no-rng": (lambda run, ckpt: resign(ckpt, lambda m: m.pop("rng")),
+                        r"manifest\.json: 'rng' is missing"),
+    "manifest-step-text": (lambda run, ckpt: resign(ckpt, lambda m: m["counters"].update(
+        step="abc")), r"manifest\.json: 'step' must be an integer; got 'abc'"),
+    "manifest-step-negative": (lambda run, ckpt: resign(ckpt, lambda m: m["counters"].update(
+        step=-500)), r"manifest\.json: 'step' must be at least 0; got -500"),
+    "csv-row-missing": (lambda run, ckpt: drop_a_game(run),
+                        r"episodes\.csv holds \d+ games up to step \d+ \(numbered 1\.\.\d+\); "
+                        r"the checkpoint counts \d+"),
+}
+
+
+def test_each_kind_of_damage_is_refused_in_one_line_and_nothing_is_changed(stopped_run,
+                                                                            tmp_path, capsys):
+    """In this process (TensorFlow loads once): every case, one after another."""
+    failures = []
+    for name, (damage, pattern) in DAMAGE.items():
+        copy = tmp_path / name
+        shutil.copytree(stopped_run, copy)
+        damage(copy, latest_checkpoint(copy))
+        before = snapshot(copy)
+        status = launch.main(["--resume", str(copy)], ALGO_FAST_DQN)
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        if status != 2 or len(lines) != 1 or not re.search(pattern, lines[0]):
+            failures.append(f"{name}: status {status}, stderr {err[-500:]!r}")
+        elif snapshot(copy) != before:
+            failures.append(f"{name}: the run directory was changed")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_missing_replay_memory_is_refilled_only_when_asked(stopped_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    shutil.rmtree(latest_checkpoint(copy) / "replay")
+    step = step_of(read_manifest(latest_checkpoint(copy)))
+    result = run_cli(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={step + 400}",
+                                    "--refill-replay=true"], tmp_path / "refill", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warning = one_line(result.stderr)
+    assert warning.startswith("warning: the checkpoint holds no replay memory"), warning
+    done = summary(copy)
+    assert done["finished"] is True and done["steps"] == step + 400
+
+
+# -- resume only extends; summary.json keeps the whole run -------------------------------------------
+
+
+def test_a_resume_keeps_the_config_and_the_whole_runs_figures(stopped_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    config_before = json.loads((copy / "config.json").read_text())
+    step = step_of(read_manifest(latest_checkpoint(copy)))
+    result = run_cli(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={step + 400}"],
+                     tmp_path / "extend", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config_after = json.loads((copy / "config.json").read_text())
+    assert config_after == {**config_before, "timesteps": step + 400}
+    done = summary(copy)
+    assert done["steps"] == step + 400 and done["steps_per_second"] > 0
+    # The whole run's updates over its learning time: the first process's count as well.
+    assert done["updates"] == (step + 400 - 400) // 4
+    assert np.isclose(done["updates_per_second"] * 4, done["steps_per_second"], rtol=0.2)
