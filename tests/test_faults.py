@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import threading
 import time
 import zlib
@@ -154,31 +153,13 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
 # -- a full disk at each file ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def small_disk(path: Path, megabytes: int):
-    """A tmpfs of `megabytes` at `path` (needs root); skipped where it cannot be mounted."""
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs",
-                              str(path)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"a small real disk needs a tmpfs mount: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(disk: Path, leave_bytes: int = 0) -> Path:
-    """Fills `disk` until at most `leave_bytes` are free; returns the filler file."""
-    filler = disk / "filler"
-    chunk = b"\0" * (1 << 20)
-    with open(filler, "wb", buffering=0) as file:
-        with contextlib.suppress(OSError):
-            while shutil.disk_usage(disk).free > leave_bytes + len(chunk):
-                file.write(chunk)
-            while shutil.disk_usage(disk).free > leave_bytes:
-                file.write(b"\0" * 4096)
-    return filler
+def mounted(small_disk, megabytes: int) -> Path:
+    """A real tmpfs of `megabytes` (conftest.py); the test is skipped, and says so, where
+    none can be mounted."""
+    disk = small_disk(megabytes * 1024)
+    if disk is None:
+        pytest.skip("a small real disk needs a tmpfs mount (root)")
+    return disk
 
 
 def assert_disk_full_line(result, run_dir: Path, file_pattern: str, warned: bool = False) -> int:
@@ -199,27 +180,28 @@ def assert_disk_full_line(result, run_dir: Path, file_pattern: str, warned: bool
     return step
 
 
-def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(tmp_path):
+def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(tmp_path, small_disk,
+                                                                     fill_disk):
     """A real small disk, filled to 2 MB after the first checkpoint: rows and events still
     fit, the next checkpoint (about 30 MB) does not. 80 MB is less than a checkpoint of this
     run may take (a 35 MB memory and the networks), so the run warns at its start."""
-    with small_disk(tmp_path / "disk", 80) as disk:
-        run_dir = disk / "run"
-        run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
-                                   "--checkpoint-every=800", f"--logdir={run_dir}"],
-                    tmp_path / "full")
-        wait_for(run, run_dir / CHECKPOINT / MANIFEST)
-        filler = fill(disk, leave_bytes=2 << 20)
-        result = run.finish(timeout=120)
-        step = assert_disk_full_line(result, run_dir, r"checkpoint\.tmp/\S+", warned=True)
-        assert not (run_dir / "checkpoint.tmp").exists()
+    disk = mounted(small_disk, 80)
+    run_dir = disk / "run"
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+                               "--checkpoint-every=800", f"--logdir={run_dir}"],
+                tmp_path / "full")
+    wait_for(run, run_dir / CHECKPOINT / MANIFEST)
+    filler = fill_disk(disk, leave_bytes=2 << 20)
+    result = run.finish(timeout=120)
+    step = assert_disk_full_line(result, run_dir, r"checkpoint\.tmp/\S+", warned=True)
+    assert not (run_dir / "checkpoint.tmp").exists()
 
-        filler.unlink()
-        resumed = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={step + 800}"],
-                          tmp_path / "resumed", timeout=180)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        rows = read_csv(run_dir / "episodes.csv")
-        assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
+    filler.unlink()
+    resumed = run_cli(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={step + 800}"],
+                      tmp_path / "resumed", timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = read_csv(run_dir / "episodes.csv")
+    assert [int(row["episode"]) for row in rows] == list(range(1, len(rows) + 1))
 
 
 def test_a_full_disk_at_a_csv_row_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
@@ -260,33 +242,34 @@ def test_a_full_disk_at_a_csv_row_is_one_line_naming_it(tmp_path, capsys, monkey
     assert_disk_full_line(Result, run_dir, r"episodes\.csv")
 
 
-def test_a_full_disk_before_the_start_is_one_line_and_leaves_nothing(tmp_path):
-    with small_disk(tmp_path / "disk", 1) as disk:
-        fill(disk)
-        run_dir = disk / "run"
-        result = run_cli(RUN_FAST_DQN, [*FAST, f"--logdir={run_dir}"], tmp_path / "start",
-                         timeout=60)
-        assert result.returncode == 2, result.stderr[-3000:]
-        line = one_line(result.stderr)
-        assert f"cannot write {run_dir / 'config.json'}: No space left on device" in line
-        assert not run_dir.exists()
+def test_a_full_disk_before_the_start_is_one_line_and_leaves_nothing(tmp_path, small_disk,
+                                                                     fill_disk):
+    disk = mounted(small_disk, 1)
+    fill_disk(disk)
+    run_dir = disk / "run"
+    result = run_cli(RUN_FAST_DQN, [*FAST, f"--logdir={run_dir}"], tmp_path / "start",
+                     timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = one_line(result.stderr)
+    assert f"cannot write {run_dir / 'config.json'}: No space left on device" in line
+    assert not run_dir.exists()
 
 
-def test_tensorboard_on_a_full_disk_names_its_file(tmp_path):
-    with small_disk(tmp_path / "disk", 1) as disk:
-        logs = run_logs.RunLogs(disk)
-        logs.log_scalars(0, {"train/loss": 1.0})
+def test_tensorboard_on_a_full_disk_names_its_file(small_disk, fill_disk):
+    disk = mounted(small_disk, 1)
+    logs = run_logs.RunLogs(disk)
+    logs.log_scalars(0, {"train/loss": 1.0})
+    logs.flush()
+    fill_disk(disk)
+    with pytest.raises(run_logs.WriteFailed) as failure:
+        for step in range(1, 200):
+            logs.log_scalars(step, {f"train/value{i}": float(i) for i in range(50)})
         logs.flush()
-        fill(disk)
-        with pytest.raises(run_logs.WriteFailed) as failure:
-            for step in range(1, 200):
-                logs.log_scalars(step, {f"train/value{i}": float(i) for i in range(50)})
-            logs.flush()
-        assert failure.value.disk_full
-        assert re.fullmatch(r"cannot write .*/events\.out\.tfevents\.[^ ]+: .+; free some disk "
-                            r"space", str(failure.value)), str(failure.value)
-        with contextlib.suppress(run_logs.WriteFailed):
-            logs.close()
+    assert failure.value.disk_full
+    assert re.fullmatch(r"cannot write .*/events\.out\.tfevents\.[^ ]+: No space left on "
+                        r"device; free some disk space", str(failure.value)), str(failure.value)
+    with contextlib.suppress(run_logs.WriteFailed):
+        logs.close()
 
 
 def test_a_failed_summary_is_one_line_naming_the_checkpoint(tmp_path, capsys, monkeypatch):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
@@ -56,28 +55,11 @@ def holder_pattern(pid: int) -> str:
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A real 64 KiB tmpfs (needs root and `mount`), or None where it cannot be mounted."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
-                             capture_output=True) if shutil.which("mount") else None
-    if mounted is None or mounted.returncode != 0:
-        yield None
-        return
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+def tiny_disk(small_disk):
+    """A real 64 KiB tmpfs, or None where none can be mounted (see conftest.py)."""
+    return small_disk(64)
 
 
-def fill(disk: Path) -> None:
-    """Writes a filler file on `disk` until the file system refuses (ENOSPC)."""
-    with open(disk / "filler", "wb", buffering=0) as file:
-        with contextlib.suppress(OSError):
-            while True:
-                file.write(b"\0" * 4096)
-    assert shutil.disk_usage(disk).free < 4096
 
 
 # ---------------------------------------------------------------------------- where a run goes
@@ -267,14 +249,14 @@ def test_disk_space_warning_only_when_short(tmp_path):
     assert float(match[2]) == pytest.approx(needed / 1e9, abs=0.05)
 
 
-def test_disk_space_warning_at_the_edge_of_a_real_small_disk(small_disk):
-    if small_disk is None:
+def test_disk_space_warning_at_the_edge_of_a_real_small_disk(tiny_disk):
+    if tiny_disk is None:
         pytest.skip("a tmpfs cannot be mounted here")
-    free = shutil.disk_usage(small_disk).free
+    free = shutil.disk_usage(tiny_disk).free
     assert free == 64 * 1024
-    assert disk_space_warning(small_disk, free, "x") is None
-    assert disk_space_warning(small_disk, free + 1, "x") == (
-        f"warning: 0.0 GB free on the disk of {small_disk}, but x needs about 0.0 GB")
+    assert disk_space_warning(tiny_disk, free, "x") is None
+    assert disk_space_warning(tiny_disk, free + 1, "x") == (
+        f"warning: 0.0 GB free on the disk of {tiny_disk}, but x needs about 0.0 GB")
 
 
 # ---------------------------------------------------------------------------- atomic writes
@@ -320,14 +302,15 @@ def test_an_error_in_the_block_keeps_previous_file_and_is_not_a_write_failure(tm
 
 
 def test_open_atomic_on_a_full_disk_is_write_failed_and_keeps_previous_file(
-        tmp_path, small_disk, monkeypatch):
+        tmp_path, tiny_disk, fill_disk, monkeypatch):
     # Where the tmpfs mounts (as root; it does on the development machine) the disk really is
     # full; elsewhere os.fsync is made to answer ENOSPC as a full disk does.
-    directory = small_disk if small_disk is not None else tmp_path / "disk"
+    directory = tiny_disk if tiny_disk is not None else tmp_path / "disk"
     target = directory / "config.json"
     write_json_atomic(target, {"version": 1})
-    if small_disk is not None:
-        fill(small_disk)
+    if tiny_disk is not None:
+        fill_disk(tiny_disk)
+        assert shutil.disk_usage(tiny_disk).free < 4096
     else:
         def fsync_disk_full(fd):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import errno
@@ -11,7 +10,6 @@ import json
 import math
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -62,19 +60,9 @@ def row(episode: int, timestep: int) -> EpisodeRow:
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A real 64 KiB tmpfs (needs root and `mount`), or None where it cannot be mounted."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
-                             capture_output=True) if shutil.which("mount") else None
-    if mounted is None or mounted.returncode != 0:
-        yield None
-        return
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+def tiny_disk(small_disk):
+    """A real 64 KiB tmpfs, or None where none can be mounted (see conftest.py)."""
+    return small_disk(64)
 
 
 # ---------------------------------------------------------------------------- opening
@@ -234,11 +222,12 @@ def test_each_row_is_on_disk_whole_as_soon_as_it_is_logged(tmp_path):
 # ---------------------------------------------------------------------------- full disk
 
 
-def test_log_episode_on_a_full_disk_names_episodes_csv(tmp_path, small_disk, monkeypatch):
+def test_log_episode_on_a_full_disk_names_episodes_csv(tmp_path, tiny_disk, fill_disk,
+                                                      monkeypatch):
     # Where the tmpfs mounts (as root; it does on the development machine) the disk really
     # fills; elsewhere the CSVs' files answer ENOSPC the way a full disk does.
-    if small_disk is not None:
-        run_dir = small_disk
+    if tiny_disk is not None:
+        run_dir = tiny_disk
     else:
         run_dir = tmp_path / "disk"
         full = [False]
@@ -252,11 +241,8 @@ def test_log_episode_on_a_full_disk_names_episodes_csv(tmp_path, small_disk, mon
         monkeypatch.setattr(run_logs, "open", lambda path, mode, buffering=0:
                             FullDiskFile(path, mode), raising=False)
     logs = opened(run_dir)
-    if small_disk is not None:
-        with open(small_disk / "filler", "wb", buffering=0) as filler:
-            with contextlib.suppress(OSError):
-                while True:
-                    filler.write(b"\0" * 4096)
+    if tiny_disk is not None:
+        fill_disk(tiny_disk)
     else:
         full[0] = True
     try:

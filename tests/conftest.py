@@ -1,0 +1,55 @@
+"""Fixtures shared by the test files."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Callable[[int], Path | None]]:
+    """Mounts real small disks: `small_disk(kilobytes)` is a new tmpfs of that size under
+    tmp_path, or None where none can be mounted (it needs root and `mount`). Each is
+    unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(kilobytes: int) -> Path | None:
+        disk = tmp_path / f"disk{len(mounted)}"
+        disk.mkdir()
+        if not shutil.which("mount"):
+            return None
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kilobytes}k", "tmpfs",
+                                 str(disk)], capture_output=True)
+        if result.returncode != 0:
+            return None
+        mounted.append(disk)
+        return disk
+
+    yield mount
+    for disk in mounted:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int = 0) -> Path:
+    """Writes a filler file on `disk` until at most `leave_bytes` are free (with 0: until the
+    file system refuses with ENOSPC); returns the filler."""
+    filler = disk / "filler"
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "ab", buffering=0) as file:
+        with contextlib.suppress(OSError):
+            while shutil.disk_usage(disk).free > leave_bytes + len(chunk):
+                file.write(chunk)
+            while shutil.disk_usage(disk).free > leave_bytes:
+                file.write(b"\0" * 4096)
+    return filler
+
+
+@pytest.fixture
+def fill_disk() -> Callable[..., Path]:
+    """`fill_disk(disk, leave_bytes=0)`: see `fill`."""
+    return fill
