@@ -16,8 +16,6 @@ the schedule in `fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, NamedTuple, Protocol
@@ -36,6 +34,7 @@ from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBu
                                     empty_batch, select, zero_transitions)
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.samplers import EnvPool
+from fast_dqn.stop_request import StopRequest
 from fast_dqn.saved_state import StateError
 from fast_dqn.trainer import Trainer
 
@@ -117,40 +116,6 @@ class Actor:
         transitions = acted_transitions(frames, np.asarray(actions), result.rewards,
                                         result.terminals, result.episode_ends)
         return transitions, finished
-
-
-class StopRequest:
-    """Turns the first SIGINT/SIGTERM into a request to stop at the end of the round.
-
-    A second signal raises KeyboardInterrupt at once. Installed only on the main thread;
-    installing it twice keeps the first installation.
-    """
-
-    def __init__(self):
-        self.signal_number: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def __bool__(self) -> bool:
-        return self.signal_number is not None
-
-    def install(self) -> bool:
-        """Takes over SIGINT and SIGTERM; False if it was installed already (or cannot be,
-        off the main thread)."""
-        if threading.current_thread() is not threading.main_thread() or self._previous:
-            return False
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return True
-
-    def uninstall(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.signal_number is not None:
-            raise KeyboardInterrupt
-        self.signal_number = signum
 
 
 class LoopParts(NamedTuple):
@@ -354,8 +319,8 @@ class TrainingLoop:
         Raises:
             StateError: a part's state is missing a key or holds a value out of range.
         """
-        rng_state = generator_state(state, "rng")
-        replay_rng_state = generator_state(state, "replay_rng")
+        rng_state = saved_state.generator_state(state, "rng")
+        replay_rng_state = saved_state.generator_state(state, "replay_rng")
         self.counters.restore(saved_state.section(state, "counters"))
         self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
@@ -394,16 +359,6 @@ class TrainingLoop:
         except ValueError as error:
             raise CheckpointError(f"{checkpoint}: {error}") from None
         return replay_restored
-
-
-def generator_state(state: Mapping[str, Any], key: str) -> dict:
-    """A saved PCG64 generator state, checked by loading it into a scratch generator."""
-    value = saved_state.section(state, key)
-    try:
-        np.random.PCG64().state = dict(value)
-    except (ValueError, TypeError, KeyError) as error:
-        raise StateError(f"'{key}' is not a PCG64 generator state ({error})") from None
-    return dict(value)
 
 
 class DQN(TrainingLoop):

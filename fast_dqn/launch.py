@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, StopRequest, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
                                   save_checkpoint, verify_checkpoint)
@@ -35,6 +35,7 @@ from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
 from fast_dqn.saved_state import StateError, integer, section
+from fast_dqn.stop_request import StopRequest
 
 DESCRIPTIONS = {
     ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import numpy as np
+
 
 class StateError(ValueError):
     """A saved state is missing a key, or a value has the wrong type or range."""
@@ -76,3 +78,13 @@ def _get(state: Any, key: str) -> Any:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def generator_state(state: Mapping[str, Any], key: str) -> dict:
+    """A saved PCG64 generator state, checked by loading it into a scratch generator."""
+    value = section(state, key)
+    try:
+        np.random.PCG64().state = dict(value)
+    except (ValueError, TypeError, KeyError) as error:
+        raise StateError(f"'{key}' is not a PCG64 generator state ({error})") from None
+    return dict(value)

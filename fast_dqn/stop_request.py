@@ -1,0 +1,46 @@
+"""The first SIGINT/SIGTERM as a request to stop; the second as "stop now".
+
+Runs last days and are stopped by schedulers (SIGTERM, then SIGKILL after a grace period):
+the loops look at the request once per round, per evaluation step and per trainer call, and
+then checkpoint and exit (docs/design.md §5). The entry point installs it before TensorFlow
+loads, so a signal during the start is not lost.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+class StopRequest:
+    """Turns the first SIGINT/SIGTERM into a request to stop at the end of the round.
+
+    A second signal raises KeyboardInterrupt at once. Installed only on the main thread;
+    installing it twice keeps the first installation.
+    """
+
+    def __init__(self):
+        self.signal_number: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __bool__(self) -> bool:
+        return self.signal_number is not None
+
+    def install(self) -> bool:
+        """Takes over SIGINT and SIGTERM; False if it was installed already (or cannot be,
+        off the main thread)."""
+        if threading.current_thread() is not threading.main_thread() or self._previous:
+            return False
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return True
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signal_number is not None:
+            raise KeyboardInterrupt
+        self.signal_number = signum
