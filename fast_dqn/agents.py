@@ -10,7 +10,7 @@ buffered transitions are flushed and the target takes the online weights (docs/d
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
 in `TrainingLoop.update_inline_until` (main thread) or `FastDQN.update_from_memory` (the
 trainer thread); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
-the schedule in `fast_dqn.counters`; a resume in `fast_dqn.launch.resume`.
+the schedule in `fast_dqn.counters`; a resume in `TrainingLoop.resume_from`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBu
                                     empty_batch, select, zero_transitions)
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.samplers import EnvPool
-from fast_dqn.stop_request import StopRequest
 from fast_dqn.saved_state import StateError
+from fast_dqn.stop_request import StopRequest
 from fast_dqn.trainer import Trainer
 
 
