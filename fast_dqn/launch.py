@@ -191,6 +191,8 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 checkpoint, manifest = verified_checkpoint(config)
             except (ValueError, CheckpointError) as error:
                 return _refuse(error)
+            if stop:
+                return _stopped_before_start(stop)
         run_log = RunLogs(run_dir.path)
         if manifest is None:
             try:
@@ -207,6 +209,9 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         if manifest is not None:
             try:
                 resume(loop, manifest, checkpoint)
+                if stop:  # reading a 7 GB memory takes a while: a signal ends the resume
+                    loop.close()
+                    return _stopped_before_start(stop)
                 extend_config(config, run_dir.path)
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
@@ -218,6 +223,12 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
             run_dir.discard()  # a new run leaves nothing behind; a resumed one is kept
             return _refuse(error)
         return run(loop, run_log, device)
+
+
+def _stopped_before_start(stop: StopRequest) -> int:
+    """A resume signalled before it changed anything: its checkpoint stays the latest."""
+    print("stopped before the resumed run began; nothing was changed", file=sys.stderr)
+    return 128 + stop.signal_number
 
 
 def _refuse(error: Exception | str) -> int:

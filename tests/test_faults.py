@@ -419,3 +419,24 @@ def test_a_resume_keeps_the_config_and_the_whole_runs_figures(stopped_run, tmp_p
     # The whole run's updates over its learning time: the first process's count as well.
     assert done["updates"] == (step + 400 - 400) // 4
     assert np.isclose(done["updates_per_second"] * 4, done["steps_per_second"], rtol=0.2)
+
+
+def test_a_signal_while_a_resume_reads_its_checkpoint_changes_nothing(stopped_run, tmp_path,
+                                                                      capsys, monkeypatch):
+    """Reading a 7 GB checkpoint takes a while; a SIGTERM then ends the resume at once, with
+    the checkpoint still the latest and the CSVs untouched."""
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    before = snapshot(copy)
+    real_resume = launch.resume
+
+    def resume_signalled_midway(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would, during the read
+        real_resume(*args)
+
+    monkeypatch.setattr(launch, "resume", resume_signalled_midway)
+    status = launch.main(["--resume", str(copy), "--timesteps=30000"], ALGO_FAST_DQN)
+    assert status == 128 + signal.SIGTERM
+    assert one_line(capsys.readouterr().err) == ("stopped before the resumed run began; "
+                                                 "nothing was changed")
+    assert snapshot(copy) == before
