@@ -246,9 +246,14 @@ class TrainingLoop:
         """The evaluation due now; a stop request cuts it short (it is played again, whole,
         after a resume)."""
         greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
+        evaluations = self.evaluator.count
         with self._paused("evaluation"):
             self.evaluator.run(self.counters.step, greedy, self.counters.hours(),
                                should_stop=lambda: bool(self.stop))
+        if self.evaluator.count != evaluations:
+            # An evaluation owed after a resume is logged at the checkpoint's own step; the
+            # next checkpoint must be written even at that step, to count it.
+            self._saved_at = None
 
     def checkpoint_due(self, previous_step: int) -> bool:
         return period_passed(self.config.checkpoint_every, previous_step, self.counters.step)
@@ -435,20 +440,37 @@ class FastDQN(TrainingLoop):
 
     def act_and_learn(self) -> None:
         counters = self.counters
+        self.finish_epoch_cut_short()
         self.start_acting()
         try:
             while counters.step < self.config.timesteps and not self.stop:
                 previous_step = counters.step
-                self._run_epoch(self.next_boundary())
+                end = self.next_boundary()
+                self._run_epoch(end)
                 self._flush_buffers()
-                if self.stop:
-                    break  # interrupted mid-epoch: the target stays frozen until the boundary
+                if self.stop and not self._epoch_done(end):
+                    break  # cut short: the target stays frozen until the epoch is done
                 self.at_sync_point(previous_step, sync_target=True)
                 self.update_progress()
             self.update_progress()
         finally:
             if self.trainer is not None:
                 self.trainer.close()
+
+    def _epoch_done(self, end: int) -> bool:
+        """Whether the epoch ending at `end` has taken all its steps and made all its updates."""
+        counters = self.counters
+        return counters.step >= end and counters.updates >= counters.updates_due(end)
+
+    def finish_epoch_cut_short(self) -> None:
+        """After a resume from a stop that came once an epoch's steps were taken but not all
+        its updates: the rest of its updates (on this thread, before any acting), then the
+        target sync the stop held back, as at the boundary of an uninterrupted run."""
+        counters, config = self.counters, self.config
+        at_boundary = target_sync_due(counters.step, config)
+        if at_boundary and counters.updates < counters.updates_due(counters.step):
+            self.update_inline_until(counters.updates_due(counters.step))
+            self.network.sync_target()
 
     def _run_epoch(self, end: int) -> None:
         """Acts until `end` while the epoch's updates run on the memory as it stands."""

@@ -84,8 +84,8 @@ class Evaluator:
             should_stop: Callable[[], bool] | None = None) -> None:
         """Plays and logs the evaluation due at `step`. One cut short by `should_stop` is
         neither logged nor counted, so a resumed run plays it again, whole."""
-        if self._make_pool is None:
-            return
+        if self._make_pool is None or (should_stop is not None and should_stop()):
+            return  # building and resetting 30 games takes seconds: not for a stopping run
         if self._pool is None:
             self._pool = self._make_pool()
         seed = self.config.seed + 1_000_003 * (self.count + 1)

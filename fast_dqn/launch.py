@@ -216,8 +216,9 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
                 return _refuse(f"cannot resume {run_dir.path}: {error}")
+        kept_rows = (loop.counters.games.episodes, loop.evaluator.count) if manifest else None
         try:
-            run_log.open(resume_step=initial_step if manifest else None)
+            run_log.open(kept_rows=kept_rows)
         except (WriteFailed, ValueError) as error:
             loop.close()
             run_dir.discard()  # a new run leaves nothing behind; a resumed one is kept

@@ -63,19 +63,21 @@ class RunLogs:
         self._episodes_csv: _CsvLog | None = None
         self._evaluations_csv: _CsvLog | None = None
 
-    def open(self, *, resume_step: int | None = None) -> None:
+    def open(self, *, kept_rows: tuple[int, int] | None = None) -> None:
         """Opens the CSVs to append to them (writing their headers if they are new).
 
         Args:
-            resume_step: on a resume, the checkpoint's agent step: rows logged after it
-                (which the resumed run logs again) and a torn last line are dropped.
+            kept_rows: on a resume, the games and evaluations the checkpoint counted: the
+                rows after them (logged after the checkpoint; the resumed run logs them
+                again) and a torn last line are dropped. Run `check_logs_match` first.
         Raises:
             WriteFailed: a file cannot be written.
         """
+        episodes, evaluations = kept_rows if kept_rows is not None else (None, None)
         self._episodes_csv = _CsvLog(self.run_dir / EPISODES_FILE, EPISODE_COLUMNS,
-                                     resume_step=resume_step)
+                                     kept_rows=episodes)
         self._evaluations_csv = _CsvLog(self.run_dir / EVALUATIONS_FILE, EVALUATION_COLUMNS,
-                                        resume_step=resume_step)
+                                        kept_rows=evaluations)
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
         """Writes `config.json`: the resolved settings plus `"library_versions"` (atomically)."""
@@ -172,7 +174,10 @@ class RunLogs:
 
 def check_logs_match(run_dir: Path, step: int, episodes: int, evaluations: int) -> None:
     """Checks that the CSVs hold what a checkpoint at `step` counted, before a resume
-    changes them: games 1..episodes and `evaluations` evaluations up to that step.
+    changes them: games 1..episodes up to that step, and `evaluations` evaluations, of which
+    only those logged at the step itself may be followed by more (an evaluation owed by a
+    stop is played after the resume at the checkpoint's own step, then a crash may come
+    before the next checkpoint).
 
     Raises:
         ValueError: naming the file and what differs.
@@ -183,10 +188,15 @@ def check_logs_match(run_dir: Path, step: int, episodes: int, evaluations: int) 
         raise ValueError(f"{run_dir / EPISODES_FILE} holds {len(numbers)} games up to step "
                          f"{step} (numbered {_span(numbers)}); the checkpoint counts "
                          f"{episodes}")
-    logged = len(_logged_rows(run_dir / EVALUATIONS_FILE, EVALUATION_COLUMNS, step))
-    if logged != evaluations:
-        raise ValueError(f"{run_dir / EVALUATIONS_FILE} holds {logged} evaluations up to step "
-                         f"{step}; the checkpoint counts {evaluations}")
+    path = run_dir / EVALUATIONS_FILE
+    up_to = len(_logged_rows(path, EVALUATION_COLUMNS, step))
+    before = len(_logged_rows(path, EVALUATION_COLUMNS, step - 1))
+    if up_to < evaluations:
+        raise ValueError(f"{path} holds {up_to} evaluations up to step {step}; the "
+                         f"checkpoint counts {evaluations}")
+    if before > evaluations:
+        raise ValueError(f"{path} holds {before} evaluations before step {step}; the "
+                         f"checkpoint counts {evaluations}")
 
 
 def _span(numbers: list[int]) -> str:
@@ -228,16 +238,16 @@ def _read_rows(path: Path, columns: Sequence[str]) -> list[list[str]]:
 class _CsvLog:
     """An append-only CSV whose rows each go out in one unbuffered write.
 
-    Opening with `resume_step` keeps the rows already there up to that timestep (dropping a
+    Opening with `kept_rows` keeps the first rows already there (dropping the rest and a
     torn last line) and rewrites the file atomically if anything was dropped.
     """
 
-    def __init__(self, path: Path, columns: Sequence[str], *, resume_step: int | None):
+    def __init__(self, path: Path, columns: Sequence[str], *, kept_rows: int | None):
         self.path = path
         self.columns = tuple(columns)
         try:
-            if resume_step is not None and path.exists():
-                self._keep_rows_up_to(resume_step)
+            if kept_rows is not None and path.exists():
+                self._keep_first_rows(kept_rows)
             self._file = open(path, "ab", buffering=0)  # noqa: SIM115 -- closed in close()
         except OSError as error:
             raise write_failure(path, error) from error
@@ -266,11 +276,9 @@ class _CsvLog:
         except OSError as error:
             raise write_failure(self.path, error) from error
 
-    def _keep_rows_up_to(self, step: int) -> None:
+    def _keep_first_rows(self, count: int) -> None:
         raw = self.path.read_bytes()
-        rows = _read_rows(self.path, self.columns)
-        timestep = self.columns.index("timestep")
-        kept = [row for row in rows if int(row[timestep]) <= step]
+        kept = _read_rows(self.path, self.columns)[:count]
         text = io.StringIO()
         writer = csv.writer(text, lineterminator="\n")
         writer.writerow(self.columns)

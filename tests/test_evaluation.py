@@ -170,8 +170,10 @@ def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
                       should_stop=stop_after_10_steps)
     assert result is None and len(pool.actions) == 10
 
-    log = FakeRunLog()
-    evaluator = Evaluator(Config(eval_episodes=2), lambda: ScriptedPool([4500, 4500]), log)
+    log, pools = FakeRunLog(), []
+    evaluator = Evaluator(Config(eval_episodes=2),
+                          lambda: pools.append(ScriptedPool([4500, 4500])) or pools[-1], log)
     evaluator.run(250_000, greedy, hours=1.0, should_stop=lambda: True)
     assert (evaluator.count, evaluator.evaluated_at, log.evaluations) == (0, 0, [])
+    assert pools == []  # 30 games take seconds to build and reset: not for a stopping run
     assert evaluator.due(250_000)  # played again, whole, after a resume

@@ -449,6 +449,26 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     second.act_and_learn()
     assert [timestep for timestep, _ in second.run_log.evaluations] == [270, 500]
 
+    # Stopped right after the evaluation it made up: a checkpoint at the resumed step is
+    # written all the same, so that it counts that evaluation.
+    saved = []
+    third = make_loop(CorridorPool(2))
+    third._save_checkpoint = lambda loop: saved.append(loop.counters.step)
+    third.restore(first.state())
+    third.evaluator.run = _then_stop(third.evaluator.run, third)
+    third.run()
+    assert [timestep for timestep, _ in third.run_log.evaluations] == [270]
+    assert saved == [270]
+
+
+def _then_stop(run_evaluation, loop):
+    """An evaluation after which the run is asked to stop (as by a SIGTERM right then)."""
+    def run(*args, **kwargs):
+        run_evaluation(*args, **kwargs)
+        loop.stop.signal_number = 15
+
+    return run
+
 
 def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
     """Regression: the refill offset was not checkpointed, so a second resume trained the
@@ -485,3 +505,43 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
     # 150 learning steps before the refill, 50 refill steps without updates, 150 after.
     assert first.counters.updates == (200 - 50) // 4
     assert third.counters.updates == first.counters.updates + (400 - 200 - 50) // 4
+
+
+def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_resume():
+    """Regression: a stop that came while the trainer finished an epoch whose steps were all
+    taken left the boundary's target sync undone for good (the resumed run went straight to
+    the next boundary). Now the resumed run first makes the epoch's missing updates, then
+    the sync, before it acts."""
+    import numpy as np
+
+    from fast_dqn.agents import FastDQN, LoopParts
+    from fast_dqn.config import Config
+    from fast_dqn.replay_memory import ReplayMemory
+    from tests.synthetic_env import CorridorPool
+    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+
+    config = Config(timesteps=300, replay_start=100, target_update=100, evaluate=0,
+                    replay_capacity=2000, workers=2, exploration_steps=100)
+
+    def make_loop(timesteps: int, tape: Tape) -> FastDQN:
+        return FastDQN(LoopParts(
+            config=config.replace(timesteps=timesteps), network=RecordingNetwork(tape),
+            memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
+            pool=CorridorPool(2), make_eval_pool=None, run_log=FakeRunLog(),
+            rng=np.random.default_rng(1)))
+
+    first = make_loop(300, Tape())
+    first.act_and_learn()
+    state = first.state()
+    assert state["counters"]["updates"] == (300 - 100) // 4
+    for key in ("updates", "learning_updates"):  # the epoch 200-300's last 5 abandoned
+        state["counters"][key] -= 5
+
+    tape = Tape()
+    second = make_loop(400, tape)
+    second.memory.load_state_dict(first.memory.state_dict())
+    second.restore(state)
+    second.act_and_learn()
+    events = [event[1] for event in tape.main_thread()]
+    assert events[:6] == ["train"] * 5 + ["sync"]  # before the first query of the samplers
+    assert second.counters.updates == (400 - 100) // 4

@@ -39,10 +39,10 @@ def episodes_of(n: int) -> list[tuple[int, float]]:
     return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
 
 
-def opened(run_dir: Path, resume_step: int | None = None) -> RunLogs:
+def opened(run_dir: Path, kept_rows: tuple[int, int] | None = None) -> RunLogs:
     run_dir.mkdir(parents=True, exist_ok=True)
     logs = RunLogs(run_dir)
-    logs.open(resume_step=resume_step)
+    logs.open(kept_rows=kept_rows)
     return logs
 
 
@@ -137,7 +137,7 @@ def test_resume_appends_without_second_header_and_continues_numbers(tmp_path):
     logs.close()
     checkpoint = json.loads(json.dumps(stats.state()))
 
-    logs, stats = opened(run_dir, resume_step=1100), EpisodeStats()
+    logs, stats = opened(run_dir, kept_rows=(110, 1)), EpisodeStats()
     stats.restore(checkpoint)
     for i, (length, ret) in enumerate(games[110:], start=110):
         log_game(logs, stats, timestep=10 * (i + 1), length=length, ret=ret)
@@ -153,7 +153,7 @@ def test_resume_appends_without_second_header_and_continues_numbers(tmp_path):
     assert [row[0] for row in evaluations[1:]] == ["500", "1200"]
 
 
-def test_resume_step_drops_rows_logged_after_the_checkpoint(tmp_path):
+def test_resume_drops_rows_logged_after_the_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     logs = opened(run_dir)
     for n, step in enumerate((100, 200, 300), start=1):
@@ -162,7 +162,7 @@ def test_resume_step_drops_rows_logged_after_the_checkpoint(tmp_path):
     logs.close()
     with open(run_dir / "episodes.csv", "ab") as file:
         file.write(b"4,400,100,40")  # a torn row, as a power cut could leave
-    logs = opened(run_dir, resume_step=200)
+    logs = opened(run_dir, kept_rows=(2, 2))  # a checkpoint at step 200
     logs.log_episode(EpisodeRow(3, 300, 100, 7.0, 100.0, 1.0, 0.0))
     logs.close()
     rows = read_csv(run_dir / "episodes.csv")
@@ -176,7 +176,7 @@ def test_resume_drops_a_torn_last_line_and_keeps_the_rows_before(tmp_path):
     run_dir.mkdir()
     whole = EPISODES_HEADER + "1,100,100,1.0,100.0,1.0,0.0000\n"
     (run_dir / "episodes.csv").write_text(whole + "2,200,10")
-    opened(run_dir, resume_step=10_000).close()
+    opened(run_dir, kept_rows=(1, 0)).close()
     assert (run_dir / "episodes.csv").read_text() == whole
 
 
@@ -191,10 +191,10 @@ def test_resume_rewrites_nothing_when_nothing_is_dropped(tmp_path):
     os.utime(paths[0], ns=(1_000_000_000, 1_000_000_000))  # an mtime a rewrite would change
     os.utime(paths[1], ns=(1_000_000_000, 1_000_000_000))
     before = [(p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in paths]
-    opened(run_dir, resume_step=200).close()
-    opened(run_dir, resume_step=250).close()
+    opened(run_dir, kept_rows=(2, 2)).close()
+    opened(run_dir, kept_rows=(5, 5)).close()  # a count above the rows there drops nothing
     assert [(p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in paths] == before
-    opened(run_dir, resume_step=150).close()  # drops a row of each: a new file each
+    opened(run_dir, kept_rows=(1, 1)).close()  # drops a row of each: a new file each
     assert all(p.stat().st_ino != ino for p, (ino, _, _) in zip(paths, before))
     assert [r[1] for r in read_csv(paths[0])[1:]] == ["100"]
     assert [r[0] for r in read_csv(paths[1])[1:]] == ["100"]
@@ -205,7 +205,7 @@ def test_resume_refuses_a_file_that_is_not_the_log(tmp_path):
     run_dir.mkdir()
     (run_dir / "episodes.csv").write_text("something,else\n1,2\n")
     with pytest.raises(ValueError, match="episodes.csv does not start with the header"):
-        RunLogs(run_dir).open(resume_step=100)
+        RunLogs(run_dir).open(kept_rows=(1, 1))
 
 
 def test_each_row_is_on_disk_whole_as_soon_as_it_is_logged(tmp_path):
@@ -309,11 +309,26 @@ def test_check_logs_match_names_episodes_csv(tmp_path, episodes, counted):
 
 
 def test_check_logs_match_names_evaluations_csv_for_an_extra_evaluation(tmp_path):
-    write_logs(tmp_path, [(1, 100), (2, 200)], [100, 200])
+    write_logs(tmp_path, [(1, 100), (2, 200)], [100, 150])
     path = re.escape(str(tmp_path / "evaluations.csv"))
-    with pytest.raises(ValueError, match=f"^{path} holds 2 evaluations up to step 200; the "
+    with pytest.raises(ValueError, match=f"^{path} holds 2 evaluations before step 200; the "
                        "checkpoint counts 1$"):
         check_logs_match(tmp_path, 200, episodes=2, evaluations=1)
+    with pytest.raises(ValueError, match=f"^{path} holds 2 evaluations up to step 200; the "
+                       "checkpoint counts 3$"):
+        check_logs_match(tmp_path, 200, episodes=2, evaluations=3)
+
+
+def test_an_evaluation_logged_at_the_checkpoints_step_after_it_is_dropped(tmp_path):
+    """Regression (found by scripts/soak.py): a stop cut the evaluation of step 3200 short,
+    so the checkpoint at 3200 counted 3 evaluations; the resumed run played it and logged a
+    4th row at 3200, and a kill before the next checkpoint left a run that no resume would
+    take. That row is one the resumed run logs again: it is dropped."""
+    write_logs(tmp_path, [(1, 100)], [800, 1600, 2400, 3200])
+    check_logs_match(tmp_path, 3200, episodes=1, evaluations=3)
+    opened(tmp_path, kept_rows=(1, 3)).close()
+    assert [row[0] for row in read_csv(tmp_path / "evaluations.csv")[1:]] == \
+        ["800", "1600", "2400"]
 
 
 # ---------------------------------------------------------------------------- evaluations.csv
