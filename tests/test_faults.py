@@ -112,18 +112,25 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
 # -- a signal in each phase ------------------------------------------------------------------------
 
 
+def sigterm_soon_after_the_start(args: list[str], tmp_path: Path, seconds: float) -> None:
+    """Starts a fast run, sends SIGTERM `seconds` after its device line, and checks that it
+    exits with 143 within STOP_WITHIN seconds and without a traceback."""
+    run = start(RUN_FAST_DQN, args, tmp_path / "first")
+    wait_for_line(run, "training on")
+    time.sleep(seconds)
+    result = signal_and_finish(run, signal.SIGTERM)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert result.seconds < STOP_WITHIN, result.seconds
+    assert_no_traceback(result)
+
+
 def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone(tmp_path):
     """16 games of up to 4,500 steps take long; the stop must not wait for them."""
     run_dir = tmp_path / "run"
     args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=16",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    run = start(RUN_FAST_DQN, args, tmp_path / "first")
-    wait_for_line(run, "training on")
-    time.sleep(6)  # the 400 random steps take about a second; the evaluation far longer
-    result = signal_and_finish(run, signal.SIGTERM)
-    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
-    assert result.seconds < STOP_WITHIN, result.seconds
-    assert_no_traceback(result)
+    # The 400 random steps take about a second; the evaluation far longer.
+    sigterm_soon_after_the_start(args, tmp_path, seconds=6)
     assert step_of(read_manifest(latest_checkpoint(run_dir))) == 400
     assert read_csv(run_dir / "evaluations.csv") == []  # cut short: neither logged nor counted
 
@@ -139,12 +146,7 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
     run_dir = tmp_path / "run"
     args = [*FAST, "--timesteps=20000", "--target-update=4000", "--evaluate=0",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    run = start(RUN_FAST_DQN, args, tmp_path / "first")
-    wait_for_line(run, "training on")
-    time.sleep(8)
-    result = signal_and_finish(run, signal.SIGTERM)
-    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
-    assert result.seconds < STOP_WITHIN, result.seconds
+    sigterm_soon_after_the_start(args, tmp_path, seconds=8)
     done = summary(run_dir)
     assert 0 < done["updates"] < 1000  # inside the first epoch of learning (steps 400-4400)
     assert verify_checkpoint(latest_checkpoint(run_dir))

@@ -67,7 +67,9 @@ def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     done = summary(run_dir)
     assert done["finished"] is False
     assert done["stopped_by_signal"] == signal.SIGINT
-    assert done["steps"] == step_of(manifest) > 800  # stopped after the periodic checkpoint
+    # Stopped after the periodic checkpoint at 800: at it (a signal before the next round) or
+    # after it.
+    assert done["steps"] == step_of(manifest) >= 800
     assert done["updates"] == manifest["counters"]["updates"]
 
 
