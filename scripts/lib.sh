@@ -228,24 +228,20 @@ _on_interrupt() {
 # terminal reaches only this shell, which then sends each trainer exactly one SIGTERM (a
 # trainer takes a second signal as "stop now, without a checkpoint").
 run_tasks() {
-  local max_jobs=$1 status_dir i rc failed=0 stopped=0 missing=0 failures=() running=0
+  local max_jobs=$1 status_dir i rc failed=0 stopped=0 missing=0 failures=()
   status_dir=$(mktemp -d) || die "cannot create a temporary directory"
   trap _on_interrupt INT TERM
   set -m
-  # No command substitution while runs go on: Ctrl-C reaches this shell's whole process
-  # group, and a subshell counting the jobs could die of it before the trap runs.
   for i in "${!TASK_CMDS[@]}"; do
-    while ((running >= max_jobs)) && ((!_INTERRUPTED)); do
+    while (($(jobs -rp | wc -l) >= max_jobs)) && ((!_INTERRUPTED)); do
       wait -n || true
-      running=$((running - 1))
     done
     ((_INTERRUPTED)) && break
     note "start   ${TASK_NAMES[i]} (log: ${TASK_LOGS[i]})"
     (cd "$REPO_ROOT" && _run_one "$i" "$status_dir") &
-    running=$((running + 1))
   done
-  until wait; do  # a trapped signal cuts the wait short: wait again until all have ended
-    :
+  while [[ -n $(jobs -rp) ]]; do
+    wait || true
   done
   set +m
   trap - INT TERM
