@@ -189,8 +189,9 @@ def check_logs_match(run_dir: Path, step: int, episodes: int, evaluations: int) 
                          f"{step} (numbered {_span(numbers)}); the checkpoint counts "
                          f"{episodes}")
     path = run_dir / EVALUATIONS_FILE
-    up_to = len(_logged_rows(path, EVALUATION_COLUMNS, step))
-    before = len(_logged_rows(path, EVALUATION_COLUMNS, step - 1))
+    timesteps = [int(row[0]) for row in _logged_rows(path, EVALUATION_COLUMNS, step)]
+    up_to = len(timesteps)
+    before = sum(timestep < step for timestep in timesteps)
     if up_to < evaluations:
         raise ValueError(f"{path} holds {up_to} evaluations up to step {step}; the "
                          f"checkpoint counts {evaluations}")
