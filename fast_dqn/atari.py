@@ -5,6 +5,8 @@ learning", in the terms of Machado et al. (2018), "Revisiting the Arcade Learnin
 Environment": 4 emulator frames per agent step with a pixel-wise max over the last 2, grayscale,
 an 84x84 resize, up to `noop_max` no-op frames and FIRE at the start of each game, a life loss
 ending the *learning* episode while the game goes on, and a cap on the agent steps of a game.
+Machado's protocol (`GameSettings`: sticky actions, no life-loss signal, all 18 actions)
+changes only settings of the same pipeline.
 
 Gymnasium's `AtariPreprocessing` does the frame skip, the 2-frame max, grayscale and no-ops.
 This module adds only what it lacks, so that one `AtariEnv` behaves like one environment of
@@ -13,7 +15,7 @@ ale-py's `AtariVectorEnv(autoreset_mode="SameStep", life_loss_info=True)`:
 - FIRE once (one emulator frame) right after the emulator reset, before the no-ops, for games
   whose minimal action set has FIRE (ale-py's `use_fire_reset`);
 - the life-loss terminal without a game reset (a loss counts when 0 < lives < lives before,
-  as in ale-py and the OpenAI baselines);
+  as in ale-py and the OpenAI baselines), unless `life_loss_terminal` is false;
 - the episode cap counted in agent steps after the reset procedure, as ale-py's vector env
   counts it (the ALE's own frame cap would also count the no-op frames);
 - the automatic reset at game over, returning the new game's first frame;
@@ -26,6 +28,7 @@ without no-ops and sticky actions; with them they agree in distribution up to on
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from typing import Any, NamedTuple
@@ -38,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import AtariPreprocessing
 
-from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS
+from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS, Config
 
 gym.register_envs(ale_py)
 
@@ -131,13 +134,15 @@ class AtariEnv:
     game's first frame, like ale-py's vector env with `autoreset_mode="SameStep"`.
     """
 
-    def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str):
+    def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str,
+                 life_loss_terminal: bool = True):
         _check_interp(interp)
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
         self._env = env
         self._ale = env.unwrapped.ale
         self._max_episode_steps = max_episode_steps
+        self._life_loss_terminal = life_loss_terminal
         self._cv2_flag = _CV2_FLAGS[interp]
         self._lives = 0
         self._steps = 0  # agent steps since the current game's reset procedure
@@ -180,7 +185,7 @@ class AtariEnv:
         lives = self.lives
         life_lost = 0 < lives < self._lives
         self._lives = lives
-        terminal = bool(game_terminated) or life_lost
+        terminal = bool(game_terminated) or (life_lost and self._life_loss_terminal)
         capped = self._steps >= self._max_episode_steps or bool(ale_truncated)
         game_over = bool(game_terminated) or capped
         frame = self.reset() if game_over else self._resize(obs)
@@ -199,54 +204,73 @@ def gymnasium_id(game: str) -> str:
     return f"ALE/{ale_py.registration.rom_id_to_name(resolve_game(game))}-v5"
 
 
-def make_atari_env(
-    game: str,
-    *,
-    seed: int,
-    noop_max: int = 30,
-    sticky_actions: float = 0.0,
-    max_episode_steps: int = 27_000,
-    interp: str = "area",
-) -> AtariEnv:
+@dataclasses.dataclass(frozen=True)
+class GameSettings:
+    """What each environment of a run is built with: the game and the Atari protocol."""
+
+    game: str  # ROM id, CamelCase or Gymnasium id (see `resolve_game`)
+    noop_max: int = 30  # most no-op frames at the start of a game (0 = none)
+    sticky_actions: float = 0.0  # probability that the emulator repeats the previous action
+    life_loss_terminal: bool = True  # a lost life ends the learning episode
+    full_action_set: bool = False  # all 18 actions instead of the game's minimal set
+    max_episode_steps: int = 27_000  # agent steps after which a game is cut off
+    interp: str = "area"  # resize interpolation, one of area, linear, nearest, cubic
+
+    @classmethod
+    def of_run(cls, config: Config, max_episode_steps: int | None = None) -> "GameSettings":
+        """A run's settings; games are cut off at its training cap unless told otherwise."""
+        cap = config.max_episode_steps if max_episode_steps is None else max_episode_steps
+        return cls(config.game, noop_max=config.noop_max, sticky_actions=config.sticky_actions,
+                   life_loss_terminal=config.life_loss_terminal,
+                   full_action_set=config.full_action_set, max_episode_steps=cap,
+                   interp=config.interp)
+
+    def check(self) -> None:
+        """Raises ValueError for a setting out of range or an unknown interpolation."""
+        _check_interp(self.interp)
+        if self.noop_max < 0:
+            raise ValueError(f"noop_max must be 0 or more; got {self.noop_max}")
+        if not 0.0 <= self.sticky_actions <= 1.0:
+            raise ValueError(f"sticky_actions must be within [0, 1]; got {self.sticky_actions}")
+        if self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be at least 1; got "
+                             f"{self.max_episode_steps}")
+
+
+def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
     """Builds one game with the Nature pipeline (Mnih et al. 2015; Machado et al. 2018).
 
     Args:
-        game: ROM id, CamelCase or Gymnasium id (see `resolve_game`).
+        settings: the game and the protocol's settings.
         seed: seeds the first `reset` of the returned env (it is reset here).
-        noop_max: most no-op frames at the start of a game (0 = none).
-        sticky_actions: probability that the emulator repeats the previous action.
-        max_episode_steps: agent steps after which a game is cut off.
-        interp: resize interpolation, one of area, linear, nearest, cubic.
 
     Raises:
         ValueError: unknown game or interpolation, or a setting out of range.
     """
-    _check_interp(interp)
-    if noop_max < 0:
-        raise ValueError(f"noop_max must be 0 or more; got {noop_max}")
-    if not 0.0 <= sticky_actions <= 1.0:
-        raise ValueError(f"sticky_actions must be within [0, 1]; got {sticky_actions}")
+    settings.check()
     base = gym.make(
-        gymnasium_id(game),
+        gymnasium_id(settings.game),
         frameskip=1,
-        repeat_action_probability=sticky_actions,
-        full_action_space=False,
+        repeat_action_probability=settings.sticky_actions,
+        full_action_space=settings.full_action_set,
         # Backstop only: the cap is counted in agent steps by AtariEnv, after the reset
         # procedure (FIRE + no-ops), as ale-py's vector env counts it.
-        max_num_frames_per_episode=max_episode_steps * FRAME_SKIP + noop_max + 1,
+        max_num_frames_per_episode=settings.max_episode_steps * FRAME_SKIP
+        + settings.noop_max + 1,
     )
     raw_height, raw_width = base.observation_space.shape[:2]
     preprocessed = AtariPreprocessing(
         _FireAtReset(base),
-        noop_max=noop_max,
+        noop_max=settings.noop_max,
         frame_skip=FRAME_SKIP,
         # Native size: AtariPreprocessing only max-pools and converts to grayscale here;
         # AtariEnv resizes with the chosen interpolation (AtariPreprocessing hard-codes area).
         screen_size=(raw_width, raw_height),
-        terminal_on_life_loss=False,
+        terminal_on_life_loss=False,  # AtariEnv marks a life loss without ending the game
         grayscale_obs=True,
         scale_obs=False,
     )
-    env = AtariEnv(preprocessed, max_episode_steps=max_episode_steps, interp=interp)
+    env = AtariEnv(preprocessed, max_episode_steps=settings.max_episode_steps,
+                   interp=settings.interp, life_loss_terminal=settings.life_loss_terminal)
     env.reset(seed=seed)
     return env

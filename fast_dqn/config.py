@@ -31,6 +31,18 @@ INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
 XLA_MODES = ("auto", "on", "off")
 
+# The Atari protocols `--protocol` selects: each sets these settings, unless a flag given on
+# the command line sets one itself. "nature" is the defaults (a test keeps the two equal).
+# "machado" is the protocol of Machado et al. (2018), "Revisiting the Arcade Learning
+# Environment" (JAIR 61); docs/protocol.md gives the source of each value.
+PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {
+    "nature": {"sticky_actions": 0.0, "life_loss_terminal": True, "full_action_set": False,
+               "noop_max": 30, "max_episode_steps": 27_000},
+    "machado": {"sticky_actions": 0.25, "life_loss_terminal": False, "full_action_set": True,
+                "noop_max": 0, "max_episode_steps": 27_000},
+}
+PROTOCOLS = tuple(PROTOCOL_PRESETS)
+
 
 def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
     return dataclasses.field(
@@ -68,11 +80,24 @@ class Config:
     eval_max_episode_steps: int = _field(4_500, "agent steps before an evaluation game is cut "
                                          "off (4,500 steps = 18,000 frames = 5 minutes, "
                                          "Nature's Methods, 'Evaluation procedure')")
+    protocol: str = _field("nature", "Atari protocol preset: nature (Mnih et al. 2015) or "
+                           "machado (Machado et al. 2018: sticky actions 0.25, no life-loss "
+                           "signal, all 18 actions, no no-ops); flags given beside it win",
+                           choices=PROTOCOLS)
     sticky_actions: float = _field(0.0, "probability of repeating the previous action "
                                    "(Machado et al. 2018 use 0.25; Nature used none)")
+    life_loss_terminal: bool = _field(True, "a lost life ends the learning episode (Nature); "
+                                      "false: only the game's end does (Machado et al. 2018)")
+    full_action_set: bool = _field(False, "act with all 18 joystick actions instead of the "
+                                   "game's minimal set (Machado et al. 2018)")
     noop_max: int = _field(30, "maximum random no-op actions at the start of each game")
     max_episode_steps: int = _field(27_000, "agent steps before a game is cut off "
                                     "(27,000 steps = 108,000 frames = 30 minutes)")
+    double: bool = _field(False, "Double DQN target (van Hasselt et al. 2016): the online "
+                          "network picks the next action, the target network values it")
+    dueling: bool = _field(False, "dueling network (Wang et al. 2016): value and advantage "
+                           "streams, mean advantage subtracted, the gradient into the last "
+                           "convolution scaled by 1/sqrt(2)")
 
     logdir: str = _field("", "run directory (default runs/<game>-<algo>-seed<seed>-<time>)")
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
@@ -169,6 +194,19 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings the user gave on the command line (flags left out are None)."""
     names = {f.name for f in dataclasses.fields(Config)}
     return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def with_protocol(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a new run: its protocol's preset, then the flags given on top."""
+    preset = PROTOCOL_PRESETS[given.get("protocol", Config.protocol)]
+    return {**preset, **given}
+
+
+def protocol_overrides(config: Config) -> list[str]:
+    """The settings of `config` that differ from its protocol's preset (given as flags);
+    config.json records them, so that a run says where it left its protocol."""
+    preset = PROTOCOL_PRESETS[config.protocol]
+    return sorted(name for name, value in preset.items() if getattr(config, name) != value)
 
 
 def validate(config: Config, algo: str) -> None:

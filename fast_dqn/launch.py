@@ -23,11 +23,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop
-from fast_dqn.atari import resolve_game
+from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
                                   save_checkpoint, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
-                             make_parser, validate)
+                             make_parser, protocol_overrides, validate, with_protocol)
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes
 from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
@@ -54,7 +54,7 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     settings = given_settings(parser.parse_args(argv))
     if "resume" in settings:
         return resumed_config(settings, algo)
-    config = Config(**settings)
+    config = Config(**with_protocol(settings))
     validate(config, algo)
     config = config.replace(game=resolve_game(config.game))
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
@@ -104,10 +104,8 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
 def make_pool(config: Config, num_envs: int, backend: str, seed: int,
               max_episode_steps: int | None = None) -> EnvPool:
     """W envs of the run's game; games are cut off at the training cap unless told otherwise."""
-    cap = config.max_episode_steps if max_episode_steps is None else max_episode_steps
-    return make_env_pool(backend, config.game, num_envs, seed=seed, noop_max=config.noop_max,
-                         sticky_actions=config.sticky_actions, max_episode_steps=cap,
-                         interp=config.interp)
+    return make_env_pool(backend, GameSettings.of_run(config, max_episode_steps), num_envs,
+                         seed=seed)
 
 
 def eval_backend(config: Config) -> str:
@@ -196,7 +194,8 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         run_log = RunLogs(run_dir.path)
         if manifest is None:
             try:
-                run_log.write_config({"algo": algo, **dataclasses.asdict(config)})
+                run_log.write_config({"algo": algo, **dataclasses.asdict(config),
+                                      "protocol_overrides": protocol_overrides(config)})
             except WriteFailed as error:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
@@ -297,7 +296,10 @@ def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
         "seed": loop.config.seed, "steps": counters.step, "updates": counters.updates,
         "wall_seconds": counters.hours() * 3600.0, "steps_per_second": steps_per_second,
         "updates_per_second": updates_per_second, "evaluations": evaluator.count,
-        "last_evaluation": evaluator.last, "device": device,
+        "last_evaluation": evaluator.last,
+        # How Machado et al. (2018) report a run: the training games' mean return at its end.
+        "training_games": counters.games.episodes,
+        "training_return_last_100": counters.recent_mean_score(), "device": device,
         "stopped_by_signal": loop.stop.signal_number,
     }
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import cv2
 import numpy as np
 
-from fast_dqn.atari import AtariEnv, make_atari_env, resolve_game
+from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env
 from fast_dqn.checkpoints import MANIFEST, latest_checkpoint, network_prefix
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
 from fast_dqn.evaluation import GreedyFn, epsilon_greedy
@@ -166,9 +166,7 @@ def _one_line(error: BaseException | str) -> str:
 
 def make_env(config: Config, *, seed: int, max_steps: int) -> AtariEnv:
     """The run's single-env Nature pipeline (its no-ops, sticky actions, interpolation)."""
-    return make_atari_env(resolve_game(config.game), seed=seed, noop_max=config.noop_max,
-                          sticky_actions=config.sticky_actions, max_episode_steps=max_steps,
-                          interp=config.interp)
+    return make_atari_env(GameSettings.of_run(config, max_steps), seed=seed)
 
 
 def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork":

@@ -14,8 +14,10 @@ epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 
 from __future__ import annotations
 
+import math
 import os
 import random
+from typing import Any
 
 import numpy as np
 
@@ -52,11 +54,39 @@ def configure_device(deterministic_cpu: bool = True, activity: str = "training")
     return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
-def build_nature_cnn(n_actions: int, name: str, seeds: random.Random) -> keras.Model:
+class ScaleGradient(keras.layers.Layer):
+    """The identity going forward; scales the gradient flowing back through it."""
+
+    def __init__(self, scale: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.scale = scale
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        @tf.custom_gradient
+        def identity(x: tf.Tensor):
+            def gradient(upstream: tf.Tensor) -> tf.Tensor:
+                return upstream * self.scale
+            return tf.identity(x), gradient
+
+        return identity(inputs)
+
+
+def dueling_q_values(value: tf.Tensor, advantages: tf.Tensor) -> tf.Tensor:
+    """Q = V + (A - mean over actions of A): Wang et al. (2016), equation (9)."""
+    return value + advantages - tf.reduce_mean(advantages, axis=1, keepdims=True)
+
+
+def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
+                     dueling: bool = False) -> keras.Model:
     """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
 
     Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
     Each layer's Glorot-uniform kernel gets its own seed from `seeds`, in layer order.
+
+    `dueling` replaces the two dense layers by Wang et al.'s (2016) two streams, each a dense
+    layer of 512 then one of 1 (the state value) or `n_actions` (the advantages), combined by
+    `dueling_q_values`; the gradient the two streams send into the last convolution is
+    scaled by 1/sqrt(2), as in the paper.
     """
 
     def glorot() -> keras.initializers.Initializer:
@@ -71,8 +101,18 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random) -> keras.M
     x = keras.layers.Conv2D(64, 4, strides=2, activation="relu", kernel_initializer=glorot())(x)
     x = keras.layers.Conv2D(64, 3, strides=1, activation="relu", kernel_initializer=glorot())(x)
     x = keras.layers.Flatten()(x)
-    x = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
-    q_values = keras.layers.Dense(n_actions, kernel_initializer=glorot())(x)
+    if not dueling:
+        x = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+        q_values = keras.layers.Dense(n_actions, kernel_initializer=glorot())(x)
+        return keras.Model(states, q_values, name=name)
+    x = ScaleGradient(1.0 / math.sqrt(2.0), name="scale_gradient")(x)
+    value = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+    value = keras.layers.Dense(1, kernel_initializer=glorot(), name="value")(value)
+    advantages = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+    advantages = keras.layers.Dense(n_actions, kernel_initializer=glorot(),
+                                    name="advantages")(advantages)
+    q_values = keras.layers.Lambda(lambda streams: dueling_q_values(*streams),
+                                   name="dueling")([value, advantages])
     return keras.Model(states, q_values, name=name)
 
 
@@ -93,12 +133,14 @@ class QNetwork:
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
-                 discount: float, seed: int, xla: bool = False):
+                 discount: float, seed: int, xla: bool = False, double: bool = False,
+                 dueling: bool = False):
         self.n_actions = n_actions
         self.discount = discount
+        self.double = double
         seeds = random.Random(seed)
-        self.online = build_nature_cnn(n_actions, "online", seeds)
-        self.target = build_nature_cnn(n_actions, "target", seeds)
+        self.online = build_nature_cnn(n_actions, "online", seeds, dueling)
+        self.target = build_nature_cnn(n_actions, "target", seeds, dueling)
         self.optimizer = keras.optimizers.RMSprop(
             learning_rate=lr, rho=rho, epsilon=epsilon, centered=True, momentum=0.0)
         self.optimizer.build(self.online.trainable_variables)
@@ -142,8 +184,18 @@ class QNetwork:
 
     def td_targets(self, rewards: tf.Tensor, next_states: tf.Tensor,
                    terminals: tf.Tensor) -> tf.Tensor:
-        """r + discount * max_a' Q_target(s', a'), with no bootstrap from terminal transitions."""
-        next_q = tf.reduce_max(self.target(next_states, training=False), axis=1)
+        """r + discount * max_a' Q_target(s', a'), with no bootstrap from terminal transitions.
+
+        With `double` (van Hasselt et al. 2016): r + discount * Q_target(s', a*), where
+        a* = argmax_a' Q_online(s', a').
+        """
+        target_q = self.target(next_states, training=False)
+        if self.double:
+            chosen = tf.argmax(self.online(next_states, training=False), axis=1,
+                               output_type=tf.int32)
+            next_q = tf.gather(target_q, chosen, axis=1, batch_dims=1)
+        else:
+            next_q = tf.reduce_max(target_q, axis=1)
         not_terminal = 1.0 - tf.cast(terminals, tf.float32)
         return rewards + self.discount * not_terminal * next_q
 
@@ -251,7 +303,8 @@ def use_xla(mode: str) -> bool:
 
 
 def make_q_network(config: Config, n_actions: int) -> QNetwork:
-    """The run's Q-network: Nature's optimizer settings and discount from `config`."""
+    """The run's Q-network: Nature's optimizer settings and discount from `config`, and the
+    Double DQN target or the dueling architecture where it asks for them."""
     return QNetwork(n_actions, lr=config.lr, rho=config.rmsprop_rho,
                     epsilon=config.rmsprop_epsilon, discount=config.discount, seed=config.seed,
-                    xla=use_xla(config.xla))
+                    xla=use_xla(config.xla), double=config.double, dueling=config.dueling)

@@ -17,6 +17,7 @@ seed + i is taken modulo 2**31 (`ale_seeds`): unchanged wherever it fits.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from typing import Any, Callable, NamedTuple, Protocol, TypeVar
@@ -24,7 +25,8 @@ from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from fast_dqn.atari import AtariEnv, AtariStep, make_atari_env, resolve_game
+from fast_dqn.atari import (AtariEnv, AtariStep, GameSettings, make_atari_env,
+                            resolve_game)
 from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
 
 T = TypeVar("T")
@@ -86,7 +88,7 @@ class VectorEnvPool:
 
     Configured as `AtariEnv`: frame skip 4 with a 2-frame max, grayscale 84x84 with area
     interpolation, FIRE at reset, a life loss is terminal without a game reset
-    (`life_loss_info`), raw rewards, and games reset in the same step they end ("SameStep").
+    (`life_loss_info`, unless the settings turn the life-loss signal off), raw rewards, and games reset in the same step they end ("SameStep").
 
     The vector env does not say whether a terminated env was reset (game over) or only lost
     a life. A reset restarts the episode frame counter at the few FIRE and no-op frames,
@@ -95,23 +97,25 @@ class VectorEnvPool:
     frame counter did not grow.
     """
 
-    def __init__(self, game: str, num_envs: int, *, noop_max: int, sticky_actions: float,
-                 max_episode_steps: int, num_threads: int = 0):
+    def __init__(self, settings: GameSettings, num_envs: int, *, num_threads: int = 0):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1; got {num_envs}")
-        if max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
+        settings.check()
+        if settings.interp != "area":
+            raise ValueError(f"interp {settings.interp!r} needs the threads backend; ale-py's "
+                             "vector env always resizes with area interpolation")
         self._env: AtariVectorEnv | None = AtariVectorEnv(
-            resolve_game(game), num_envs, stack_num=1, autoreset_mode="SameStep",
-            life_loss_info=True, reward_clipping=False, episodic_life=False,
-            noop_max=noop_max, repeat_action_probability=sticky_actions,
-            max_num_frames_per_episode=max_episode_steps * FRAME_SKIP, frameskip=FRAME_SKIP,
-            maxpool=True, grayscale=True, img_height=FRAME_SIZE, img_width=FRAME_SIZE,
-            use_fire_reset=True,
-            num_threads=num_threads)
+            resolve_game(settings.game), num_envs, stack_num=1, autoreset_mode="SameStep",
+            life_loss_info=settings.life_loss_terminal, reward_clipping=False,
+            episodic_life=False, noop_max=settings.noop_max,
+            repeat_action_probability=settings.sticky_actions,
+            full_action_space=settings.full_action_set,
+            max_num_frames_per_episode=settings.max_episode_steps * FRAME_SKIP,
+            frameskip=FRAME_SKIP, maxpool=True, grayscale=True, img_height=FRAME_SIZE,
+            img_width=FRAME_SIZE, use_fire_reset=True, num_threads=num_threads)
         self.num_envs = num_envs
         self.n_actions: int = int(self._env.single_action_space.n)
-        self._max_episode_steps = max_episode_steps
+        self._max_episode_steps = settings.max_episode_steps
         self._episode_frames = np.zeros(num_envs, np.int64)
         self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
 
@@ -330,29 +334,24 @@ def _bind_env(fn: Callable[[int, AtariEnv], T], index: int) -> Callable[[AtariEn
     return lambda env: fn(index, env)
 
 
-def make_env_pool(backend: str, game: str, num_envs: int, *, seed: int, noop_max: int,
-                  sticky_actions: float, max_episode_steps: int, interp: str) -> EnvPool:
+def make_env_pool(backend: str, settings: GameSettings, num_envs: int, *,
+                  seed: int) -> EnvPool:
     """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i).
 
     Raises:
-        ValueError: unknown backend or game, or `interp` other than area with the vector
-            backend (ale-py's vector env always resizes with area interpolation).
+        ValueError: unknown backend or game, a setting out of range, or `interp` other than
+            area with the vector backend (ale-py's vector env always resizes with area
+            interpolation).
     """
     if backend not in (*BACKENDS, SERIAL):
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    game = resolve_game(game)
+    settings = dataclasses.replace(settings, game=resolve_game(settings.game))
     pool: EnvPool
     if backend == "vector":
-        if interp != "area":
-            raise ValueError(f"interp {interp!r} needs the threads backend; ale-py's vector "
-                             "env always resizes with area interpolation")
-        pool = VectorEnvPool(game, num_envs, noop_max=noop_max, sticky_actions=sticky_actions,
-                             max_episode_steps=max_episode_steps)
+        pool = VectorEnvPool(settings, num_envs)
     else:
         def make_env(i: int) -> AtariEnv:
-            return make_atari_env(game, seed=seed + i, noop_max=noop_max,
-                                  sticky_actions=sticky_actions,
-                                  max_episode_steps=max_episode_steps, interp=interp)
+            return make_atari_env(settings, seed=seed + i)
         pool_class = SerialEnvPool if backend == SERIAL else ThreadEnvPool
         pool = pool_class(make_env, num_envs)
     pool.reset(seed)

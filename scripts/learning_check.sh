@@ -44,9 +44,12 @@ Options:
   --steps T         agent steps (default: $STEPS)
   --evaluate E      evaluation period in agent steps (default: $EVALUATE)
   --seed S          seed (default: 0)
+  --protocol P      Atari protocol: nature or machado (default: nature)
+  --double          the Double DQN target
+  --dueling         the dueling network
   --threshold X     score the best evaluation after the decay must reach
                     (default: $THRESHOLD)
-  --out DIR         run directory (default: runs/learning-check-GAME-TRAINER-seedS)
+  --out DIR         run directory (default: runs/learning-check-GAME-TRAINER[-VARIANTS]-seedS)
   --python PY       Python interpreter (default: python)
   -h, --help        show this help
   -- EXTRA FLAGS    passed to the trainer (e.g. -- --backend=threads)
@@ -57,6 +60,9 @@ EOF
 
 TRAINER=fast
 SEED=0
+PROTOCOL=nature
+VARIANT_FLAGS=()  # --protocol, --double, --dueling as the trainer takes them
+VARIANT_NAME=     # and as the default run directory names them
 OUT=
 PY=python
 EXTRA=()
@@ -70,6 +76,8 @@ while (($#)); do
     --steps) need_value "$1" $#; STEPS=$2; shift 2 ;;
     --evaluate) need_value "$1" $#; EVALUATE=$2; shift 2 ;;
     --seed) need_value "$1" $#; SEED=$2; shift 2 ;;
+    --protocol) need_value "$1" $#; PROTOCOL=$2; shift 2 ;;
+    --double|--dueling) VARIANT_FLAGS+=("$1=true"); VARIANT_NAME+=-${1#--}; shift ;;
     --threshold) need_value "$1" $#; THRESHOLD=$2; shift 2 ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
@@ -89,7 +97,12 @@ is_positive_int "$EVALUATE" || die_usage "--evaluate must be a positive integer;
 is_uint "$SEED" || die_usage "--seed must be a non-negative integer; got '$SEED'"
 [[ $THRESHOLD =~ ^-?[0-9]+([.][0-9]+)?$ ]] || die_usage "--threshold must be a number; got '$THRESHOLD'"
 ((10#$STEPS > REPLAY_START)) || die_usage "--steps must exceed the replay start ($REPLAY_START)"
-[[ -n $OUT ]] || OUT=runs/learning-check-$GAME-$TRAINER-seed$SEED
+case $PROTOCOL in
+  nature) ;;
+  machado) VARIANT_FLAGS+=(--protocol=machado); VARIANT_NAME=-machado$VARIANT_NAME ;;
+  *) die_usage "--protocol must be nature or machado; got '$PROTOCOL'" ;;
+esac
+[[ -n $OUT ]] || OUT=runs/learning-check-$GAME-$TRAINER$VARIANT_NAME-seed$SEED
 OUT=$(absolute_path "$OUT")
 
 # A run is trained unless OUT already holds a finished one.
@@ -101,7 +114,7 @@ if ! grep -qs '"finished": true' "$OUT/summary.json"; then
        "--timesteps=$STEPS" "--replay-start=$REPLAY_START"
        "--exploration-steps=$EXPLORATION_STEPS" "--replay-capacity=$STEPS"
        "--evaluate=$EVALUATE" "--eval-episodes=$EVAL_EPISODES" "--checkpoint-every=0"
-       "--checkpoint-replay=false"
+       "--checkpoint-replay=false" "${VARIANT_FLAGS[@]+"${VARIANT_FLAGS[@]}"}"
        "--logdir=$OUT" "${EXTRA[@]+"${EXTRA[@]}"}")
   note "training: ${cmd[*]}"
   "${cmd[@]}" || die "the run failed (exit status $?); see its output above"

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import AtariPreprocessing
 
-from fast_dqn.atari import AtariEnv, AtariStep, gymnasium_id, make_atari_env, resolve_game
+from fast_dqn.atari import (AtariEnv, AtariStep, GameSettings, gymnasium_id, make_atari_env,
+                            resolve_game)
 
 BREAKOUT_LIVES = 5
 
 
-def make(game: str = "breakout", **kwargs) -> AtariEnv:
-    settings = {"seed": 0, "noop_max": 0, "sticky_actions": 0.0} | kwargs
-    return make_atari_env(game, **settings)
+def make(game: str = "breakout", seed: int = 0, **kwargs) -> AtariEnv:
+    return make_atari_env(GameSettings(game, **({"noop_max": 0} | kwargs)), seed=seed)
 
 
 def random_actions(n_actions: int, steps: int, seed: int = 0) -> np.ndarray:
@@ -185,7 +185,7 @@ def test_unknown_game_lists_close_matches_on_one_line():
         resolve_game("pongg")
     assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="unknown game"):
-        make_atari_env("no_such_game", seed=0)
+        make_atari_env(GameSettings("no_such_game"), seed=0)
 
 
 def test_interpolation_choice_changes_frames():

@@ -8,17 +8,17 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from fast_dqn.atari import AtariStep
+from fast_dqn.atari import AtariStep, GameSettings
 from fast_dqn.samplers import (ALE_SEEDS, PoolStep, ThreadEnvPool, VectorEnvPool, ale_seeds,
                                make_env_pool)
 
 DEADLINE_S = 60.0  # a call that takes longer than this counts as a hang
 
 
-def make_pool(backend: str, num_envs: int = 2, game: str = "breakout", **kwargs):
-    settings = {"seed": 0, "noop_max": 0, "sticky_actions": 0.0,
-                "max_episode_steps": 27_000, "interp": "area"} | kwargs
-    return make_env_pool(backend, game, num_envs, **settings)
+def make_pool(backend: str, num_envs: int = 2, game: str = "breakout", seed: int = 0,
+              **kwargs):
+    settings = GameSettings(game, **({"noop_max": 0} | kwargs))
+    return make_env_pool(backend, settings, num_envs, seed=seed)
 
 
 def finishes(fn: Callable[[], object]) -> object:
@@ -176,7 +176,7 @@ def test_run_in_samplers_runs_in_each_sampler_thread():
 
 
 def test_vector_run_in_samplers_runs_in_caller():
-    pool = VectorEnvPool("pong", 2, noop_max=0, sticky_actions=0.0, max_episode_steps=100)
+    pool = VectorEnvPool(GameSettings("pong", noop_max=0, max_episode_steps=100), 2)
     names = pool.run_in_samplers(lambda i: (i, threading.current_thread().name))
     pool.close()
     assert names == [(0, threading.current_thread().name), (1, threading.current_thread().name)]
