@@ -10,7 +10,9 @@ buffered transitions are flushed and the target takes the online weights (docs/d
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
 in `TrainingLoop.update_inline_until` (main thread) or `FastDQN.update_from_memory` (the
 trainer thread); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
-the schedule in `fast_dqn.counters`; a resume in `TrainingLoop.resume_from`.
+the schedule in `fast_dqn.counters`; a resume in `TrainingLoop.resume_from`. Acting itself
+(frame stacks, epsilon-greedy, game scores) is in `fast_dqn.acting`; what a loop is built
+from, in `fast_dqn.loop_parts`.
 """
 
 from __future__ import annotations
@@ -18,49 +20,25 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping, NamedTuple, Protocol
+from typing import Any, ContextManager, Mapping
 
 import numpy as np
 
 from fast_dqn import saved_state
+from fast_dqn.acting import Actor, FinishedGame, epsilon_greedy
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
                                   replay_in)
-from fast_dqn.config import ALGO_FAST_DQN, Config
+from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
-                               next_target_sync, period_passed, target_sync_due)
-from fast_dqn.evaluation import EvaluationLog, Evaluator, epsilon_greedy
-from fast_dqn.replay_memory import (Batch, FrameHistory, ReplayMemory, SamplerBuffer,
-                                    Transitions, acted_transitions,
-                                    empty_batch, select, zero_transitions)
+                               next_target_sync, period_passed, round_up, target_sync_due)
+from fast_dqn.evaluation import Evaluator
+from fast_dqn.replay_memory import (Batch, SamplerBuffer, StagingArea, Transitions,
+                                    empty_batch, select)
 from fast_dqn.run_logs import EpisodeRow
-from fast_dqn.samplers import EnvPool
 from fast_dqn.saved_state import StateError
 from fast_dqn.stop_request import StopRequest
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.trainer import Trainer
-
-
-class QFunction(Protocol):
-    """What the loops need of a Q-network (the real one, or the benchmark's timed stub)."""
-
-    n_actions: int
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray: ...
-
-    def update(self, batch: Batch) -> None: ...
-
-    def update_many(self, batches: Batch, count: int) -> None: ...
-
-    def sync_target(self) -> None: ...
-
-    def take_train_stats(self) -> tuple[float, float, int]: ...
-
-
-class RunLog(EvaluationLog, Protocol):
-    """What the loops need of the run's logs (see `fast_dqn.run_logs.RunLogs`)."""
-
-    def log_episode(self, row: EpisodeRow) -> None: ...
-
-    def flush(self) -> None: ...
 
 
 class NonFiniteLoss(RuntimeError):
@@ -72,65 +50,6 @@ def check_loss_finite(loss: float, count: int, step: int) -> None:
     if count and not np.isfinite(loss):
         raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
                             f"{count} minibatches is {loss}; try a smaller --lr")
-
-
-class FinishedGame(NamedTuple):
-    env: int
-    length: int  # agent steps
-    score: float  # raw game score
-
-
-class Actor:
-    """W environments, their frame histories and the running scores of their games.
-
-    Owned by the main thread.
-    """
-
-    def __init__(self, pool: EnvPool):
-        self.pool = pool
-        self.history = FrameHistory(pool.num_envs)
-        self._scores = np.zeros(pool.num_envs, dtype=np.float64)
-        self._lengths = np.zeros(pool.num_envs, dtype=np.int64)
-
-    @property
-    def states(self) -> np.ndarray:
-        return self.history.states
-
-    def reset(self, seed: int) -> None:
-        self.history.reset(self.pool.reset(seed=seed))
-        self._scores[:] = 0
-        self._lengths[:] = 0
-
-    def act(self, actions: np.ndarray) -> tuple[Transitions, list[FinishedGame]]:
-        """One round: each env takes its action; returns the W transitions and the games
-        that ended."""
-        frames = self.history.states[:, -1].copy()
-        result = self.pool.step(actions)
-        self._scores += result.rewards
-        self._lengths += 1
-        finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))
-                    for i in np.flatnonzero(result.game_overs)]
-        self._scores[result.game_overs] = 0
-        self._lengths[result.game_overs] = 0
-        self.history.push(result.frames, after_episode_end=result.episode_ends)
-        transitions = acted_transitions(frames, np.asarray(actions), result.rewards,
-                                        result.terminals, result.episode_ends)
-        return transitions, finished
-
-
-class LoopParts(NamedTuple):
-    """Everything a training loop is built from; the entry points wire these up."""
-
-    config: Config
-    network: QFunction
-    memory: ReplayMemory
-    pool: EnvPool
-    make_eval_pool: Callable[[], EnvPool] | None
-    run_log: RunLog
-    rng: np.random.Generator
-    progress: object | None = None  # fast_dqn.progress.Progress
-    save_checkpoint: Callable[["TrainingLoop"], None] | None = None
-    stop: StopRequest | None = None  # installed by the entry point before the run is built
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -404,8 +323,8 @@ class FastDQN(TrainingLoop):
             # ReplayMemory.batch): one is sampled into while the other is trained on.
             rows = self.config.batch_size * self.config.updates_per_call
             self._minibatches = (empty_batch(rows), empty_batch(rows))
-        rounds = -(-self.config.target_update // num_envs)
-        self._staging = _StagingArea(rounds, num_envs)
+        rounds = round_up(self.config.target_update, num_envs) // num_envs
+        self._staging = StagingArea(rounds, num_envs)
 
     def sample_minibatches(self, count: int, slot: int) -> Batch:
         """`count` minibatches from the frozen memory into buffer `slot`, on the trainer's
@@ -436,7 +355,7 @@ class FastDQN(TrainingLoop):
             end = min(step + config.target_update, config.replay_start)
         else:
             end = next_target_sync(step, config)
-        return min(end, _round_up(config.timesteps, self.actor.pool.num_envs))
+        return min(end, round_up(config.timesteps, self.actor.pool.num_envs))
 
     def act_and_learn(self) -> None:
         counters = self.counters
@@ -508,26 +427,3 @@ class FastDQN(TrainingLoop):
             if flushed is not None:
                 self.memory.add_many(flushed)
         self._staging.clear()
-
-
-class _StagingArea:
-    """Preallocated (rounds, W) columns for one epoch's transitions."""
-
-    def __init__(self, rounds: int, num_envs: int):
-        self._rows = zero_transitions(rounds, num_envs)
-        self.count = 0
-
-    def clear(self) -> None:
-        self.count = 0
-
-    def append(self, transitions: Transitions) -> None:
-        for column, values in zip(self._rows, transitions):
-            column[self.count] = values
-        self.count += 1
-
-    def transitions(self) -> Transitions:
-        return select(self._rows, slice(0, self.count))
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

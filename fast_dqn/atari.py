@@ -199,16 +199,16 @@ class AtariEnv:
         return cv2.resize(screen, size, interpolation=self._cv2_flag)
 
 
-def gymnasium_id(game: str) -> str:
+def gymnasium_id(rom_id: str) -> str:
     """The Gymnasium id of a game: `space_invaders` -> `ALE/SpaceInvaders-v5`."""
-    return f"ALE/{ale_py.registration.rom_id_to_name(resolve_game(game))}-v5"
+    return f"ALE/{ale_py.registration.rom_id_to_name(rom_id)}-v5"
 
 
 @dataclasses.dataclass(frozen=True)
 class GameSettings:
     """What each environment of a run is built with: the game and the Atari protocol."""
 
-    game: str  # ROM id, CamelCase or Gymnasium id (see `resolve_game`)
+    game: str  # ale-py ROM id: a run's game, resolved once where it is chosen
     noop_max: int = 30  # most no-op frames at the start of a game (0 = none)
     sticky_actions: float = 0.0  # probability that the emulator repeats the previous action
     life_loss_terminal: bool = True  # a lost life ends the learning episode

@@ -17,7 +17,6 @@ so 0 is random play and 100 is the human tester. Games are named by their ale-py
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 
@@ -85,33 +84,22 @@ NATURE_GAMES: tuple[str, ...] = tuple(sorted(_NATURE_SCORES))
 """The 49 games of the Nature study as ale-py ROM ids, in alphabetical order."""
 
 
-def _rom_id(game: str) -> str:
-    """Maps `pong`, `Pong`, `SpaceInvaders` or `ALE/SpaceInvaders-v5` to the ROM id."""
-    name = game.strip()
-    if name.startswith("ALE/"):
-        name = name[len("ALE/"):]
-    name = re.sub(r"(NoFrameskip)?-v\d+$", "", name)
-    if not name.islower():
-        name = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-    return name
-
-
 def reference_scores(game: str) -> GameScores:
     """The Nature table's random-play and human scores of `game`.
 
     Args:
-      game: an ale-py ROM id such as `space_invaders` (`SpaceInvaders` and
-        `ALE/SpaceInvaders-v5` are accepted too).
+      game: an ale-py ROM id such as `space_invaders`, as a run's config.json records it
+        (`fast_dqn.atari.resolve_game` turns other spellings into one).
 
     Raises:
-      ValueError: `game` is not one of the 49 games of the Nature table.
+      ValueError: `game` is not the ROM id of one of the 49 games of the Nature table.
     """
-    rom = _rom_id(game)
     try:
-        return _NATURE_SCORES[rom]
+        return _NATURE_SCORES[game]
     except KeyError:
-        raise ValueError(f"no reference scores for {game!r}: not one of the 49 games of "
-                         "the Nature DQN table (see fast_dqn.atari_data.NATURE_GAMES)") from None
+        raise ValueError(f"no reference scores for {game!r}: not the ROM id of one of the 49 "
+                         "games of the Nature DQN table (see fast_dqn.atari_data.NATURE_GAMES)"
+                         ) from None
 
 
 def human_normalized_score(game: str, score: float) -> float:

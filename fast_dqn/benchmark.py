@@ -25,9 +25,11 @@ from typing import Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, TrainingLoop
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import ALGO_FAST_DQN, XLA_MODES, Config, OneLineErrorParser, validate
+from fast_dqn.counters import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
 from fast_dqn.samplers import SERIAL
@@ -146,7 +148,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True) -> Config:
-    random_steps = _round_up(args.random_steps, workers)
+    random_steps = round_up(args.random_steps, workers)
     config = Config(
         game=resolve_game(args.game), seed=args.seed, timesteps=random_steps + args.steps,
         replay_start=random_steps, replay_capacity=max(random_steps + args.steps, 10_000),
@@ -156,10 +158,6 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         xla=args.xla)
     validate(config, ALGO_FAST_DQN)
     return config
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def make_network(args: argparse.Namespace, n_actions: int, config: Config):

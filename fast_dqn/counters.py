@@ -84,6 +84,11 @@ def period_passed(period: int, previous_step: int, step: int) -> bool:
     return period > 0 and step // period > previous_step // period
 
 
+def round_up(value: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` at or above `value` (steps taken in rounds of W)."""
+    return -(-value // multiple) * multiple
+
+
 # -- the counters -------------------------------------------------------------------------
 
 class EpisodeStats:

@@ -14,21 +14,13 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from fast_dqn import saved_state
+from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.config import Config
 from fast_dqn.counters import period_passed
-from fast_dqn.replay_memory import FrameHistory
 from fast_dqn.samplers import EnvPool
 from fast_dqn.saved_state import StateError
 
 GreedyFn = Callable[[np.ndarray], np.ndarray]
-
-
-def epsilon_greedy(greedy: np.ndarray, epsilon: np.ndarray | float, n_actions: int,
-                   rng: np.random.Generator) -> np.ndarray:
-    """Replaces each greedy action by a uniformly random one with probability epsilon."""
-    explore = rng.random(len(greedy)) < epsilon
-    random_actions = rng.integers(0, n_actions, size=len(greedy))
-    return np.where(explore, random_actions, greedy).astype(np.int64)
 
 
 def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,

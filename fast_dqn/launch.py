@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, NonFiniteLoss, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, NonFiniteLoss, TrainingLoop
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
                                   save_checkpoint, verify_checkpoint)

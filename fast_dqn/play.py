@@ -34,8 +34,8 @@ import numpy as np
 from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env
 from fast_dqn.checkpoints import MANIFEST, latest_checkpoint, network_prefix
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
-from fast_dqn.evaluation import GreedyFn, epsilon_greedy
-from fast_dqn.replay_memory import FrameHistory
+from fast_dqn.acting import FrameHistory, epsilon_greedy
+from fast_dqn.evaluation import GreedyFn
 from fast_dqn.run_dir import CONFIG_FILE
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks

@@ -179,6 +179,8 @@ class QNetwork:
         return self._greedy_fns[use_target](tf.constant(states)).numpy()
 
     def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
+        """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
+        is for reading a trained network (a notebook, an analysis of values) and the tests."""
         network = self.target if use_target else self.online
         return network(tf.constant(states), training=False).numpy()
 

@@ -164,12 +164,6 @@ class ReplayMemory:
     def rng(self) -> np.random.Generator:
         return self._rng
 
-    def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
-            episode_end: bool) -> None:
-        """Stores one transition; `reward` is the raw game reward (clipped here)."""
-        self.add_many(acted_transitions(frame[None], np.array([action]), np.array([reward]),
-                                        np.array([terminal]), np.array([episode_end])))
-
     def add_many(self, transitions: Transitions) -> None:
         """Stores transitions in time order (a round of one env, or one sampler's buffer).
 
@@ -277,12 +271,6 @@ class ReplayMemory:
         mask[:, :-1] = real_back[:, ::-1]
         return mask
 
-    def state_at(self, slot: int) -> np.ndarray:
-        """The (HISTORY, 84, 84) state whose newest frame is in `slot`."""
-        window = (slot + np.arange(-(HISTORY - 1), 1)) % self.capacity
-        mask = self._history_mask(np.array([slot]))[0]
-        return self.store.frames[window] * mask[:, None, None]
-
     def close_open_episode(self) -> None:
         """Ends the newest episode where it stands (a resumed run starts fresh episodes).
 
@@ -343,30 +331,6 @@ class ReplayMemory:
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
 
 
-class FrameHistory:
-    """The actors' side of the padding rule: W stacks of the last HISTORY frames.
-
-    At a learning episode's start the older frames are zero, exactly as `ReplayMemory`
-    rebuilds them.
-    """
-
-    def __init__(self, num_envs: int):
-        self.states = np.zeros((num_envs, HISTORY, *FRAME_SHAPE), dtype=np.uint8)
-
-    def reset(self, frames: np.ndarray) -> np.ndarray:
-        self.states[...] = 0
-        self.states[:, -1] = frames
-        return self.states
-
-    def push(self, frames: np.ndarray, after_episode_end: np.ndarray) -> np.ndarray:
-        """Appends each env's newest frame; `after_episode_end` marks envs whose last step
-        ended a learning episode, so that their new frame begins the next one."""
-        self.states[:, :-1] = self.states[:, 1:]
-        self.states[:, -1] = frames
-        self.states[after_episode_end, :-1] = 0
-        return self.states
-
-
 class SamplerBuffer:
     """One sampler's transitions between two sync points, flushed whole at each sync point.
 
@@ -422,3 +386,23 @@ class SamplerBuffer:
         self._chunks = [Transitions(*(column[last:].copy() for column in rows))]
         rows.episode_ends[last] = True  # a stop for states reaching back, no next frame
         rows.sampleable[last] = False
+
+
+class StagingArea:
+    """Preallocated (rounds, W) columns for one epoch's transitions, before the sync point
+    hands each sampler's column to its `SamplerBuffer`."""
+
+    def __init__(self, rounds: int, num_envs: int):
+        self._rows = zero_transitions(rounds, num_envs)
+        self.count = 0
+
+    def clear(self) -> None:
+        self.count = 0
+
+    def append(self, transitions: Transitions) -> None:
+        for column, values in zip(self._rows, transitions):
+            column[self.count] = values
+        self.count += 1
+
+    def transitions(self) -> Transitions:
+        return select(self._rows, slice(0, self.count))

@@ -17,7 +17,6 @@ seed + i is taken modulo 2**31 (`ale_seeds`): unchanged wherever it fits.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 from typing import Any, Callable, NamedTuple, Protocol, TypeVar
@@ -25,8 +24,7 @@ from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from fast_dqn.atari import (AtariEnv, AtariStep, GameSettings, make_atari_env,
-                            resolve_game)
+from fast_dqn.atari import AtariEnv, AtariStep, GameSettings, make_atari_env
 from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
 
 T = TypeVar("T")
@@ -105,7 +103,7 @@ class VectorEnvPool:
             raise ValueError(f"interp {settings.interp!r} needs the threads backend; ale-py's "
                              "vector env always resizes with area interpolation")
         self._env: AtariVectorEnv | None = AtariVectorEnv(
-            resolve_game(settings.game), num_envs, stack_num=1, autoreset_mode="SameStep",
+            settings.game, num_envs, stack_num=1, autoreset_mode="SameStep",
             life_loss_info=settings.life_loss_terminal, reward_clipping=False,
             episodic_life=False, noop_max=settings.noop_max,
             repeat_action_probability=settings.sticky_actions,
@@ -339,13 +337,12 @@ def make_env_pool(backend: str, settings: GameSettings, num_envs: int, *,
     """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i).
 
     Raises:
-        ValueError: unknown backend or game, a setting out of range, or `interp` other than
+        ValueError: unknown backend, a setting out of range, or `interp` other than
             area with the vector backend (ale-py's vector env always resizes with area
             interpolation).
     """
     if backend not in (*BACKENDS, SERIAL):
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    settings = dataclasses.replace(settings, game=resolve_game(settings.game))
     pool: EnvPool
     if backend == "vector":
         pool = VectorEnvPool(settings, num_envs)

@@ -89,11 +89,6 @@ class Trainer:
             raise self._error
 
     @property
-    def completed(self) -> int:
-        """Updates done so far; exact once `wait` has returned."""
-        return self._completed
-
-    @property
     def failed(self) -> bool:
         return self._error is not None
 

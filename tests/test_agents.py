@@ -58,10 +58,10 @@ class _Network:
 
 def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypatch):
     """With W workers, sampler i draws its epsilon from step `step + i`."""
-    from fast_dqn.agents import LoopParts
+    from fast_dqn.loop_parts import LoopParts
     from fast_dqn.replay_memory import ReplayMemory
-    from tests.test_evaluation import ScriptedPool
-    from tests.test_learning import FakeRunLog
+    from tests.fakes import ScriptedPool
+    from tests.fakes import FakeRunLog
 
     config = Config(replay_start=0, exploration_steps=8, workers=4, concurrent=False)
     parts = LoopParts(config=config, network=_Network(),

@@ -152,6 +152,23 @@ def test_life_loss_is_terminal_without_reset_and_game_over_restarts():
     env.close()
 
 
+def test_without_the_life_loss_signal_lives_go_but_only_the_game_over_is_terminal():
+    env = make("breakout", life_loss_terminal=False)
+    lives_lost_quietly = 0
+    for action in random_actions(env.n_actions, 2000):
+        lives = env.lives
+        step = env.step(int(action))
+        if step.game_over:
+            assert step.terminal and lives == 1
+            break
+        assert not step.terminal
+        lives_lost_quietly += env.lives < lives
+    else:
+        pytest.fail("a random policy loses 5 breakout lives in 2000 steps")
+    assert lives_lost_quietly == BREAKOUT_LIVES - 1
+    env.close()
+
+
 def test_same_seed_same_run_and_other_seeds_differ():
     actions = random_actions(4, 200)
 
@@ -184,8 +201,6 @@ def test_unknown_game_lists_close_matches_on_one_line():
     with pytest.raises(ValueError, match=r"unknown game 'pongg'; did you mean: pong\?") as info:
         resolve_game("pongg")
     assert "\n" not in str(info.value)
-    with pytest.raises(ValueError, match="unknown game"):
-        make_atari_env(GameSettings("no_such_game"), seed=0)
 
 
 def test_interpolation_choice_changes_frames():

@@ -32,7 +32,12 @@ NATURE_DEFAULTS = {
     "eval_episodes": 30,
     "eval_epsilon": 0.05,
     "eval_max_episode_steps": 4_500,  # 5 minutes of play (Nature, Methods, "Evaluation")
+    "protocol": "nature",
     "sticky_actions": 0.0,
+    "life_loss_terminal": True,  # DeepMind's code ends the learning episode at a lost life
+    "full_action_set": False,  # the game's minimal action set
+    "double": False,
+    "dueling": False,
     "noop_max": 30,
     "max_episode_steps": 27_000,
     "checkpoint_every": 1_000_000,
@@ -148,3 +153,43 @@ def test_readme_flag_table_is_generated_from_the_config():
     start = readme.index("<!-- flags-table:start -->\n") + len("<!-- flags-table:start -->\n")
     end = readme.index("\n<!-- flags-table:end -->")
     assert readme[start:end] == config_module.flags_markdown_table()
+
+
+# ------------------------------------------------------------------------- protocols
+
+# Machado et al. (2018) as docs/protocol.md sources each value: sticky actions with
+# probability 0.25, the end of the game as the only terminal signal, the 18 actions of the
+# joystick, no no-op starts; the episode cap of 108,000 frames as Dopamine and ale-py's v5
+# environments keep it.
+MACHADO = {"sticky_actions": 0.25, "life_loss_terminal": False, "full_action_set": True,
+           "noop_max": 0, "max_episode_steps": 108_000 // 4}
+
+
+def test_the_nature_preset_is_the_defaults():
+    preset = config_module.PROTOCOL_PRESETS["nature"]
+    assert preset == {name: NATURE_DEFAULTS[name] for name in preset}
+
+
+def test_the_machado_preset_resolves_to_the_papers_settings():
+    settings = config_module.with_protocol({"protocol": "machado"})
+    config = Config(**settings)
+    assert {name: getattr(config, name) for name in MACHADO} == MACHADO
+    assert config.protocol == "machado"
+    assert config_module.protocol_overrides(config) == []
+    untouched = {name: value for name, value in NATURE_DEFAULTS.items()
+                 if name not in MACHADO and name != "protocol"}
+    assert {name: getattr(config, name) for name in untouched} == untouched
+
+
+def test_a_flag_given_beside_a_preset_wins_and_is_named():
+    args = make_parser(ALGO_DQN, "t").parse_args(
+        ["--protocol=machado", "--noop-max=30", "--sticky-actions=0.25"])
+    config = Config(**config_module.with_protocol(config_module.given_settings(args)))
+    assert config.noop_max == 30 and config.sticky_actions == 0.25
+    assert config.life_loss_terminal is False
+    assert config_module.protocol_overrides(config) == ["noop_max"]
+
+
+def test_nature_runs_name_no_overrides_unless_a_protocol_setting_was_changed():
+    assert config_module.protocol_overrides(Config()) == []
+    assert config_module.protocol_overrides(Config(sticky_actions=0.25)) == ["sticky_actions"]

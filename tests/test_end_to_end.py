@@ -178,3 +178,30 @@ def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is False
     assert summary["steps"] < 20000
+
+
+@pytest.mark.parametrize("algo", [ALGO_DQN, ALGO_FAST_DQN])
+def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
+    run_dir = tmp_path / algo
+    flags = ["--protocol=machado", "--double=true", "--dueling=true", "--evaluate=0",
+             "--timesteps=1600", f"--logdir={run_dir}"]
+    flags += ["--workers=4"] if algo == ALGO_FAST_DQN else []
+    assert main(TINY + flags, algo) == 0
+    assert main([f"--resume={run_dir}", "--timesteps=2000"], algo) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["protocol"], config["double"], config["dueling"]) == ("machado", True, True)
+    assert (config["sticky_actions"], config["life_loss_terminal"]) == (0.25, False)
+    assert config["full_action_set"] is True and config["noop_max"] == 0
+    assert config["max_episode_steps"] == 300  # TINY's flag, given beside the preset, wins
+    assert config["protocol_overrides"] == ["max_episode_steps"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["steps"] == 2000
+    _, episodes = read_rows(run_dir / "episodes.csv")
+    last_returns = [float(row["return"]) for row in episodes[-100:]]
+    assert summary["training_games"] == len(episodes) > 0
+    assert summary["training_return_last_100"] == pytest.approx(np.mean(last_returns))
+
+    from fast_dqn import play  # the dueling network of the checkpoint is rebuilt to play
+    capsys.readouterr()
+    assert play.main([str(run_dir), "--episodes", "1", "--max-steps", "20"]) == 0
+    assert "game 1/1: score " in capsys.readouterr().out

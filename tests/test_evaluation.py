@@ -7,52 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fast_dqn.agents import DQN, LoopParts
+from fast_dqn.agents import DQN
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.config import Config
 from fast_dqn.evaluation import evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.samplers import PoolStep
-from tests.test_learning import FakeRunLog
-
-
-class ScriptedPool:
-    """W envs whose games last `game_lengths[i]` steps with a life lost every `life_every`
-    steps; every step scores `i + 1` points, so a game's score is known in advance. After a
-    game over the env starts a new game at once, as the real pools do."""
-
-    def __init__(self, game_lengths: list[int], life_every: int = 3, n_actions: int = 4):
-        self.num_envs = len(game_lengths)
-        self.n_actions = n_actions
-        self.game_lengths = np.array(game_lengths)
-        self.life_every = life_every
-        self.steps = np.zeros(self.num_envs, dtype=np.int64)  # within the current game
-        self.actions: list[np.ndarray] = []
-
-    def _frames(self) -> np.ndarray:
-        frames = np.zeros((self.num_envs, 84, 84), dtype=np.uint8)
-        frames[:, 0, 0] = np.arange(self.num_envs)  # each env's frames name the env
-        return frames
-
-    def reset(self, seed: int) -> np.ndarray:
-        self.steps[:] = 0
-        return self._frames()
-
-    def step(self, actions: np.ndarray) -> PoolStep:
-        self.actions.append(np.array(actions))
-        self.steps += 1
-        game_overs = self.steps >= self.game_lengths
-        life_lost = self.steps % self.life_every == 0
-        rewards = np.arange(1, self.num_envs + 1, dtype=np.float32)
-        self.steps[game_overs] = 0
-        return PoolStep(self._frames(), rewards, game_overs | life_lost,
-                        game_overs | life_lost, game_overs)
-
-    def run_in_samplers(self, fn):
-        return [fn(i) for i in range(self.num_envs)]
-
-    def close(self) -> None:
-        pass
+from tests.fakes import FakeRunLog, ScriptedPool
 
 
 def test_each_env_plays_exactly_one_whole_game_through_its_lives():

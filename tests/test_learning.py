@@ -12,41 +12,20 @@ the Nature ones, unchanged.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import pytest
 
-from fast_dqn.agents import DQN, FastDQN, LoopParts, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, TrainingLoop
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.counters import updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.replay_memory import Batch, ReplayMemory, SamplerBuffer, acted_transitions
 from fast_dqn.samplers import PoolStep
+from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
                                  CorridorPool, draw, optimal_q)
-
-
-class FakeRunLog:
-    """Records what a loop logs (the real one is fast_dqn.run_logs.RunLogs)."""
-
-    def __init__(self):
-        self.episodes: list[tuple[int, int, float]] = []  # timestep, length, return
-        self.evaluations: list[tuple[int, list[float]]] = []
-        self.scalars: list[tuple[int, dict[str, float]]] = []
-
-    def log_episode(self, row) -> None:
-        self.episodes.append((row.timestep, row.length, row.ret))
-
-    def flush(self) -> None:
-        pass
-
-    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
-        self.evaluations.append((timestep, returns))
-        return {"mean": float(np.mean(returns))}
-
-    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
-        self.scalars.append((step, dict(scalars)))
 
 
 def make_loop(loop_class: type[TrainingLoop], config: Config, pool: Any, network: Any,
@@ -181,62 +160,6 @@ def test_optimal_q_is_the_bellman_fixed_point():
 
 
 # ------------------------------------------------------- tape tests of the orchestration
-
-
-class Tape:
-    """Events in the order they happened, from the main and the trainer threads."""
-
-    def __init__(self):
-        self.events: list[tuple] = []
-
-    def record(self, *event: Any) -> None:
-        self.events.append((threading.current_thread().name, *event))
-
-    def main_thread(self) -> list[tuple]:
-        return [e for e in self.events if e[0] == threading.main_thread().name]
-
-
-class RecordingNetwork:
-    """A fake Q-network: each train call makes a new online 'version'; sync copies it.
-
-    The greedy action depends on the agent's cell and on the version of the network asked,
-    so a run's replay contents depend on when the target was synced and how many minibatches
-    had been trained by then.
-    """
-
-    n_actions = 2
-
-    def __init__(self, tape: Tape):
-        self.tape = tape
-        self.online_version = 0
-        self.target_version = 0
-        self._updates_since_stats = 0
-        self.queried_states: list[np.ndarray] = []
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        self.tape.record("query", use_target, len(states))
-        self.queried_states.append(states.copy())
-        version = self.target_version if use_target else self.online_version
-        cells = states[:, -1, 40, :].argmax(axis=1) // 14
-        return ((cells + version // 7) % 2).astype(np.int64)
-
-    def update(self, batch: Batch) -> None:
-        self.tape.record("train", self.online_version)
-        self.online_version += 1
-        self._updates_since_stats += 1
-
-    def update_many(self, batches: Batch, count: int) -> None:
-        assert len(batches.actions) % count == 0
-        for _ in range(count):
-            self.update(batches)
-
-    def sync_target(self) -> None:
-        self.tape.record("sync", self.online_version)
-        self.target_version = self.online_version
-
-    def take_train_stats(self) -> tuple[float, float, int]:
-        count, self._updates_since_stats = self._updates_since_stats, 0
-        return (0.5, 1.0, count) if count else (float("nan"), float("nan"), 0)
 
 
 def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:

@@ -14,7 +14,7 @@ import pytest
 
 from fast_dqn import play
 from fast_dqn.config import ALGO_DQN, Config
-from fast_dqn.replay_memory import FrameHistory
+from fast_dqn.acting import FrameHistory
 
 PONG_ACTIONS = 6
 RUN_SEED = 0  # the seed in config.json: `play` builds its network with it before restoring

@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
-from fast_dqn.q_network import (QNetwork, build_nature_cnn, configure_device,  # noqa: E402
-                                huber, make_q_network)
+from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
+                                configure_device, dueling_q_values, huber, make_q_network)
 from fast_dqn.replay_memory import Batch  # noqa: E402
 
 keras = tf.keras
@@ -307,14 +307,15 @@ def _stack(batches: list[Batch]) -> Batch:
     return Batch(*(np.concatenate(arrays) for arrays in zip(*batches)))
 
 
+@pytest.mark.parametrize("variant", [{}, {"double": True, "dueling": True}])
 @pytest.mark.parametrize("xla", ["on", "off"])
 @pytest.mark.parametrize("count", [2, 5])
-def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count, xla):
+def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count, xla, variant):
     batches = [random_batch(seed) for seed in range(20, 20 + 2 * count)]
-    one_by_one = network_from(Config(xla=xla), seed=9)
+    one_by_one = network_from(Config(xla=xla, **variant), seed=9)
     for batch in batches:
         one_by_one.update(batch)
-    at_once = network_from(Config(xla=xla), seed=9)
+    at_once = network_from(Config(xla=xla, **variant), seed=9)
     at_once.update_many(_stack(batches[:count]), count)
     at_once.update_many(_stack(batches[count:]), count)  # a second call reuses the trace
     assert len(at_once.online.variables) == len(one_by_one.online.variables)
@@ -384,3 +385,98 @@ def test_xla_is_on_for_the_cpu_by_default_and_deterministic():
         np.testing.assert_array_equal(a, b)
     for a, b in zip(first, plain):  # the same update, up to float rounding
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+# ------------------------------------------------------------ Double DQN and dueling
+
+
+class FixedQ:
+    """Stands in for a network: the same Q-values whatever the states."""
+
+    def __init__(self, q_values: list[list[float]]):
+        self.q_values = tf.constant(q_values, tf.float32)
+
+    def __call__(self, states, training: bool = False) -> tf.Tensor:
+        return self.q_values
+
+
+def test_double_target_is_valued_by_the_target_network_at_the_online_choice():
+    # Worked by hand, discount 0.5. Row 0: the online network prefers action 1, which the
+    # target values 4, so the Double target is 1 + 0.5 * 4 = 3; Nature's takes the target's
+    # own best, 6: 1 + 0.5 * 6 = 4. Row 1: both networks prefer action 0 (value 2): 0 + 1 = 1.
+    # Row 2 is terminal: the reward alone, -1.
+    online = FixedQ([[1.0, 3.0, 0.0], [5.0, 0.0, 1.0], [0.0, 9.0, 0.0]])
+    target = FixedQ([[6.0, 4.0, 5.0], [2.0, 1.0, 0.0], [7.0, 8.0, 9.0]])
+    rewards = tf.constant([1.0, 0.0, -1.0])
+    terminals = tf.constant([False, False, True])
+    next_states = tf.zeros((3, 4, 84, 84), tf.uint8)
+    expected = {False: [4.0, 1.0, -1.0], True: [3.0, 1.0, -1.0]}
+    for double, targets in expected.items():
+        network = network_from(Config(discount=0.5, double=double), n_actions=3)
+        network.online, network.target = online, target
+        np.testing.assert_array_equal(
+            network.td_targets(rewards, next_states, terminals).numpy(), targets)
+
+
+def test_dueling_aggregation_subtracts_the_mean_advantage():
+    # Wang et al. (2016), eq. (9): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a'), by hand.
+    value = tf.constant([[1.0], [2.0]])
+    advantages = tf.constant([[1.0, 2.0, 3.0], [0.0, 0.0, 6.0]])
+    np.testing.assert_array_equal(dueling_q_values(value, advantages).numpy(),
+                                  [[0.0, 1.0, 2.0], [0.0, 0.0, 6.0]])
+
+
+def count_parameters(layers: list[tuple[int, int]]) -> int:
+    """Weights plus biases of layers given as (inputs per output, outputs)."""
+    return sum(fan_in * outputs + outputs for fan_in, outputs in layers)
+
+
+def test_dueling_network_has_two_512_unit_streams_and_q_values_around_the_value():
+    n_actions = 6
+    model = build_nature_cnn(n_actions, "dueling", random.Random(0), dueling=True)
+    convolutions = [(8 * 8 * 4, 32), (4 * 4 * 32, 64), (3 * 3 * 64, 64)]
+    streams = [(7 * 7 * 64, 512), (512, 1), (7 * 7 * 64, 512), (512, n_actions)]
+    assert model.count_params() == count_parameters(convolutions + streams)
+    states = random_batch(3, size=5).states
+    q_values = model(states).numpy()
+    assert q_values.shape == (5, n_actions)
+    value = keras.Model(model.inputs, model.get_layer("value").output)(states).numpy()
+    # The advantages average to zero, so the Q-values average to the value (up to rounding).
+    np.testing.assert_allclose(q_values.mean(axis=1), value[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_nature_network_is_unchanged_without_dueling():
+    model = build_nature_cnn(N_ACTIONS, "nature", random.Random(0))
+    layers = [(8 * 8 * 4, 32), (4 * 4 * 32, 64), (3 * 3 * 64, 64), (7 * 7 * 64, 512),
+              (512, N_ACTIONS)]
+    assert model.count_params() == count_parameters(layers)
+    assert not any(isinstance(layer, ScaleGradient) for layer in model.layers)
+
+
+def test_dueling_scales_the_gradient_into_the_last_convolution_by_one_over_root_two():
+    states = random_batch(4, size=3).states
+
+    def last_convolution_gradient(scale: float) -> np.ndarray:
+        model = build_nature_cnn(N_ACTIONS, "dueling", random.Random(1), dueling=True)
+        model.get_layer("scale_gradient").scale = scale
+        last_convolution = [layer for layer in model.layers
+                            if isinstance(layer, keras.layers.Conv2D)][-1]
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(model(states))
+        return tape.gradient(total, last_convolution.kernel).numpy()
+
+    scaled, unscaled = last_convolution_gradient(2 ** -0.5), last_convolution_gradient(1.0)
+    largest = np.abs(unscaled).max()
+    assert largest > 0
+    # Scaling before or after the sums over positions rounds differently: ~1e-6 of the largest.
+    np.testing.assert_allclose(scaled, unscaled / np.sqrt(2.0), rtol=0, atol=1e-5 * largest)
+
+
+def test_scale_gradient_is_the_identity_going_forward():
+    x = tf.constant([[0.1, -3.0, 7.5]])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = ScaleGradient(0.25)(x)
+        total = tf.reduce_sum(3.0 * y)
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    np.testing.assert_array_equal(tape.gradient(total, x).numpy(), [[0.75, 0.75, 0.75]])

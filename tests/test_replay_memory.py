@@ -14,11 +14,24 @@ import numpy as np
 import pytest
 
 from fast_dqn.config import HISTORY
-from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, FrameHistory,
-                                    acted_transitions,
-                                    ReplayMemory, SamplerBuffer, check_memory_for, clip_reward)
+from fast_dqn.acting import FrameHistory
+from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory,
+                                    SamplerBuffer, acted_transitions, check_memory_for,
+                                    clip_reward)
 
 # ------------------------------------------------------------------------------- helpers
+
+
+def add_one(memory: ReplayMemory, frame: np.ndarray, action: int, reward: float,
+            terminal: bool, episode_end: bool) -> None:
+    """Stores one transition as a round of one environment stores it (raw reward)."""
+    memory.add_many(acted_transitions(frame[None], np.array([action]), np.array([reward]),
+                                      np.array([terminal]), np.array([episode_end])))
+
+
+def state_at(memory: ReplayMemory, slot: int) -> np.ndarray:
+    """The state whose newest frame is in `slot`, as a minibatch would hold it."""
+    return memory.batch(np.array([slot])).states[0]
 
 
 def id_frame(frame_id: int) -> np.ndarray:
@@ -43,8 +56,8 @@ def memory_from(spec: str, capacity: int, seed: int = 0) -> ReplayMemory:
     """Adds the transitions of `spec` in order; transition k (1-based id) goes to slot k - 1."""
     memory = ReplayMemory(capacity, np.random.default_rng(seed))
     for frame_id, terminal, truncated in parse_steps(spec):
-        memory.add(id_frame(frame_id), action=frame_id % 3, reward=float(frame_id),
-                   terminal=terminal, episode_end=truncated)
+        add_one(memory, id_frame(frame_id), action=frame_id % 3, reward=float(frame_id),
+                terminal=terminal, episode_end=truncated)
     return memory
 
 
@@ -141,7 +154,7 @@ def test_rebuilt_states(case: Case):
     for frame_id, expected in case.states.items():
         slot = slot_of(frame_id, case.capacity)
         assert memory.store.frames[slot, 0, 0] == frame_id, "table names an overwritten id"
-        assert ids_of(memory.state_at(slot)) == expected, f"state of id {frame_id}"
+        assert ids_of(state_at(memory, slot)) == expected, f"state of id {frame_id}"
         if frame_id in case.valid:
             batch = memory.batch(np.array([slot]))
             assert ids_of(batch.states[0]) == expected, f"batch state of id {frame_id}"
@@ -186,7 +199,7 @@ def test_add_many_longer_than_capacity_keeps_the_newest():
     assert memory.size == 6
     assert valid_ids(memory) == {12, 13}
     assert memory.cursor == 0
-    assert ids_of(memory.state_at(4)) == [10, 11, 12, 13]
+    assert ids_of(state_at(memory, 4)) == [10, 11, 12, 13]
 
 
 # ------------------------------------------------------------------ explicit indices
@@ -212,7 +225,7 @@ def test_batch_at_explicit_indices_in_the_given_order():
 def test_rewards_are_clipped_to_their_sign(raw, clipped):
     assert clip_reward(raw) == clipped
     memory = ReplayMemory(8, np.random.default_rng(0))
-    memory.add(id_frame(1), 0, raw, terminal=True, episode_end=True)
+    add_one(memory, id_frame(1), 0, raw, terminal=True, episode_end=True)
     memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]),
                                       np.array([True]), np.array([True])))
     assert memory.store.rewards[:2].tolist() == [clipped, clipped]
@@ -227,7 +240,7 @@ def filled_memory(capacity: int, transitions: int, seed: int) -> ReplayMemory:
     stream = random_stream(np.random.default_rng(seed), transitions)
     memory = ReplayMemory(capacity, np.random.default_rng(seed))
     for step in stream.steps:
-        memory.add(step.frame, step.action, step.reward, step.terminal, step.episode_end)
+        add_one(memory, step.frame, step.action, step.reward, step.terminal, step.episode_end)
     return memory
 
 
@@ -357,7 +370,7 @@ def test_memory_matches_naive_reference(capacity, transitions, seed):
     reference = naive_transitions(stream)
     memory = ReplayMemory(capacity, np.random.default_rng(seed))
     for step in stream.steps:
-        memory.add(step.frame, step.action, step.reward, step.terminal, step.episode_end)
+        add_one(memory, step.frame, step.action, step.reward, step.terminal, step.episode_end)
 
     slots = np.arange(capacity)
     valid_transitions = {int(t) for t in np.flatnonzero(memory.valid(slots))}

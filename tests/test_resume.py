@@ -419,11 +419,12 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     that evaluation for good."""
     import numpy as np
 
-    from fast_dqn.agents import FastDQN, LoopParts
+    from fast_dqn.agents import FastDQN
+    from fast_dqn.loop_parts import LoopParts
     from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
-    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+    from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 
     config = Config(timesteps=600, replay_start=100, target_update=100, evaluate=250,
                     replay_capacity=2000, workers=2, exploration_steps=100, eval_episodes=2)
@@ -477,11 +478,12 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
     minibatches the refill had skipped all at once."""
     import numpy as np
 
-    from fast_dqn.agents import DQN, LoopParts
+    from fast_dqn.agents import DQN
+    from fast_dqn.loop_parts import LoopParts
     from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
-    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+    from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 
     config = Config(timesteps=400, replay_start=50, target_update=50, evaluate=0,
                     replay_capacity=1000, exploration_steps=50)
@@ -516,11 +518,12 @@ def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_re
     the sync, before it acts."""
     import numpy as np
 
-    from fast_dqn.agents import FastDQN, LoopParts
+    from fast_dqn.agents import FastDQN
+    from fast_dqn.loop_parts import LoopParts
     from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
-    from tests.test_learning import FakeRunLog, RecordingNetwork, Tape
+    from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 
     config = Config(timesteps=300, replay_start=100, target_update=100, evaluate=0,
                     replay_capacity=2000, workers=2, exploration_steps=100)

@@ -12,11 +12,11 @@ def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
     trainer = Trainer(lambda _, count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
-    trainer.wait()
+    first = trainer.wait()
     trainer.start_epoch(3)
-    trainer.wait()
+    second = trainer.wait()
     trainer.close()
-    assert trainer.completed == 8
+    assert (first, second) == (5, 3)
     assert threads == ["trainer"] * 8
 
 
@@ -45,32 +45,34 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
     trainer.start_epoch(10_000)  # 100 s of updates
     requested = time.monotonic() + 0.2
     started = time.monotonic()
-    trainer.wait(abandon_if=lambda: time.monotonic() > requested)
+    made = trainer.wait(abandon_if=lambda: time.monotonic() > requested)
     assert time.monotonic() - started < 2.0
-    assert 0 < trainer.completed < 10_000
+    assert 0 < made < 10_000
     trainer.start_epoch(2)  # the next epoch is not abandoned
-    trainer.wait()
+    assert trainer.wait() == 2
     trainer.close()
 
 
 def test_close_is_idempotent_and_joins_the_thread():
     trainer = Trainer(lambda _, count: time.sleep(0.001))
-    trainer.start_epoch(1_000_000)
+    trainer.start_epoch(1_000_000)  # 1,000 s of updates
+    started = time.monotonic()
     trainer.close()
     trainer.close()
-    assert trainer.completed < 1_000_000
+    assert time.monotonic() - started < 5.0
+    assert not any(thread.name == "trainer" for thread in threading.enumerate())
 
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     calls = []
     trainer = Trainer(lambda _, count: calls.append(count), updates_per_call=4)
     trainer.start_epoch(10)
-    trainer.wait()
+    first = trainer.wait()
     trainer.start_epoch(8)
-    trainer.wait()
+    second = trainer.wait()
     trainer.close()
     assert calls == [4, 4, 2, 4, 4]
-    assert trainer.completed == 18
+    assert (first, second) == (10, 8)
 
 
 def test_updates_per_call_below_one_is_refused():
@@ -136,9 +138,9 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
     trainer = Trainer(lambda _, count: time.sleep(0.005), prepare=prepare)
     trainer.start_epoch(100_000)
     time.sleep(0.1)
-    trainer.wait(abandon_if=lambda: True)
+    made = trainer.wait(abandon_if=lambda: True)
     assert running == []
-    assert 0 < trainer.completed < 100_000
+    assert 0 < made < 100_000
     trainer.close()
 
 
@@ -146,9 +148,10 @@ def test_an_exception_in_prepare_is_re_raised_by_wait():
     def prepare(count: int, slot: int) -> None:
         raise RuntimeError("broken sampling")
 
-    trainer = Trainer(lambda _, count: None, prepare=prepare)
+    updates = []
+    trainer = Trainer(lambda _, count: updates.append(count), prepare=prepare)
     trainer.start_epoch(5)
     with pytest.raises(RuntimeError, match="broken sampling"):
         trainer.wait()
-    assert trainer.completed == 0
+    assert updates == []
     trainer.close()

@@ -1,0 +1,92 @@
+"""Acting in W environments: the frame stacks, epsilon-greedy choices and the games' scores.
+
+Training, evaluation and `play` all act through these; the replay memory rebuilds states from
+stored frames by the same padding rule as `FrameHistory` (zeros before an episode's first
+frame), which its tests check against this one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fast_dqn.config import HISTORY
+from fast_dqn.replay_memory import FRAME_SHAPE, Transitions, acted_transitions
+from fast_dqn.samplers import EnvPool
+
+
+def epsilon_greedy(greedy: np.ndarray, epsilon: np.ndarray | float, n_actions: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Replaces each greedy action by a uniformly random one with probability epsilon."""
+    explore = rng.random(len(greedy)) < epsilon
+    random_actions = rng.integers(0, n_actions, size=len(greedy))
+    return np.where(explore, random_actions, greedy).astype(np.int64)
+
+
+class FrameHistory:
+    """The actors' side of the padding rule: W stacks of the last HISTORY frames.
+
+    At a learning episode's start the older frames are zero, exactly as `ReplayMemory`
+    rebuilds them.
+    """
+
+    def __init__(self, num_envs: int):
+        self.states = np.zeros((num_envs, HISTORY, *FRAME_SHAPE), dtype=np.uint8)
+
+    def reset(self, frames: np.ndarray) -> np.ndarray:
+        self.states[...] = 0
+        self.states[:, -1] = frames
+        return self.states
+
+    def push(self, frames: np.ndarray, after_episode_end: np.ndarray) -> np.ndarray:
+        """Appends each env's newest frame; `after_episode_end` marks envs whose last step
+        ended a learning episode, so that their new frame begins the next one."""
+        self.states[:, :-1] = self.states[:, 1:]
+        self.states[:, -1] = frames
+        self.states[after_episode_end, :-1] = 0
+        return self.states
+
+
+class FinishedGame(NamedTuple):
+    env: int
+    length: int  # agent steps
+    score: float  # raw game score
+
+
+class Actor:
+    """W environments, their frame histories and the running scores of their games.
+
+    Owned by the main thread.
+    """
+
+    def __init__(self, pool: EnvPool):
+        self.pool = pool
+        self.history = FrameHistory(pool.num_envs)
+        self._scores = np.zeros(pool.num_envs, dtype=np.float64)
+        self._lengths = np.zeros(pool.num_envs, dtype=np.int64)
+
+    @property
+    def states(self) -> np.ndarray:
+        return self.history.states
+
+    def reset(self, seed: int) -> None:
+        self.history.reset(self.pool.reset(seed=seed))
+        self._scores[:] = 0
+        self._lengths[:] = 0
+
+    def act(self, actions: np.ndarray) -> tuple[Transitions, list[FinishedGame]]:
+        """One round: each env takes its action; returns the W transitions and the games
+        that ended."""
+        frames = self.history.states[:, -1].copy()
+        result = self.pool.step(actions)
+        self._scores += result.rewards
+        self._lengths += 1
+        finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))
+                    for i in np.flatnonzero(result.game_overs)]
+        self._scores[result.game_overs] = 0
+        self._lengths[result.game_overs] = 0
+        self.history.push(result.frames, after_episode_end=result.episode_ends)
+        transitions = acted_transitions(frames, np.asarray(actions), result.rewards,
+                                        result.terminals, result.episode_ends)
+        return transitions, finished
