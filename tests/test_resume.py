@@ -320,10 +320,18 @@ def stop_when(loop, step: int, updates: int, done: threading.Event) -> threading
     """Sends this process SIGINT (as Ctrl-C would) once `loop` has passed `step` and its
     trainer has made `updates` minibatch updates since the last target sync."""
     per_epoch = loop.config.target_update // loop.config.train_freq
+    made = [0]  # the trainer's updates, counted as it makes them
+    update_many = loop.network.update_many
+
+    def counted_update_many(batches, count: int) -> None:
+        update_many(batches, count)
+        made[0] += count
+
+    loop.network.update_many = counted_update_many
 
     def watch() -> None:
         while not done.is_set():
-            if loop.counters.step >= step and loop.trainer.completed % per_epoch >= updates:
+            if loop.counters.step >= step and made[0] % per_epoch >= updates:
                 os.kill(os.getpid(), signal.SIGINT)
                 return
             time.sleep(0.01)

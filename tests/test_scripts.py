@@ -640,8 +640,21 @@ def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_
     assert not (out / "args").exists()
 
 
+def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_learner):
+    env = {**os.environ, "FAKE_EVALS": "80000:400", "REAL_PYTHON": PY}
+    result = subprocess.run([str(LEARNING_CHECK), "--python", str(fake_learner), "--dueling",
+                             "--protocol", "machado", "--double", "--seed", "2"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "runs" / "learning-check-road_runner-fast-machado-dueling-double-seed2"
+    args = (out / "args").read_text().split("\n")
+    for flag in ("--dueling=true", "--double=true", "--protocol=machado", "--seed=2"):
+        assert flag in args
+
+
 @pytest.mark.parametrize("args", [["--trainer", "gpu"], ["--steps", "0"], ["--steps", "100"],
-                                  ["--seed", "-1"], ["--threshold", "high"], ["--bogus"]])
+                                  ["--seed", "-1"], ["--threshold", "high"], ["--bogus"],
+                                  ["--protocol", "atari"]])
 def test_learning_check_bad_options_exit_2(tmp_path, fake_learner, args):
     result = learning_check([*args, "--out", tmp_path / "run"], "", fake_learner)
     assert result.returncode == 2
