@@ -32,12 +32,12 @@ from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
                                next_target_sync, period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import (Batch, SamplerBuffer, StagingArea, Transitions,
                                     empty_batch, select)
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.loop_parts import LoopParts
 from fast_dqn.trainer import Trainer
 
 

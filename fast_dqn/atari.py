@@ -226,7 +226,11 @@ class GameSettings:
                    interp=config.interp)
 
     def check(self) -> None:
-        """Raises ValueError for a setting out of range or an unknown interpolation."""
+        """Raises ValueError for a game that is not a ROM id, a setting out of range or an
+        unknown interpolation."""
+        if self.game not in rom_ids():
+            raise ValueError(f"unknown game {self.game!r}: the env builders take an ale-py ROM "
+                             "id (resolve_game turns other spellings into one)")
         _check_interp(self.interp)
         if self.noop_max < 0:
             raise ValueError(f"noop_max must be 0 or more; got {self.noop_max}")

@@ -26,11 +26,11 @@ from typing import Sequence
 import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
-from fast_dqn.loop_parts import LoopParts
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import ALGO_FAST_DQN, XLA_MODES, Config, OneLineErrorParser, validate
 from fast_dqn.counters import round_up
 from fast_dqn.launch import make_pool
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
 from fast_dqn.samplers import SERIAL
 

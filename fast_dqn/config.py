@@ -53,7 +53,11 @@ def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequenc
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Settings of one training run. Units are in each field's help text."""
+    """Settings of one training run. Units are in each field's help text.
+
+    `protocol` names a preset that `with_protocol` applies when a run is made from flags;
+    building a Config with `protocol="machado"` alone does not change the other settings.
+    """
 
     game: str = _field("pong", "Atari ROM id (pong, space_invaders; SpaceInvaders and "
                        "ALE/SpaceInvaders-v5 are accepted too)")

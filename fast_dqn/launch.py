@@ -23,12 +23,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, NonFiniteLoss, TrainingLoop
-from fast_dqn.loop_parts import LoopParts
 from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
                                   save_checkpoint, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes
 from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
@@ -81,6 +81,7 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     config = Config.from_saved(saved).replace(logdir=str(run_dir), resume=str(run_dir),
                                                **settings)
     validate(config, algo)
+    config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
     check_memory_for(config.replay_capacity)
     return config
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import cv2
 import numpy as np
 
-from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env
+from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
 from fast_dqn.checkpoints import MANIFEST, latest_checkpoint, network_prefix
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
 from fast_dqn.acting import FrameHistory, epsilon_greedy
@@ -128,7 +128,8 @@ def load_run(run_dir: Path) -> RunToPlay:
     """Reads the run's settings and finds its latest complete checkpoint.
 
     Raises:
-        ValueError: no such directory, no readable config.json, or no complete checkpoint.
+        ValueError: no such directory, no readable config.json, an unknown game, or no
+            complete checkpoint.
     """
     if not run_dir.is_dir():
         raise ValueError(f"no run directory {run_dir}")
@@ -136,6 +137,7 @@ def load_run(run_dir: Path) -> RunToPlay:
     if not isinstance(saved, dict) or "game" not in saved:
         raise ValueError(f"{run_dir / CONFIG_FILE} does not name a game; is it a run's config?")
     config = Config.from_saved(saved)
+    config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no complete checkpoint (looked for "

@@ -86,7 +86,8 @@ class VectorEnvPool:
 
     Configured as `AtariEnv`: frame skip 4 with a 2-frame max, grayscale 84x84 with area
     interpolation, FIRE at reset, a life loss is terminal without a game reset
-    (`life_loss_info`, unless the settings turn the life-loss signal off), raw rewards, and games reset in the same step they end ("SameStep").
+    (`life_loss_info`, unless the settings turn the life-loss signal off), raw rewards, and
+    games reset in the same step they end ("SameStep").
 
     The vector env does not say whether a terminated env was reset (game over) or only lost
     a life. A reset restarts the episode frame counter at the few FIRE and no-op frames,

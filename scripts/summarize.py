@@ -49,6 +49,7 @@ class Run(NamedTuple):
     evaluations: tuple[Evaluation, ...]
     summary: Optional[dict[str, Any]]
     algo: str = ""  # "dqn" (run_dqn.py) or "fast_dqn" (run_fast_dqn.py)
+    variant: str = ""  # "" for Nature DQN; else e.g. "machado+double" (see variant_of)
 
 
 class GameRow(NamedTuple):
@@ -143,7 +144,16 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
         except (OSError, ValueError) as error:
             notes.append(f"{path}: summary.json unreadable ({error})")
     return Run(path, game, seed, evaluations, summary if isinstance(summary, dict) else None,
-               str(config.get("algo", "")))
+               str(config.get("algo", "")), variant_of(config))
+
+
+def variant_of(config: dict[str, Any]) -> str:
+    """How a run departs from Nature DQN: its protocol, Double DQN, dueling ("" for none)."""
+    parts = []
+    if config.get("protocol", "nature") != "nature":
+        parts.append(str(config["protocol"]))
+    parts += [name for name in ("double", "dueling") if config.get(name) is True]
+    return "+".join(parts)
 
 
 def _number(summary: Optional[dict[str, Any]], key: str) -> Optional[float]:
@@ -196,11 +206,13 @@ def summarize_game(game: str, runs: Sequence[Run]) -> GameRow:
 
 
 def group_by_game(runs: Sequence[Run], notes: list[str]) -> dict[str, list[Run]]:
-    """Runs by game; by game and trainer ("pong (fast_dqn)") where both trainers ran."""
+    """Runs by game; by game and trainer ("pong (fast_dqn)") where both trainers ran, and by
+    variant ("pong (machado+double)"), so that only seeds of one setting are averaged."""
     both_trainers = len({run.algo for run in runs}) > 1
     games: dict[str, list[Run]] = {}
     for run in runs:
-        key = f"{run.game} ({run.algo})" if both_trainers else run.game
+        labels = ([run.algo] if both_trainers else []) + ([run.variant] if run.variant else [])
+        key = f"{run.game} ({', '.join(labels)})" if labels else run.game
         games.setdefault(key, []).append(run)
     for game, game_runs in games.items():
         seeds = [run.seed for run in game_runs]

@@ -203,6 +203,14 @@ def test_unknown_game_lists_close_matches_on_one_line():
     assert "\n" not in str(info.value)
 
 
+def test_env_builders_take_rom_ids_only_and_say_so_in_one_line():
+    # A game name reaches the builders resolved (launch, play); another spelling is refused
+    # by a ValueError, not by Gymnasium's own error for the id it would have made.
+    with pytest.raises(ValueError, match="unknown game 'SpaceInvaders'") as info:
+        make_atari_env(GameSettings("SpaceInvaders"), seed=0)
+    assert "\n" not in str(info.value)
+
+
 def test_interpolation_choice_changes_frames():
     actions = random_actions(4, 20)
     frames = {}

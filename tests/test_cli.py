@@ -1,5 +1,6 @@
 """Bad input: one line on stderr, exit status 2, no traceback, nothing written."""
 
+import dataclasses
 import errno
 import json
 import os
@@ -11,7 +12,8 @@ import pytest
 
 from fast_dqn import run_logs
 from fast_dqn.run_dir import write_failure
-from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, flag_name, float_fields
+from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
+                             float_fields)
 from fast_dqn.launch import main, prepare_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,3 +228,12 @@ def test_quiet_start_first_line_is_the_projects(tmp_path):
     assert lines[1].startswith("training on ")
     for noise in ("cuInit", "E0000", "I0000", "absl::InitializeLog", "oneDNN", "cuda drivers"):
         assert not any(noise in line for line in lines), (noise, result.stdout)
+
+
+def test_a_resume_resolves_a_hand_edited_game_name(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    settings = {**dataclasses.asdict(Config(game="Pong")), "algo": ALGO_FAST_DQN}
+    (run_dir / "config.json").write_text(json.dumps(settings))
+    config = prepare_config([f"--resume={run_dir}"], ALGO_FAST_DQN)
+    assert config.game == "pong"

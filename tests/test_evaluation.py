@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fast_dqn.agents import DQN
-from fast_dqn.loop_parts import LoopParts
 from fast_dqn.config import Config
+from fast_dqn.loop_parts import LoopParts
 from fast_dqn.evaluation import evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory

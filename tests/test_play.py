@@ -146,6 +146,16 @@ def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expec
     assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, 5)
 
 
+def test_load_run_resolves_another_spelling_of_the_game_and_refuses_an_unknown_one(tmp_path,
+                                                                                   capsys):
+    write_run_dir(tmp_path, game="ALE/Pong-v5")  # a hand-edited config.json
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "manifest.json").write_text('{"counters": {"step": 5}}')
+    assert play.load_run(tmp_path).config.game == "pong"
+    write_run_dir(tmp_path, game="pongg")
+    assert_bad_input([str(tmp_path)], "unknown game 'pongg'", capsys)
+
+
 def test_command_line_bad_input_has_no_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "fast_dqn.play", str(tmp_path / "none")],
                             capture_output=True, text=True, cwd=Path(__file__).parents[1],

@@ -232,12 +232,21 @@ def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_
     assert (out / "pong-seed0" / "summary.json").exists()
 
 
+# Runs a command with SIGINT at its default, as a shell in a terminal has it. A test runner
+# started as a background job of a non-interactive shell (`pytest &` in a script) has SIGINT
+# ignored, its children inherit that, and bash cannot trap a signal ignored on entry: the
+# sweep's Ctrl-C test then hung, though the script was right.
+WITH_DEFAULT_SIGINT = [sys.executable, "-c", "import os, signal, sys; "
+                       "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                       "os.execvp(sys.argv[1], sys.argv[1:])"]
+
+
 def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_python):
     out = tmp_path / "sweep"
     env = dict(os.environ, FAKE_STEPS="600")
     process = subprocess.Popen(
-        ["bash", str(ALL_GAMES), "--games", "pong breakout alien", "--seeds", "0",
-         "--jobs", "2", "--out", str(out), "--python", str(fake_python)],
+        [*WITH_DEFAULT_SIGINT, "bash", str(ALL_GAMES), "--games", "pong breakout alien",
+         "--seeds", "0", "--jobs", "2", "--out", str(out), "--python", str(fake_python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True)  # its own process group, like a shell in a terminal
     try:
@@ -426,10 +435,11 @@ def test_speedtest_table_without_runs_is_an_error(tmp_path):
 
 
 def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None,
-             algo: str = "fast_dqn") -> Path:
-    run_dir = root / f"{game}-{algo}-seed{seed}"
+             algo: str = "fast_dqn", **settings) -> Path:
+    variant = "".join(f"-{name}" for name in settings)
+    run_dir = root / f"{game}-{algo}{variant}-seed{seed}"
     write_json(run_dir / "config.json", {"game": game, "seed": seed, "workers": 8,
-                                         "algo": algo, "library_versions": {}})
+                                         "algo": algo, "library_versions": {}, **settings})
     if evaluations is not None:
         rows = ["timestep,mean,std,episodes,hours"]
         rows += [f"{t},{m},1.0,30,{t / 1e6}" for t, m in evaluations]
@@ -677,3 +687,21 @@ def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     assert rows["road_runner (dqn)"][8] == "0.0"
     assert "seed 0 appears in more than one run" not in result.stdout
     assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_summary_keeps_protocols_and_variants_apart(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "pong", 0, [(100000, 1.0)], protocol="nature")
+    make_run(root, "pong", 1, [(100000, 3.0)])  # a config.json from before the flags
+    make_run(root, "pong", 0, [(100000, -5.0)], protocol="machado", double=True)
+    make_run(root, "pong", 0, [(100000, 9.0)], protocol="nature", dueling=True)
+    result = run([PY, SUMMARIZE, root, "--csv", tmp_path / "table.csv"])
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "table.csv", newline="") as file:
+        rows = {row["game"]: row for row in csv.DictReader(file)}
+    # Nature's two seeds are averaged, (1 + 3) / 2; each variant is a row of its own.
+    assert sorted(rows) == ["pong", "pong (dueling)", "pong (machado+double)"]
+    assert float(rows["pong"]["final_mean"]) == 2.0
+    assert float(rows["pong (machado+double)"]["final_mean"]) == -5.0
+    assert float(rows["pong (dueling)"]["final_mean"]) == 9.0
+    assert "appears in more than one run" not in result.stdout
