@@ -202,6 +202,9 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
         print(f"run directory: {run_dir.path}", flush=True)
+        variant = variant_line(config)
+        if variant:
+            print(variant, flush=True)
         warning = disk_space_warning(run_dir.path, checkpoint_bytes(config), "a checkpoint")
         if warning:
             print(warning, file=sys.stderr, flush=True)
@@ -225,6 +228,20 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
             run_dir.discard()  # a new run leaves nothing behind; a resumed one is kept
             return _refuse(error)
         return run(loop, run_log, device)
+
+
+def variant_line(config: Config) -> str | None:
+    """One line on how the run departs from Nature DQN (None for Nature DQN itself)."""
+    parts = []
+    if config.protocol != "nature":
+        parts.append(f"protocol {config.protocol}")
+    overridden = protocol_overrides(config)
+    if overridden:
+        parts.append("changed by flags: " + ", ".join(
+            f"{flag_name(name)}={getattr(config, name)}" for name in overridden))
+    parts += [label for label, on in (("Double DQN target", config.double),
+                                      ("dueling network", config.dueling)) if on]
+    return "; ".join(parts) if parts else None
 
 
 def _stopped_before_start(stop: StopRequest) -> int:

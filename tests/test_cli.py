@@ -237,3 +237,17 @@ def test_a_resume_resolves_a_hand_edited_game_name(tmp_path):
     (run_dir / "config.json").write_text(json.dumps(settings))
     config = prepare_config([f"--resume={run_dir}"], ALGO_FAST_DQN)
     assert config.game == "pong"
+
+
+@pytest.mark.parametrize("argv, line", [
+    ([], None),
+    (["--protocol=machado"], "protocol machado"),
+    (["--protocol=machado", "--noop-max=30", "--double=true"],
+     "protocol machado; changed by flags: --noop-max=30; Double DQN target"),
+    (["--sticky-actions=0.25", "--dueling=true"],
+     "changed by flags: --sticky-actions=0.25; dueling network"),
+])
+def test_a_run_says_in_one_line_how_it_departs_from_nature_dqn(argv, line, tmp_path):
+    from fast_dqn.launch import variant_line
+    assert variant_line(prepare_config([*argv, f"--logdir={tmp_path / 'run'}"],
+                                       ALGO_DQN)) == line
