@@ -54,13 +54,14 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
 
 
 def test_close_is_idempotent_and_joins_the_thread():
-    trainer = Trainer(lambda _, count: time.sleep(0.001))
+    trainer = Trainer(lambda _, count: time.sleep(0.001), name="trainer-closed-twice")
     trainer.start_epoch(1_000_000)  # 1,000 s of updates
     started = time.monotonic()
     trainer.close()
     trainer.close()
     assert time.monotonic() - started < 5.0
-    assert not any(thread.name == "trainer" for thread in threading.enumerate())
+    names = [thread.name for thread in threading.enumerate()]
+    assert not [name for name in names if name.startswith("trainer-closed-twice")]
 
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
