@@ -312,13 +312,14 @@ def curve(runs: Sequence[Run]) -> tuple[list[float], list[float], list[float], l
 
 def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Path) -> bool:
     """One panel per game with evaluations: mean over seeds, min-max band, one line per
-    trainer where both ran, and the random agent's score dashed. False if none."""
+    trainer and variant where several ran, and the random agent's score dashed. False if
+    none."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels: dict[str, list[str]] = {}  # game -> its table rows (one per trainer)
+    panels: dict[str, list[str]] = {}  # game -> its table rows (one per trainer, variant)
     for key, runs in games.items():
         if any(run.evaluations for run in runs):
             panels.setdefault(runs[0].game, []).append(key)
@@ -337,6 +338,8 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
             runs = [run for run in games[key] if run.evaluations]
             frames, mean, low, high = curve(runs)
             label = TRAINER_NAMES.get(runs[0].algo, runs[0].algo)
+            if runs[0].variant:
+                label += f" ({runs[0].variant})"
             axis.fill_between(frames, low, high, alpha=0.25, linewidth=0)
             axis.plot(frames, mean, linewidth=1.5, label=label,
                       marker="." if len(frames) < 20 else None)
@@ -391,7 +394,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     games = group_by_game(runs, notes)
     rows = {game: summarize_game(game, game_runs) for game, game_runs in games.items()}
-    print(f"{len(runs)} run(s) of {len(rows)} game(s) under {root}")
+    print(f"{len(runs)} run(s) of {len({run.game for run in runs})} game(s) under {root}")
     print(format_table(list(rows.values())))
     print()
     for line in aggregate_lines(list(rows.values())) + coverage_notes(runs, list(rows.values())):

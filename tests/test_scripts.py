@@ -701,6 +701,7 @@ def test_summary_keeps_protocols_and_variants_apart(tmp_path):
         rows = {row["game"]: row for row in csv.DictReader(file)}
     # Nature's two seeds are averaged, (1 + 3) / 2; each variant is a row of its own.
     assert sorted(rows) == ["pong", "pong (dueling)", "pong (machado+double)"]
+    assert "4 run(s) of 1 game(s)" in result.stdout
     assert float(rows["pong"]["final_mean"]) == 2.0
     assert float(rows["pong (machado+double)"]["final_mean"]) == -5.0
     assert float(rows["pong (dueling)"]["final_mean"]) == 9.0
