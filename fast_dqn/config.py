@@ -31,17 +31,14 @@ INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
 XLA_MODES = ("auto", "on", "off")
 
-# The Atari protocols `--protocol` selects: each sets these settings, unless a flag given on
-# the command line sets one itself. "nature" is the defaults (a test keeps the two equal).
-# "machado" is the protocol of Machado et al. (2018), "Revisiting the Arcade Learning
-# Environment" (JAIR 61); docs/protocol.md gives the source of each value.
-PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {
-    "nature": {"sticky_actions": 0.0, "life_loss_terminal": True, "full_action_set": False,
-               "noop_max": 30, "max_episode_steps": 27_000},
-    "machado": {"sticky_actions": 0.25, "life_loss_terminal": False, "full_action_set": True,
-                "noop_max": 0, "max_episode_steps": 27_000},
-}
-PROTOCOLS = tuple(PROTOCOL_PRESETS)
+# The Atari protocols `--protocol` selects: each sets the settings below, unless a flag given
+# on the command line sets one itself. "machado" is the protocol of Machado et al. (2018),
+# "Revisiting the Arcade Learning Environment" (JAIR 61); docs/protocol.md gives the source of
+# each value. "nature" is the same settings at their defaults (PROTOCOL_PRESETS, below Config).
+_MACHADO_PRESET: dict[str, Any] = {"sticky_actions": 0.25, "life_loss_terminal": False,
+                                   "full_action_set": True, "noop_max": 0,
+                                   "max_episode_steps": 27_000}
+PROTOCOLS = ("nature", "machado")
 
 
 def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
@@ -142,6 +139,12 @@ class Config:
         are left out; settings added since the run was written take their defaults)."""
         names = {field.name for field in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in saved.items() if key in names})
+
+
+PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {
+    "nature": {name: getattr(Config, name) for name in _MACHADO_PRESET},
+    "machado": _MACHADO_PRESET,
+}
 
 
 def parse_bool(text: str) -> bool:
