@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+
+
+def pytest_configure(config) -> None:
+    """Gives the test process Ctrl-C as a terminal has it. A runner started as a background
+    job of a non-interactive shell (`pytest &` in a script) has SIGINT ignored; the processes
+    the tests start inherit that, and bash cannot trap a signal ignored on entry, so the
+    sweep's Ctrl-C test hung though the script was right."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -232,21 +232,12 @@ def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_
     assert (out / "pong-seed0" / "summary.json").exists()
 
 
-# Runs a command with SIGINT at its default, as a shell in a terminal has it. A test runner
-# started as a background job of a non-interactive shell (`pytest &` in a script) has SIGINT
-# ignored, its children inherit that, and bash cannot trap a signal ignored on entry: the
-# sweep's Ctrl-C test then hung, though the script was right.
-WITH_DEFAULT_SIGINT = [sys.executable, "-c", "import os, signal, sys; "
-                       "signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                       "os.execvp(sys.argv[1], sys.argv[1:])"]
-
-
 def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_python):
     out = tmp_path / "sweep"
     env = dict(os.environ, FAKE_STEPS="600")
     process = subprocess.Popen(
-        [*WITH_DEFAULT_SIGINT, "bash", str(ALL_GAMES), "--games", "pong breakout alien",
-         "--seeds", "0", "--jobs", "2", "--out", str(out), "--python", str(fake_python)],
+        ["bash", str(ALL_GAMES), "--games", "pong breakout alien", "--seeds", "0",
+         "--jobs", "2", "--out", str(out), "--python", str(fake_python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True)  # its own process group, like a shell in a terminal
     try:
