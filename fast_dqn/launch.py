@@ -13,6 +13,7 @@ that names the file and the checkpoint to resume from.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import os
 import signal
@@ -168,6 +169,9 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
     """
     stop = StopRequest()
     stop.install()
+    # A crash in native code (TensorFlow, the emulators) then leaves every thread's Python
+    # stack on stderr instead of a bare exit status.
+    faulthandler.enable(all_threads=True)
     try:
         return _main(argv, algo, stop)
     except KeyboardInterrupt:

@@ -152,6 +152,20 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
     assert verify_checkpoint(latest_checkpoint(run_dir))
 
 
+
+def test_a_crash_in_native_code_leaves_every_threads_stack_on_stderr(tmp_path):
+    """A segfault at a stop once ended a CI run with status -11 and an empty stderr."""
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+                               "--checkpoint-every=0", f"--logdir={tmp_path / 'run'}"],
+                tmp_path / "crashed")
+    wait_for_line(run, "training on")
+    time.sleep(3)  # acting and training, on the main and the trainer threads
+    result = signal_and_finish(run, signal.SIGSEGV)
+    assert result.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in result.stderr, result.stderr[-3000:]
+    assert re.search(r"Thread 0x[0-9a-f]+ \(most recent call first\)", result.stderr)
+    assert "Current thread" in result.stderr and "run_fast_dqn.py" in result.stderr
+
 # -- a full disk at each file ------------------------------------------------------------------------
 
 
