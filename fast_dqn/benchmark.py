@@ -17,9 +17,9 @@ thread, flushes) runs for real.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-import threading
 import time
 from typing import Sequence
 
@@ -27,12 +27,14 @@ import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
-from fast_dqn.config import ALGO_FAST_DQN, XLA_MODES, Config, OneLineErrorParser, validate
+from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, XLA_MODES, Config,
+                             OneLineErrorParser, validate)
 from fast_dqn.counters import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
 from fast_dqn.samplers import SERIAL
+from fast_dqn.trainer import TrainerTimes
 
 
 class NullRunLog:
@@ -49,57 +51,6 @@ class NullRunLog:
 
     def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
         pass
-
-
-class StubQNetwork:
-    """Stands in for the Q-network with timed waits that release the GIL.
-
-    `update` waits `train_ms`, `greedy_actions` waits `query_ms` and returns action 0; the
-    time spent in updates is summed so that the trainer's busy fraction can be reported.
-    """
-
-    def __init__(self, n_actions: int, train_ms: float, query_ms: float):
-        self.n_actions = n_actions
-        self._train_seconds = train_ms / 1000.0
-        self._query_seconds = query_ms / 1000.0
-        self._updates = 0
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        time.sleep(self._query_seconds)
-        return np.zeros(len(states), dtype=np.int64)
-
-    def update(self, batch: Batch) -> None:
-        time.sleep(self._train_seconds)
-        self._updates += 1
-
-    def update_many(self, batches: Batch, count: int) -> None:
-        time.sleep(count * self._train_seconds)
-        self._updates += count
-
-    def sync_target(self) -> None:
-        pass
-
-    def take_train_stats(self) -> tuple[float, float, int]:
-        updates, self._updates = self._updates, 0
-        return 0.0, 0.0, updates
-
-
-class BusyClock:
-    """Sums the time spent inside a wrapped callable (on whichever thread calls it)."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self._lock = threading.Lock()
-
-    def wrap(self, fn):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._lock:
-                    self.seconds += time.perf_counter() - start
-        return timed
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -147,6 +98,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def bench_xla(args: argparse.Namespace) -> str:
+    """--xla; "auto" on a simulated GPU is what it is on a real one: off."""
+    if args.xla == "auto" and args.trainer_stub_ms is not None:
+        return "off"
+    return args.xla
+
+
 def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True) -> Config:
     random_steps = round_up(args.random_steps, workers)
     config = Config(
@@ -155,63 +113,102 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
         target_update=args.target_update, workers=workers, concurrent=concurrent,
         backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call,
-        xla=args.xla)
+        xla=bench_xla(args))
     validate(config, ALGO_FAST_DQN)
     return config
 
 
+def simulated_gpu(args: argparse.Namespace):
+    """The GPU that --trainer-stub-ms/--query-stub-ms describe, or None for the real network."""
+    if args.trainer_stub_ms is None:
+        return None
+    from fast_dqn.q_network import SimulatedGpu
+    return SimulatedGpu(update_ms=args.trainer_stub_ms, query_ms=args.query_stub_ms)
+
+
 def make_network(args: argparse.Namespace, n_actions: int, config: Config):
-    if args.trainer_stub_ms is not None:
-        return StubQNetwork(n_actions, args.trainer_stub_ms, args.query_stub_ms)
     from fast_dqn.q_network import make_q_network
-    return make_q_network(config, n_actions)
+    return make_q_network(config, n_actions, simulated_gpu(args))
+
+
+def zero_batch(rows: int) -> Batch:
+    """A minibatch of `rows` all-zero transitions, with the memory's own shapes and types."""
+    batch = empty_batch(rows)
+    for array in batch:
+        array.fill(0)
+    return batch
 
 
 def warm_up(network, num_envs: int, batch_size: int, updates_per_call: int) -> None:
     """Traces the network's functions so that no compilation falls in a measured window."""
-    states = np.zeros((batch_size, 4, 84, 84), dtype=np.uint8)
-    network.update(Batch(states, np.zeros(batch_size, np.int32), np.zeros(batch_size, np.float32),
-                         states, np.zeros(batch_size, bool)))
+    network.update(zero_batch(batch_size))
     if updates_per_call > 1:
-        rows = batch_size * updates_per_call
-        stacked = np.zeros((rows, 4, 84, 84), dtype=np.uint8)
-        network.update_many(Batch(stacked, np.zeros(rows, np.int32), np.zeros(rows, np.float32),
-                                  stacked, np.zeros(rows, bool)), updates_per_call)
-    network.greedy_actions(states[:num_envs], use_target=True)
-    network.greedy_actions(states[:num_envs], use_target=False)
+        network.update_many(zero_batch(batch_size * updates_per_call), updates_per_call)
+    states = zero_batch(max(num_envs, 1)).states
+    network.greedy_actions(states, use_target=True)
+    network.greedy_actions(states, use_target=False)
     network.take_train_stats()
+
+
+class LearningWindow:
+    """What the loop's own clocks say between the replay start and the end of the run.
+
+    The acting loop is the main thread: its CPU time is read here at both ends. The trainer
+    and the simulated GPU keep their own sums; the start's values are subtracted.
+    """
+
+    def __init__(self, loop: TrainingLoop):
+        self._loop = loop
+        self._started: tuple | None = None
+        loop.counters.on_learning_start.append(self.start)
+
+    def _readings(self) -> tuple[float, TrainerTimes, float]:
+        trainer = getattr(self._loop, "trainer", None)
+        times = dataclasses.replace(trainer.times) if trainer is not None else TrainerTimes()
+        simulated = getattr(self._loop.network, "simulated_seconds", 0.0)
+        return time.thread_time(), times, simulated
+
+    def start(self) -> None:
+        self._started = self._readings()
+
+    def end(self) -> tuple[float, TrainerTimes, float]:
+        """The acting loop's CPU seconds, the trainer's times and the simulated GPU's
+        seconds since the start; call it on the main thread."""
+        cpu, times, simulated = self._readings()
+        cpu0, times0, simulated0 = self._started
+        return (cpu - cpu0,
+                TrainerTimes(*(now - then for now, then in zip(dataclasses.astuple(times),
+                                                                 dataclasses.astuple(times0)))),
+                simulated - simulated0)
+
+
+def host_ceiling(round_cpu_us: float, update_cpu_us: float, workers: int,
+                 steps_per_update: int) -> float:
+    """The agent steps/s that the host's CPU work allows with unlimited cores and an
+    infinitely fast GPU: one interpreter runs it all, W steps per round and 4 per update."""
+    per_step_us = round_cpu_us / workers + update_cpu_us / steps_per_update
+    return 1e6 / per_step_us
 
 
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     """Steps/s of one loop, and where the host's time goes (docs/design.md §6).
 
-    Host cost per update: the trainer's time in sampling and training calls beyond the
-    stub's wait (simulated runs only). Host cost per round: the acting loop's wall time
-    beyond the emulators' step, the Q query and the wait for the trainer at sync points.
+    Wall time per update (sampling and the update call) and per round; the CPU time of the
+    trainer's two threads per update and of the acting loop (the main thread) per round.
     """
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     network = make_network(args, pool.n_actions, config)
     warm_up(network, num_envs, config.batch_size, config.updates_per_call)
-    trainer_clock, step_clock, query_clock, wait_clock = (BusyClock() for _ in range(4))
-    network.update = trainer_clock.wrap(network.update)
-    network.update_many = trainer_clock.wrap(network.update_many)
-    network.greedy_actions = query_clock.wrap(network.greedy_actions)
-    pool.step = step_clock.wrap(pool.step)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))
-    memory.sample = trainer_clock.wrap(memory.sample)
-    memory.sample_many = trainer_clock.wrap(memory.sample_many)
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=NullRunLog(),
                       rng=np.random.default_rng(config.seed + 1))
     loop: TrainingLoop = FastDQN(parts) if fast else DQN(parts)
-    if getattr(loop, "trainer", None) is not None:
-        loop.trainer.wait = wait_clock.wrap(loop.trainer.wait)
-    clocks = (trainer_clock, step_clock, query_clock, wait_clock)
-    # the random start is not measured: every clock restarts where learning starts
-    loop.counters.on_learning_start.append(lambda: [setattr(c, "seconds", 0.0) for c in clocks])
+    window = LearningWindow(loop)  # the random start is not measured
     try:
         loop.act_and_learn()
+        acting_cpu, times, simulated = window.end()
         steps_per_second, updates_per_second = loop.counters.rates()
         measured_steps = config.timesteps - config.replay_start
     finally:
@@ -219,16 +216,19 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     wall = measured_steps / steps_per_second
     updates = max(loop.counters.updates, 1)
     rounds = measured_steps / num_envs
-    result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
-              "trainer_busy": trainer_clock.seconds / wall,
-              "update_ms": 1000.0 * trainer_clock.seconds / updates}
+    result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second}
     if fast:
-        acting = wall - step_clock.seconds - query_clock.seconds - wait_clock.seconds
-        result["round_host_us"] = 1e6 * acting / rounds
-        result["round_step_us"] = 1e6 * step_clock.seconds / rounds
-    if args.trainer_stub_ms is not None:
-        stub = updates * args.trainer_stub_ms / 1000.0
-        result["update_host_us"] = 1e6 * (trainer_clock.seconds - stub) / updates
+        result.update({
+            "trainer_busy": times.update_seconds / wall,
+            "update_ms": 1000.0 * (times.prepare_seconds + times.update_seconds) / updates,
+            "update_cpu_us": 1e6 * times.cpu_seconds / updates,
+            "round_wall_us": 1e6 * wall / rounds,
+            "round_cpu_us": 1e6 * acting_cpu / rounds})
+    if args.trainer_stub_ms is not None and fast:
+        result["simulated_busy"] = simulated / wall
+        result["update_host_us"] = 1000.0 * result["update_ms"] - 1000.0 * args.trainer_stub_ms
+        result["host_ceiling_steps_per_second"] = host_ceiling(
+            result["round_cpu_us"], result["update_cpu_us"], num_envs, config.train_freq)
     return result
 
 
@@ -250,18 +250,27 @@ def measure_emulation(config: Config, seconds: float) -> float:
         pool.close()
 
 
-def measure_trainer(args: argparse.Namespace, config: Config) -> float:
+def game_actions(config: Config) -> int:
+    """The number of actions of the run's game (its minimal set, unless the protocol asks for
+    all 18)."""
+    pool = make_pool(config, 1, SERIAL, config.seed)
+    try:
+        return pool.n_actions
+    finally:
+        pool.close()
+
+
+def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) -> float:
     """Minibatch updates/s of the trainer alone on a memory of random frames."""
     rng = np.random.default_rng(config.seed)
     memory = ReplayMemory(10_000, rng)
     count = memory.capacity
-    memory.add_many(Transitions(frames=rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
-                                actions=rng.integers(0, 6, count),
-                                rewards=rng.normal(size=count).astype(np.float32),
-                                terminals=rng.random(count) < 0.01,
-                                episode_ends=rng.random(count) < 0.01,
-                                sampleable=np.ones(count, dtype=bool)))
-    network = make_network(args, 6, config)
+    memory.add_many(Transitions(
+        frames=rng.integers(0, 256, (count, FRAME_SIZE, FRAME_SIZE), dtype=np.uint8),
+        actions=rng.integers(0, n_actions, count), rewards=rng.normal(size=count).astype(np.float32),
+        terminals=rng.random(count) < 0.01, episode_ends=rng.random(count) < 0.01,
+        sampleable=np.ones(count, dtype=bool)))
+    network = make_network(args, n_actions, config)
     per_call = config.updates_per_call
     minibatches = empty_batch(config.batch_size * per_call)
     for _ in range(3):  # compile and warm up
@@ -287,12 +296,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulated = args.trainer_stub_ms is not None
     if args.switch_interval_ms is not None:
         sys.setswitchinterval(args.switch_interval_ms / 1000.0)
-    if not simulated:
-        from fast_dqn.q_network import configure_device
-        print(configure_device(), flush=True)
+    from fast_dqn.q_network import configure_device
+    device = configure_device()
+    print(f"simulated GPU ({args.trainer_stub_ms} ms per update, {args.query_stub_ms} ms per "
+          "query); the host side on this machine" if simulated else device, flush=True)
     first = configs[args.workers[0]]
     rows: list[tuple[str, float, str]] = []
-    trainer_ups = measure_trainer(args, first)
+    trainer_ups = measure_trainer(args, first, game_actions(first))
     limit = 4 * trainer_ups
     rows.append(("trainer alone", limit, f"{trainer_ups:.1f} updates/s"))
     print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s", flush=True)
@@ -311,12 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         measured["emulation_steps_per_second"] = measure_emulation(config,
                                                                    args.emulation_seconds)
         fast_results[workers] = measured
-        note = (f"emulation alone {measured['emulation_steps_per_second']:.0f} steps/s, "
-                f"trainer busy {measured['trainer_busy']:.0%}, "
-                f"{measured['update_ms']:.2f} ms per update, "
-                f"acting host {measured['round_host_us']:.0f} us per round")
-        if simulated:
-            note += f", trainer host {measured['update_host_us']:.0f} us per update"
+        note = fast_note(measured)
         rows.append((f"fast, {workers} workers", measured["steps_per_second"], note))
         print(f"fast W={workers}: {measured['steps_per_second']:.0f} steps/s, {note}", flush=True)
     best_workers = max(fast_results, key=lambda w: fast_results[w]["steps_per_second"])
@@ -324,39 +329,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.update({
         "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
         "fast_over_limit": best["steps_per_second"] / limit,
-        "fast_by_workers": {str(w): m["steps_per_second"] for w, m in fast_results.items()},
-        "updates_per_call": args.updates_per_call, "xla": args.xla,
+        "fast_by_workers": by_workers(fast_results, "steps_per_second"),
+        "updates_per_call": args.updates_per_call, "xla": first.xla,
         "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
-        "round_host_us_by_workers": {str(w): m["round_host_us"]
-                                     for w, m in fast_results.items()},
-        "emulation_steps_per_second_by_workers": {str(w): m["emulation_steps_per_second"]
-                                                  for w, m in fast_results.items()},
+        "emulation_steps_per_second_by_workers": by_workers(fast_results,
+                                                            "emulation_steps_per_second"),
     })
+    for key in ("update_cpu_us", "round_cpu_us", "round_wall_us"):
+        result[key] = best[key]
+        result[f"{key}_by_workers"] = by_workers(fast_results, key)
     if serial:
         result["fast_over_serial"] = best["steps_per_second"] / serial
     if simulated:
-        gpu_limit = first.train_freq * 1000.0 / args.trainer_stub_ms
-        result.update({"trainer_stub_ms": args.trainer_stub_ms,
-                       "query_stub_ms": args.query_stub_ms,
-                       "sim_steps_per_second": best["steps_per_second"],
-                       "sim_trainer_busy": best["trainer_busy"],
-                       # time.sleep overshoots on a busy machine: the real cost per update
-                       "sim_update_ms": best["update_ms"],
-                       "sim_fraction_of_gpu_limit": best["steps_per_second"] / gpu_limit,
-                       "gpu_limit_steps_per_second": gpu_limit,
-                       # what this machine can reach at all: the GPU's limit, or its
-                       # emulators' when they are slower
-                       "sim_fraction_of_attainable": max(
-                           m["steps_per_second"]
-                           / min(gpu_limit, m["emulation_steps_per_second"])
-                           for m in fast_results.values()),
-                       "update_host_us": best["update_host_us"],
-                       "round_host_us": best["round_host_us"],
-                       "update_host_us_by_workers": {str(w): m["update_host_us"]
-                                                     for w, m in fast_results.items()}})
+        result.update(simulated_figures(args, first, fast_results, best))
     print_table(rows, serial, limit)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
+
+
+def by_workers(results: dict[int, dict], key: str) -> dict[str, float]:
+    return {str(workers): measured[key] for workers, measured in results.items()}
+
+
+def fast_note(measured: dict) -> str:
+    note = (f"emulation alone {measured['emulation_steps_per_second']:.0f} steps/s, "
+            f"trainer busy {measured['trainer_busy']:.0%}, "
+            f"{measured['update_ms']:.2f} ms per update ({measured['update_cpu_us']:.0f} us "
+            f"CPU), {measured['round_wall_us']:.0f} us per round "
+            f"({measured['round_cpu_us']:.0f} us CPU)")
+    if "host_ceiling_steps_per_second" in measured:
+        note += f", host ceiling {measured['host_ceiling_steps_per_second']:.0f} steps/s"
+    return note
+
+
+def simulated_figures(args: argparse.Namespace, config: Config, fast_results: dict[int, dict],
+                      best: dict) -> dict:
+    """The simulated GPU's limit and how near the fast scheme came to it."""
+    gpu_limit = config.train_freq * 1000.0 / args.trainer_stub_ms
+    return {
+        "trainer_stub_ms": args.trainer_stub_ms, "query_stub_ms": args.query_stub_ms,
+        "sim_steps_per_second": best["steps_per_second"],
+        "sim_trainer_busy": best["trainer_busy"],
+        "sim_gpu_busy": best["simulated_busy"],
+        # time.sleep overshoots on a busy machine: the real cost per update
+        "sim_update_ms": best["update_ms"],
+        "sim_fraction_of_gpu_limit": best["steps_per_second"] / gpu_limit,
+        "gpu_limit_steps_per_second": gpu_limit,
+        # what this machine can reach at all: the GPU's limit, or its emulators' when they
+        # are slower
+        "sim_fraction_of_attainable": max(
+            m["steps_per_second"] / min(gpu_limit, m["emulation_steps_per_second"])
+            for m in fast_results.values()),
+        "update_host_us": best["update_host_us"],
+        "update_host_us_by_workers": by_workers(fast_results, "update_host_us"),
+        # the most of all worker counts: the host's work per step shrinks as W grows
+        "host_ceiling_steps_per_second": max(m["host_ceiling_steps_per_second"]
+                                             for m in fast_results.values()),
+        "host_ceiling_steps_per_second_by_workers": by_workers(
+            fast_results, "host_ceiling_steps_per_second"),
+    }
 
 
 def print_table(rows: list[tuple[str, float, str]], serial: float | None, limit: float) -> None:

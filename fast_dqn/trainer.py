@@ -8,8 +8,10 @@ instead of hanging it.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
 from typing import Any, Callable
@@ -21,6 +23,26 @@ _STOP = None  # sentinel that ends the thread
 
 def _nothing_to_prepare(count: int, slot: int) -> None:
     return None
+
+
+@dataclasses.dataclass
+class TrainerTimes:
+    """Where the trainer's two threads spent their time, summed since it started.
+
+    Wall time in the two kinds of call, and the threads' own CPU time (`time.thread_time`):
+    the host work of the trainer, most of it under the interpreter lock. A wait that
+    releases the lock (a GPU's kernels, the benchmark's simulated ones) costs wall time but
+    no CPU time.
+    """
+
+    prepare_seconds: float = 0.0
+    update_seconds: float = 0.0
+    prepare_cpu_seconds: float = 0.0
+    update_cpu_seconds: float = 0.0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.prepare_cpu_seconds + self.update_cpu_seconds
 
 
 class Trainer:
@@ -58,6 +80,7 @@ class Trainer:
         self._pending = 0
         self._completed = 0  # updates done; written by the trainer thread, read after `wait`
         self._collected = 0  # the part of `_completed` that `wait` has returned
+        self.times = TrainerTimes()  # each field written by one thread only
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -121,14 +144,30 @@ class Trainer:
                 if self._stop.is_set() or self._abandon.is_set():
                     return
                 if ahead is None:
-                    ahead = self._preparer.submit(self._prepare, count, index % 2)
+                    ahead = self._preparer.submit(self._timed_prepare, count, index % 2)
                 batches = ahead.result()
                 ahead = None
                 if index + 1 < len(counts):
-                    ahead = self._preparer.submit(self._prepare, counts[index + 1],
+                    ahead = self._preparer.submit(self._timed_prepare, counts[index + 1],
                                                   (index + 1) % 2)
-                self._update(batches, count)
+                self._timed_update(batches, count)
                 self._completed += count
         finally:
             if ahead is not None:
                 wait_for_futures([ahead])  # nothing may read the memory after the epoch
+
+    def _timed_prepare(self, count: int, slot: int) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return self._prepare(count, slot)
+        finally:
+            self.times.prepare_cpu_seconds += time.thread_time() - cpu
+            self.times.prepare_seconds += time.perf_counter() - wall
+
+    def _timed_update(self, batches: Any, count: int) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            self._update(batches, count)
+        finally:
+            self.times.update_cpu_seconds += time.thread_time() - cpu
+            self.times.update_seconds += time.perf_counter() - wall

@@ -7,6 +7,7 @@ a test that trains a network builds its own, so the order of tests never matters
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
-from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
-                                configure_device, dueling_q_values, huber, make_q_network)
+from fast_dqn.q_network import (QNetwork, ScaleGradient, SimulatedGpu,  # noqa: E402
+                                build_nature_cnn, configure_device, dueling_q_values, huber, make_q_network)
 from fast_dqn.replay_memory import Batch  # noqa: E402
 
 keras = tf.keras
@@ -480,3 +481,23 @@ def test_scale_gradient_is_the_identity_going_forward():
         total = tf.reduce_sum(3.0 * y)
     np.testing.assert_array_equal(y.numpy(), x.numpy())
     np.testing.assert_array_equal(tape.gradient(total, x).numpy(), [[0.75, 0.75, 0.75]])
+
+
+def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone():
+    """The benchmark's stand-in for a GPU: the host work of the real calls, no arithmetic."""
+    gpu = SimulatedGpu(update_ms=20.0, query_ms=10.0)
+    network = make_q_network(Config(), N_ACTIONS, simulated_gpu=gpu)
+    before = [variable.numpy().copy() for variable in network.online.variables]
+    batch = random_batch(0, size=64)
+    start = time.perf_counter()
+    network.update_many(batch, 2)  # two updates of 32
+    network.update(random_batch(1))
+    assert time.perf_counter() - start >= 0.06  # 3 updates of 20 ms
+    assert network.take_train_stats()[2] == 3
+    assert network.simulated_seconds == pytest.approx(0.06)
+    start = time.perf_counter()
+    actions = network.greedy_actions(batch.states[:5])
+    assert time.perf_counter() - start >= 0.01
+    assert actions.tolist() == [0] * 5
+    for variable, value in zip(network.online.variables, before):
+        np.testing.assert_array_equal(variable.numpy(), value)

@@ -156,3 +156,27 @@ def test_an_exception_in_prepare_is_re_raised_by_wait():
         trainer.wait()
     assert updates == []
     trainer.close()
+
+
+def spin_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
+    """A wait that releases the interpreter lock (a GPU's kernels) is wall time, not CPU."""
+    def update(_, count):
+        time.sleep(0.02)
+        spin_cpu(0.01)
+
+    trainer = Trainer(update, prepare=lambda count, slot: spin_cpu(0.005), updates_per_call=2)
+    trainer.start_epoch(20)  # 10 calls
+    assert trainer.wait() == 20
+    trainer.close()
+    times = trainer.times
+    assert 0.1 <= times.update_cpu_seconds < 0.13  # 10 x 10 ms spun; the sleeps add ~nothing
+    assert times.update_seconds >= 0.3  # 10 x (20 ms asleep + 10 ms spun)
+    assert 0.05 <= times.prepare_cpu_seconds < 0.08
+    assert times.prepare_seconds >= 0.05
+    assert times.cpu_seconds == times.update_cpu_seconds + times.prepare_cpu_seconds
