@@ -8,8 +8,7 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `TrainingLoop.update_inline_until` (main thread) or `FastDQN.update_from_memory` (the
-trainer thread); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
+in `fast_dqn.learner` (on the main thread for DQN, on the trainer thread for FastDQN); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
 the schedule in `fast_dqn.counters`; a resume in `TrainingLoop.resume_from`. Acting itself
 (frame stacks, epsilon-greedy, game scores) is in `fast_dqn.acting`; what a loop is built
 from, in `fast_dqn.loop_parts`.
@@ -33,8 +32,9 @@ from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_st
                                next_target_sync, period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import (Batch, SamplerBuffer, StagingArea, Transitions,
-                                    empty_batch, select)
+from fast_dqn.learner import Learner
+from fast_dqn.replay_memory import (SamplerBuffer, StagingArea, Transitions, concatenate,
+                                    select)
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.stop_request import StopRequest
@@ -73,8 +73,8 @@ class TrainingLoop:
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        # One minibatch buffer, reused: only one thread updates (see update_inline_until).
-        self._minibatch = empty_batch(self.config.batch_size)
+        self.learner = Learner(self.memory, self.network, self.config.batch_size,
+                               self.config.updates_per_call)
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
         self._saved_at: int | None = None  # the agent step of the latest checkpoint
@@ -108,8 +108,7 @@ class TrainingLoop:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`."""
         while self.counters.updates < updates:
-            self.network.update(self.memory.sample(self.config.batch_size,
-                                                   out=self._minibatch))
+            self.learner.update_now()
             self.counters.updates += 1
 
     def start_acting(self) -> None:
@@ -317,25 +316,10 @@ class FastDQN(TrainingLoop):
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer: Trainer | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self.update_from_memory, prepare=self.sample_minibatches,
+            self.trainer = Trainer(self.learner.update, prepare=self.learner.prepare,
                                    name="trainer", updates_per_call=self.config.updates_per_call)
-            # Two buffers for the most minibatches a call draws, reused (see
-            # ReplayMemory.batch): one is sampled into while the other is trained on.
-            rows = self.config.batch_size * self.config.updates_per_call
-            self._minibatches = (empty_batch(rows), empty_batch(rows))
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
-
-    def sample_minibatches(self, count: int, slot: int) -> Batch:
-        """`count` minibatches from the frozen memory into buffer `slot`, on the trainer's
-        preparing thread."""
-        rows = count * self.config.batch_size
-        out = Batch(*(array[:rows] for array in self._minibatches[slot]))
-        return self.memory.sample_many(count, self.config.batch_size, out=out)
-
-    def update_from_memory(self, batches: Batch, count: int) -> None:
-        """`count` updates in one call, on the trainer thread."""
-        self.network.update_many(batches, count)
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         if self.config.synchronize:
@@ -419,11 +403,15 @@ class FastDQN(TrainingLoop):
         return transitions
 
     def _flush_buffers(self) -> None:
-        """The epoch's transitions into the memory, one sampler after another."""
+        """The epoch's transitions into the memory, one sampler after another, in one write
+        (where the frames are on the device, one assignment)."""
         staged = self._staging.transitions()
+        pieces = []
         for env, buffer in enumerate(self.buffers):
             buffer.extend(select(staged, (slice(None), env)))
             flushed = buffer.take()
             if flushed is not None:
-                self.memory.add_many(flushed)
+                pieces.append(flushed)
+        if pieces:
+            self.memory.add_many(concatenate(pieces))
         self._staging.clear()

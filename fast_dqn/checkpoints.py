@@ -44,6 +44,9 @@ NETWORK_PREFIX = Path("network") / "ckpt"
 REPLAY = "replay"
 FORMAT_VERSION = 2
 _CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
+# Bytes of device frames copied to or from the host at a time: a checkpoint of a memory on
+# the device never holds more of it in host memory than this.
+DEVICE_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class CheckpointError(RuntimeError):
@@ -123,13 +126,31 @@ def _write_arrays(staging: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, 
         path = directory / f"{name}.npy"
         try:
             with open(path, "wb") as file:
-                # np.save streams the array through the checksum: no second copy of 7 GB.
                 writer = _ChecksummingWriter(file)
-                np.save(writer, np.asarray(array), allow_pickle=False)
+                if hasattr(array, "chunks"):  # rows that live on the device (FrameRows)
+                    _save_in_chunks(writer, array)
+                else:
+                    # np.save streams the array through the checksum: no second copy.
+                    np.save(writer, np.asarray(array), allow_pickle=False)
         except OSError as error:
             raise write_failure(path, error) from error
         files[_relative(path, staging)] = {"bytes": writer.size, "crc32": writer.crc32}
     return files
+
+
+def _save_in_chunks(writer: "_ChecksummingWriter", rows: Any) -> None:
+    """The bytes `np.save` writes for the array, from a source that hands out its rows a
+    chunk at a time (`chunks(rows_per_chunk)`, `shape`, `dtype`)."""
+    np.lib.format.write_array_header_1_0(writer, {
+        "descr": np.lib.format.dtype_to_descr(rows.dtype), "fortran_order": False,
+        "shape": tuple(rows.shape)})
+    for chunk in rows.chunks(_rows_per_chunk(rows.shape, rows.dtype)):
+        writer.write(memoryview(np.ascontiguousarray(chunk)).cast("B"))
+
+
+def _rows_per_chunk(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    return max(1, DEVICE_CHUNK_BYTES // max(row_bytes, 1))
 
 
 class _ChecksummingWriter:
@@ -314,7 +335,10 @@ def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
         raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs from "
                               f"{memory.capacity}")
     for name, column in memory.store._asdict().items():
-        rows = _read_npy_into(directory / f"{name}.npy", column)
+        if name == "frames" and memory.device_frames is not None:
+            rows = _read_npy_to_device(directory / f"{name}.npy", memory.device_frames)
+        else:
+            rows = _read_npy_into(directory / f"{name}.npy", column)
         if rows != extent["size"]:  # the filled slots, or all of them once wrapped
             raise CheckpointError(f"{directory / name}.npy holds {rows} rows for a memory of "
                                   f"{extent['size']} transitions")
@@ -339,22 +363,51 @@ def _read_npy_into(path: Path, target: np.ndarray) -> int:
         raise ValueError(f"cannot read {path.name} into a non-contiguous or read-only array")
     try:
         with open(path, "rb") as file:
-            major, _ = np.lib.format.read_magic(file)
-            read_header = (np.lib.format.read_array_header_1_0 if major == 1
-                           else np.lib.format.read_array_header_2_0)
-            shape, fortran_order, dtype = read_header(file)
-            # A leading part is fine: a memory that had not wrapped saves its filled slots.
-            fits = (len(shape) == target.ndim >= 1 and shape[1:] == target.shape[1:]
-                    and shape[0] <= target.shape[0])
-            if not fits or dtype != target.dtype or fortran_order:
-                raise CheckpointError(f"{path} holds {dtype} {shape}; expected "
-                                      f"{target.dtype} {target.shape}")
-            view = memoryview(target[:shape[0]].reshape(-1).view(np.uint8))
-            while view.nbytes:
-                count = file.readinto(view)
-                if not count:
-                    raise CheckpointError(f"{path} ends early")
-                view = view[count:]
-            return shape[0]
+            rows = _read_npy_header(file, path, target.shape, target.dtype)
+            _read_exactly(file, path, target[:rows])
+            return rows
     except (OSError, ValueError) as error:  # ValueError: not a .npy header
         raise CheckpointError(f"cannot read {path}: {error}") from error
+
+
+def _read_npy_to_device(path: Path, frames: Any) -> int:
+    """Reads a .npy file of frames into the leading rows of the memory's device frames
+    (`put_rows`), a chunk at a time; returns how many rows."""
+    shape = (frames.capacity, *frames.frame_shape)
+    try:
+        with open(path, "rb") as file:
+            rows = _read_npy_header(file, path, shape, np.dtype(np.uint8))
+            step = _rows_per_chunk(shape, np.uint8)
+            buffer = np.empty((min(step, max(rows, 1)), *shape[1:]), np.uint8)
+            for start in range(0, rows, step):
+                chunk = buffer[:min(step, rows - start)]
+                _read_exactly(file, path, chunk)
+                frames.put_rows(start, chunk)
+            return rows
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read {path}: {error}") from error
+
+
+def _read_npy_header(file, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Checks a .npy header against the array it must fill (a leading part of `shape` will
+    do: a memory that had not wrapped saves its filled slots); returns its rows."""
+    major, _ = np.lib.format.read_magic(file)
+    read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                   else np.lib.format.read_array_header_2_0)
+    saved_shape, fortran_order, saved_dtype = read_header(file)
+    fits = (len(saved_shape) == len(shape) >= 1 and saved_shape[1:] == tuple(shape[1:])
+            and saved_shape[0] <= shape[0])
+    if not fits or saved_dtype != dtype or fortran_order:
+        raise CheckpointError(f"{path} holds {saved_dtype} {saved_shape}; expected "
+                              f"{np.dtype(dtype)} {tuple(shape)}")
+    return saved_shape[0]
+
+
+def _read_exactly(file, path: Path, target: np.ndarray) -> None:
+    """Fills the contiguous array `target` from the file, or raises if the file ends."""
+    view = memoryview(target.reshape(-1).view(np.uint8))
+    while view.nbytes:
+        count = file.readinto(view)
+        if not count:
+            raise CheckpointError(f"{path} ends early")
+        view = view[count:]

@@ -30,6 +30,7 @@ MAX_SEED = 2**32 - 1
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
 XLA_MODES = ("auto", "on", "off")
+REPLAY_DEVICES = ("auto", "host", "device")
 
 # The Atari protocols `--protocol` selects: each sets the settings below, unless a flag given
 # on the command line sets one itself. "machado" is the protocol of Machado et al. (2018),
@@ -115,6 +116,11 @@ class Config:
     xla: str = _field("auto", "compile the minibatch update with XLA: auto = on the CPU "
                       "(faster there, still deterministic), off on a GPU (not measured there)",
                       choices=XLA_MODES)
+    replay_device: str = _field("auto", "where the replay memory's frames live: device = "
+                                "in a variable on the training device, gathered by the "
+                                "update; host = in NumPy, gathered by the host; auto = the "
+                                "device on a GPU with room for them, else the host (the "
+                                "same updates either way)", choices=REPLAY_DEVICES)
 
     workers: int = _field(8, "number of environments acting in parallel", fast_only=True)
     concurrent: bool = _field(True, "train in a background thread while the samplers act",

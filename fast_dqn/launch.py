@@ -128,12 +128,27 @@ def checkpoint_bytes(config: Config) -> int:
     return replay + NETWORK_CHECKPOINT_BYTES
 
 
+def make_device_frames(config: Config) -> tuple[Any, str]:
+    """The replay memory's frames on the training device, or None for the host store; and
+    the device line's words on the choice (`--replay-device`)."""
+    from fast_dqn.device_frames import (DeviceFrames, choose_replay_device, gpu_free_bytes,
+                                        has_gpu)
+
+    gpu = has_gpu()
+    free = gpu_free_bytes() if gpu and config.replay_device == "auto" else None
+    on_device, line = choose_replay_device(config.replay_device, config.replay_capacity, gpu,
+                                           free)
+    return (DeviceFrames(config.replay_capacity) if on_device else None), line
+
+
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
     from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
 
-    device = configure_device()
+    device = configure_device()  # first: a GPU's settings are fixed once it is used
+    device_frames, replay_line = make_device_frames(config)
+    device = f"{device}; {replay_line}"
     print(device, flush=True)
     if algo == ALGO_FAST_DQN:
         pool = make_pool(config, config.workers, config.backend, config.seed)
@@ -141,7 +156,8 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
         pool = make_pool(config, 1, SERIAL, config.seed)
     network = make_q_network(config, pool.n_actions)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
-    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]))
+    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
+                          device_frames=device_frames)
 
     def save(loop: TrainingLoop) -> None:
         arrays = memory.state_dict() if config.checkpoint_replay else None

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY, Config
-from fast_dqn.replay_memory import Batch
+from fast_dqn.replay_memory import Batch, SlotBatch
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
 # TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
@@ -118,6 +118,12 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
     return keras.Model(states, q_values, name=name)
 
 
+def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """frames[slots] with the masked frames zeroed: the states `ReplayMemory.batch` makes on
+    the host, made where the frames are."""
+    return tf.gather(frames, slots) * tf.cast(mask, tf.uint8)[..., None, None]
+
+
 def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     abs_x = tf.abs(x)
     quadratic = tf.minimum(abs_x, delta)
@@ -158,6 +164,11 @@ class QNetwork:
         # Not with XLA: it compiles K unrolled updates into other floating-point results
         # than K single ones (and ran slower on the CPU), so update_many then loops.
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
+        # The same two, gathering the states from the replay memory's frames on the device.
+        self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
+                                            reduce_retracing=True)
+        self._update_many_slots_fn = tf.function(self._update_steps_from_slots,
+                                                 jit_compile=False)
         # The samplers' batched query of the target network has one batch size (W) for the
         # whole run, so XLA compiles it once; the online network's queries come in every
         # size an evaluation's shrinking set of games asks for, each a compilation.
@@ -251,6 +262,27 @@ class QNetwork:
                    for array in batches]
         self._update_many_fn(*stacked)
 
+    def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
+                                actions, rewards, terminals):
+        self._update_step(gather_states(frames, state_slots, state_mask), actions, rewards,
+                          gather_states(frames, next_slots, next_mask), terminals)
+
+    def _update_steps_from_slots(self, frames, *stacked):
+        for k in range(stacked[0].shape[0]):
+            self._update_step_from_slots(frames, *(column[k] for column in stacked))
+
+    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
+        """`update_many` with the states gathered from `frames` (the replay memory's frames
+        on the device) inside the compiled step: the host sends only slots and masks."""
+        size = len(slots.actions) // count
+        if count == 1 or self.xla:
+            for k in range(count):
+                rows = slice(k * size, (k + 1) * size)
+                self._update_slots_fn(frames, *(tf.constant(column[rows]) for column in slots))
+            return
+        self._update_many_slots_fn(frames, *(
+            tf.constant(column.reshape(count, size, *column.shape[1:])) for column in slots))
+
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last
         call, and the number of updates."""
@@ -324,6 +356,10 @@ class SimulatedQNetwork(QNetwork):
         self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
         self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
         self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
+        self._update_slots_fn = tf.function(self._gather_and_count, reduce_retracing=True)
+        self._update_many_slots_fn = tf.function(self._gather_and_count,
+                                                 reduce_retracing=True)
+        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
         no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
         self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
 
@@ -331,6 +367,15 @@ class SimulatedQNetwork(QNetwork):
         stacked = len(actions.shape) == 2  # (K, B) for K updates in one call
         count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
         self._updates.assign_add(count)
+
+    def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
+                          actions, rewards, terminals):
+        """The real gather of the states from the frames on the device; the result is kept
+        (its largest value) so that the gather is not left out of the compiled function."""
+        states = gather_states(frames, state_slots, state_mask)
+        next_states = gather_states(frames, next_slots, next_mask)
+        self._gathered.assign(tf.maximum(tf.reduce_max(states), tf.reduce_max(next_states)))
+        self._count_updates(states, actions, rewards, next_states, terminals)
 
     @staticmethod
     def _no_actions(states: tf.Tensor) -> tf.Tensor:
@@ -348,6 +393,10 @@ class SimulatedQNetwork(QNetwork):
     def update(self, batch: Batch) -> None:
         super().update(batch)
         self._wait(self.gpu.update_ms / 1000.0)
+
+    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
+        super().update_from_slots(frames, slots, count)
+        self._wait(count * self.gpu.update_ms / 1000.0)
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)

@@ -23,7 +23,7 @@ same step are identical.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Protocol
 
 import numpy as np
 
@@ -79,6 +79,11 @@ def select(transitions: Transitions, rows) -> Transitions:
     return Transitions(*(column[rows] for column in transitions))
 
 
+def concatenate(pieces: list[Transitions]) -> Transitions:
+    """Transitions one after another, in the order given."""
+    return Transitions(*(np.concatenate(columns) for columns in zip(*pieces)))
+
+
 # Bytes one slot costs (7,064 for 84x84 frames).
 BYTES_PER_TRANSITION = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize
                            for shape, dtype in TRANSITION_COLUMNS.values())
@@ -100,6 +105,52 @@ def empty_batch(batch_size: int) -> Batch:
     return Batch(np.zeros(states_shape, np.uint8), np.zeros(batch_size, np.int32),
                  np.zeros(batch_size, np.float32), np.zeros(states_shape, np.uint8),
                  np.zeros(batch_size, bool))
+
+
+class SlotBatch(NamedTuple):
+    """Minibatches as the slots their states are made of, for a gather where the frames live
+    (the training device). State i is frames[state_slots[i]] with the frames where
+    state_mask[i] is 0 set to zero (before the episode's start); likewise its next state.
+    `ReplayMemory.batch` makes the same states on the host."""
+
+    state_slots: np.ndarray  # (N, HISTORY) int32, oldest frame first
+    state_mask: np.ndarray  # (N, HISTORY) uint8
+    next_slots: np.ndarray
+    next_mask: np.ndarray
+    actions: np.ndarray  # (N,) int32
+    rewards: np.ndarray  # (N,) float32
+    terminals: np.ndarray  # (N,) bool
+
+
+class DeviceFrames(Protocol):
+    """The frames column of a replay memory, kept on the training device
+    (fast_dqn/device_frames.py)."""
+
+    capacity: int
+    frame_shape: tuple[int, int]
+
+    def write(self, slots: np.ndarray, frames: np.ndarray) -> None:
+        """frames[slots] = frames, in one assignment."""
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """A host copy of rows start .. stop - 1."""
+
+    def put_rows(self, start: int, frames: np.ndarray) -> None:
+        """Writes host rows from `start` on."""
+
+
+class FrameRows:
+    """A device's frame rows 0 .. size - 1 as a checkpoint writes them: a chunk at a time,
+    so that saving them never holds a second full copy in host memory."""
+
+    def __init__(self, frames: DeviceFrames, size: int):
+        self._frames = frames
+        self.shape = (size, *FRAME_SHAPE)
+        self.dtype = np.dtype(np.uint8)
+
+    def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
+        for start in range(0, self.shape[0], rows_per_chunk):
+            yield self._frames.rows(start, min(start + rows_per_chunk, self.shape[0]))
 
 
 def replay_bytes(capacity: int) -> int:
@@ -148,12 +199,20 @@ class ReplayMemory:
     while the trainer thread is drained; during an epoch the trainer only reads.
     """
 
-    def __init__(self, capacity: int, rng: np.random.Generator):
+    def __init__(self, capacity: int, rng: np.random.Generator,
+                 device_frames: DeviceFrames | None = None):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
+        if device_frames is not None and device_frames.capacity != capacity:
+            raise ValueError(f"device frames hold {device_frames.capacity} slots, not {capacity}")
         self.capacity = capacity
         self._rng = rng
+        # With `device_frames` the frames column lives there and `store.frames` is empty:
+        # minibatches are then drawn as slots (`sample_slots`) and gathered on the device.
+        self.device_frames = device_frames
         self.store = zero_transitions(capacity)
+        if device_frames is not None:
+            self.store = self.store._replace(frames=np.zeros((0, *FRAME_SHAPE), np.uint8))
         self.cursor = 0  # the slot the next transition goes to
         self.size = 0
 
@@ -174,11 +233,19 @@ class ReplayMemory:
             transitions = select(transitions, slice(count - self.capacity, count))
             count = self.capacity
         slots = (self.cursor + np.arange(count)) % self.capacity
-        for stored, column in zip(self.store, transitions):
-            stored[slots] = column
+        for name, stored, column in zip(Transitions._fields, self.store, transitions):
+            if name != "frames":
+                stored[slots] = column
+        self._write_frames(slots, transitions.frames)
         self.store.rewards[slots] = clip_reward(transitions.rewards)
         self.store.episode_ends[slots] |= transitions.terminals
         self._advance(count)
+
+    def _write_frames(self, slots: np.ndarray, frames: np.ndarray) -> None:
+        if self.device_frames is None:
+            self.store.frames[slots] = frames
+        else:
+            self.device_frames.write(slots, frames)
 
     def _advance(self, count: int) -> None:
         self.cursor = (self.cursor + count) % self.capacity
@@ -218,26 +285,45 @@ class ReplayMemory:
 
     def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
         """A uniform minibatch; see `batch` for `out`."""
+        self._check_frames_on_host()
         return self.batch(self.sample_indices(batch_size), out)
 
     def sample_many(self, count: int, batch_size: int, out: Batch | None = None) -> Batch:
         """`count` uniform minibatches gathered at once, minibatch k in rows
-        k * batch_size ... (k + 1) * batch_size - 1.
+        k * batch_size ... (k + 1) * batch_size - 1 (see `many_indices`)."""
+        self._check_frames_on_host()
+        return self.batch(self.many_indices(count, batch_size), out)
 
-        The indices are drawn exactly as `count` calls of `sample` draw them, one minibatch
-        after another from the same generator, so a run's minibatches do not depend on how
-        many are trained per call.
-        """
-        indices = np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
-        return self.batch(indices, out)
+    def many_indices(self, count: int, batch_size: int) -> np.ndarray:
+        """The slots of `count` minibatches, drawn exactly as `count` calls of `sample` draw
+        them, one minibatch after another from the same generator, so a run's minibatches
+        do not depend on how many are trained per call or where their frames are gathered."""
+        return np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
+
+    def sample_slots(self, count: int, batch_size: int) -> SlotBatch:
+        """`sample_many`'s minibatches as slots, for a gather on the device."""
+        return self.slot_batch(self.many_indices(count, batch_size))
+
+    def slot_batch(self, indices: np.ndarray) -> SlotBatch:
+        """The transitions at explicit (valid) slots, their states as frame slots and masks."""
+        indices = np.asarray(indices)
+        window = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
+        next_slots = (indices + 1) % self.capacity
+        return SlotBatch(
+            state_slots=window.astype(np.int32), state_mask=self._history_mask(indices),
+            next_slots=((window + 1) % self.capacity).astype(np.int32),
+            next_mask=self._history_mask(next_slots),
+            actions=self.store.actions[indices].astype(np.int32),
+            rewards=self.store.rewards[indices], terminals=self.store.terminals[indices])
 
     def batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch:
-        """The transitions at explicit slots (they must be valid).
+        """The transitions at explicit slots (they must be valid), gathered on the host.
 
         With `out` (from `empty_batch`) the arrays are written into its buffers and `out` is
         returned: a trainer that reuses one buffer allocates nothing per minibatch (fresh
         megabyte-sized arrays cost page faults that made sampling 8 times slower).
         """
+        self._check_frames_on_host()
         indices = np.asarray(indices)
         if out is None:
             out = empty_batch(len(indices))
@@ -255,6 +341,11 @@ class ReplayMemory:
         np.take(self.store.rewards, indices, out=out.rewards)
         np.take(self.store.terminals, indices, out=out.terminals)
         return out
+
+    def _check_frames_on_host(self) -> None:
+        """Before anything is drawn: a refused call leaves the generator as it was."""
+        if self.device_frames is not None:
+            raise ValueError("the frames are on the device: draw slots with sample_slots")
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
         """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
@@ -291,6 +382,8 @@ class ReplayMemory:
         early checkpoint does not write gigabytes of empty slots.
         """
         state = select(self.store, slice(0, self.size))._asdict()
+        if self.device_frames is not None:
+            state["frames"] = FrameRows(self.device_frames, self.size)
         state.update(cursor=np.array(self.cursor), size=np.array(self.size),
                      capacity=np.array(self.capacity))
         return state
@@ -302,7 +395,10 @@ class ReplayMemory:
             raise ValueError(f"checkpoint replay capacity {int(state['capacity'])} differs "
                              f"from {self.capacity}")
         for name, stored in self.store._asdict().items():
-            stored[:len(state[name])] = state[name]
+            if name == "frames" and self.device_frames is not None:
+                self.device_frames.put_rows(0, np.asarray(state[name]))
+            else:
+                stored[:len(state[name])] = state[name]
         self.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))
 
     def set_extent(self, cursor: int, size: int) -> None:
@@ -369,7 +465,7 @@ class SamplerBuffer:
         if not self._chunks:
             return None
         pieces = self._chunks if self._context is None else [self._context, *self._chunks]
-        rows = Transitions(*(np.concatenate(columns) for columns in zip(*pieces)))
+        rows = concatenate(pieces)
         self._chunks = []
         self._context = None
         if not rows.episode_ends[-1]:

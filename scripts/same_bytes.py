@@ -83,21 +83,25 @@ def fresh_command(trainer: str, extra: Sequence[str] = (),
     return (trainer, *COMMON_FLAGS, timesteps, *fast_only, *extra)
 
 
-def resumed_runs(trainer: str, name: str) -> Run:
+def resumed_runs(trainer: str, name: str, extra: Sequence[str] = ()) -> Run:
     """A run stopped at 2,000 steps, then resumed to 4,000 with --resume."""
-    first = fresh_command(trainer, timesteps=STOP_AT)
+    first = fresh_command(trainer, extra, timesteps=STOP_AT)
     return Run(name, (first, (trainer, "--resume", "{logdir}", FINAL_STEPS)))
 
 
-def all_runs() -> list[Run]:
-    """The six runs, longest first so that two at a time finish close together."""
+def all_runs(extra: Sequence[str] = ()) -> list[Run]:
+    """The six runs, longest first so that two at a time finish close together; `extra`
+    flags go to every new run (a setting that must not change the bytes, e.g.
+    --replay-device=device, compared with a baseline made without it)."""
+    extra = tuple(extra)
     return [
-        resumed_runs(FAST, "fast-w4-resumed"),
-        resumed_runs(SERIAL, "serial-resumed"),
-        Run("serial", (fresh_command(SERIAL),)),
-        Run("fast-w4-concurrent-false", (fresh_command(FAST, ("--concurrent=false",)),)),
-        Run("fast-w4", (fresh_command(FAST),)),
-        Run("fast-w4-updates-per-call-1", (fresh_command(FAST, ("--updates-per-call=1",)),)),
+        resumed_runs(FAST, "fast-w4-resumed", extra),
+        resumed_runs(SERIAL, "serial-resumed", extra),
+        Run("serial", (fresh_command(SERIAL, extra),)),
+        Run("fast-w4-concurrent-false", (fresh_command(FAST, ("--concurrent=false", *extra)),)),
+        Run("fast-w4", (fresh_command(FAST, extra),)),
+        Run("fast-w4-updates-per-call-1",
+            (fresh_command(FAST, ("--updates-per-call=1", *extra)),)),
     ]
 
 
@@ -251,6 +255,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="saved output to compare with (exit 1 on any difference)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default: 2)")
+    parser.add_argument("--flag", action="append", default=[], metavar="FLAG",
+                        help="a trainer flag given to every new run (repeatable), e.g. "
+                             "--flag=--replay-device=device")
     return parser.parse_args(argv)
 
 
@@ -275,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     baseline = last_line_json(args.compare) if args.compare else None  # fail before running
     out = args.out.resolve()
     check_out_dir(out)
-    runs = all_runs()
+    runs = all_runs(args.flag)
     start = time.monotonic()
     execute_all(runs, args.repo.resolve(), out, args.jobs)
     print(f"# all runs in {time.monotonic() - start:.0f} s", file=sys.stderr)

@@ -122,22 +122,42 @@ def test_fast_dqn_learns_the_optimal_q_values():
     check_learned(loop)
 
 
-def test_fast_dqn_with_the_real_network_is_deterministic():
+def device_memory(capacity: int, rng: np.random.Generator) -> ReplayMemory:
+    """A replay memory whose frames live in a TensorFlow variable (--replay-device=device)."""
+    from fast_dqn.device_frames import DeviceFrames
+    return ReplayMemory(capacity, rng, device_frames=DeviceFrames(capacity))
+
+
+def memory_arrays(memory: ReplayMemory) -> dict[str, np.ndarray]:
+    """The memory's checkpoint arrays, the device's frames copied to the host."""
+    state = memory.state_dict()
+    frames = state["frames"]
+    if not isinstance(frames, np.ndarray):
+        state["frames"] = np.concatenate(list(frames.chunks(1000)))
+    return state
+
+
+@pytest.mark.parametrize("replay_device", ["host", "device"])
+def test_fast_dqn_with_the_real_network_is_deterministic(replay_device):
     """docs/design.md §2: the same seed gives the same run, bit for bit on CPU, whatever the timing
-    of the trainer thread."""
+    of the trainer thread, and wherever the replay memory's frames are gathered (a run with
+    them on the host against one with them in `replay_device`)."""
     config = TAPE.replace(timesteps=500, lr=1e-3)
 
-    def run() -> TrainingLoop:
+    def run(memory_class) -> TrainingLoop:
         pool = CorridorPool(config.workers, max_steps=8)
-        loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions))
+        loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions),
+                         memory_class)
         loop.run()
         return loop
 
-    first, second = run(), run()
+    first = run(ReplayMemory)
+    second = run(ReplayMemory if replay_device == "host" else device_memory)
     for a, b in zip(first.network.online.variables, second.network.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    for name, array in first.memory.state_dict().items():
-        np.testing.assert_array_equal(second.memory.state_dict()[name], array, err_msg=name)
+    second_arrays = memory_arrays(second.memory)
+    for name, array in memory_arrays(first.memory).items():
+        np.testing.assert_array_equal(second_arrays[name], array, err_msg=name)
     assert first.run_log.episodes == second.run_log.episodes
     assert first.counters.updates == second.counters.updates == 75
 

@@ -1,0 +1,107 @@
+"""The replay memory's frames in a TensorFlow variable on the training device.
+
+On a GPU, gathering a minibatch's 2 x 32 states of 4 frames on the host (about 900 KB) and
+copying them over is the largest host cost of an update, and it holds the interpreter lock.
+With the frames on the device the host sends only the slots and masks (`SlotBatch`, a few
+KB) and the update gathers the states itself (QNetwork.update_from_slots). The host keeps
+every other column, and draws the slots with the same generator and rules, so the
+minibatches are the same bit for bit as with the frames on the host.
+
+`--replay-device=auto` puts them there when a GPU is visible and has room for them beside
+the networks (`choose_replay_device`); on the CPU both settings run (the tests compare them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+
+from fast_dqn.config import FRAME_SIZE
+from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+
+with quiet_tensorflow_start():
+    import tensorflow as tf
+
+# What the device must keep free beside the frames: the networks, their optimizer slots,
+# a K-update call's activations and the framework's own pools, with room to spare.
+DEVICE_HEADROOM_BYTES = 2 * 1024**3
+
+
+class DeviceFrames:
+    """A (capacity, 84, 84) uint8 variable, written at sync points and read by the update.
+
+    Thread use: written only at sync points (the trainer is drained) and by checkpoint
+    reads, read by the trainer's update during an epoch, like the host store.
+    """
+
+    def __init__(self, capacity: int, device: str | None = None):
+        self.capacity = capacity
+        self.frame_shape = (FRAME_SIZE, FRAME_SIZE)
+        shape = (capacity, *self.frame_shape)
+        # Created by an initializer that runs on the device: no host copy of the zeros.
+        with tf.device(device or _training_device()):
+            self.variable = tf.Variable(lambda: tf.zeros(shape, tf.uint8), trainable=False,
+                                        name="replay_frames")
+
+    def write(self, slots: np.ndarray, frames: np.ndarray) -> None:
+        """One assignment of a sync point's new frames (slots may wrap around the end)."""
+        self.variable.scatter_nd_update(tf.constant(np.asarray(slots)[:, None]),
+                                        tf.constant(frames))
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        return self.variable[start:stop].numpy()
+
+    def put_rows(self, start: int, frames: np.ndarray) -> None:
+        self.variable[start:start + len(frames)].assign(frames)
+
+
+def has_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _training_device() -> str:
+    return "/GPU:0" if has_gpu() else "/CPU:0"
+
+
+def frames_bytes(capacity: int) -> int:
+    return capacity * FRAME_SIZE * FRAME_SIZE
+
+
+def gpu_free_bytes() -> int | None:
+    """The first GPU's free memory as nvidia-smi reports it, or None where it cannot say."""
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return None
+    try:
+        output = subprocess.run([command, "--query-gpu=memory.free", "--format=csv,noheader,nounits",
+                                 "--id=0"], capture_output=True, text=True, timeout=20,
+                                check=True).stdout
+        return int(output.split()[0]) * 1024**2  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def choose_replay_device(setting: str, capacity: int, has_gpu: bool,
+                         free_bytes: int | None) -> tuple[bool, str]:
+    """Whether the frames go on the device for `--replay-device` (`auto`, `host`, `device`),
+    and the reason, for the device line.
+
+    `auto` puts them on a GPU that has room for them and DEVICE_HEADROOM_BYTES; on the CPU
+    the host store is the default (the device store is the same memory, gathered by
+    TensorFlow's threads instead of NumPy).
+    """
+    needed = frames_bytes(capacity)
+    if setting == "host":
+        return False, "replay frames on the host"
+    if setting == "device":
+        return True, f"replay frames on the device ({needed / 1e9:.1f} GB)"
+    if not has_gpu:
+        return False, "replay frames on the host"
+    if free_bytes is None:
+        return False, "replay frames on the host (the GPU's free memory is unknown)"
+    if needed + DEVICE_HEADROOM_BYTES > free_bytes:
+        return False, (f"replay frames on the host (they need {needed / 1e9:.1f} GB, the GPU "
+                       f"has {free_bytes / 1e9:.1f} GB free)")
+    return True, f"replay frames on the GPU ({needed / 1e9:.1f} GB of {free_bytes / 1e9:.1f} GB free)"

@@ -1,0 +1,67 @@
+"""The update path in one place: minibatches from the replay memory, the network's updates.
+
+DQN's loop calls `Learner.update_now` on the main thread; FastDQN's trainer thread
+(fast_dqn/trainer.py) calls `update` while its preparing thread calls `prepare` for the next
+call, on the other of the two minibatch buffers. A call makes k updates (k is at most
+`updates_per_call`): the memory is frozen during an epoch, so k minibatches can be drawn at
+once and trained in one call, paying the host's per-call cost once.
+
+Where the memory's frames live decides what a minibatch is: on the host, `prepare` gathers
+its states into a buffer (`ReplayMemory.sample_many`); on the device, it draws only their
+slots and masks (`ReplayMemory.sample_slots`) and the update gathers the states inside its
+compiled step (`QNetwork.update_from_slots`). Both draw the same slots from the same
+generator, so the updates are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from fast_dqn.replay_memory import Batch, ReplayMemory, SlotBatch, empty_batch
+
+
+class Updates(Protocol):
+    """What the learner needs of a Q-network."""
+
+    def update_many(self, batches: Batch, count: int) -> None: ...
+
+    def update_from_slots(self, frames: Any, slots: SlotBatch, count: int) -> None: ...
+
+
+class Learner:
+    """Owns the minibatch buffers; draws minibatches from `memory` and updates `network`.
+
+    Thread use: `prepare(k, buffer)` and `update(minibatches, k)` may run on two threads at
+    once as long as they use different buffers; `update_now` runs alone.
+    """
+
+    def __init__(self, memory: ReplayMemory, network: Updates, batch_size: int,
+                 updates_per_call: int):
+        self.memory = memory
+        self.network = network
+        self.batch_size = batch_size
+        self.updates_per_call = updates_per_call
+        frames = memory.device_frames
+        self._frames = None if frames is None else frames.variable
+        rows = batch_size * updates_per_call
+        # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
+        self._buffers = (empty_batch(rows), empty_batch(rows)) if frames is None else None
+
+    def prepare(self, count: int, buffer: int) -> Batch | SlotBatch:
+        """`count` minibatches drawn from the memory (into buffer 0 or 1 on the host)."""
+        if self._buffers is None:
+            return self.memory.sample_slots(count, self.batch_size)
+        rows = count * self.batch_size
+        out = Batch(*(array[:rows] for array in self._buffers[buffer]))
+        return self.memory.sample_many(count, self.batch_size, out=out)
+
+    def update(self, minibatches: Batch | SlotBatch, count: int) -> None:
+        """`count` updates, one per minibatch, in one call."""
+        if self._buffers is None:
+            self.network.update_from_slots(self._frames, minibatches, count)
+        else:
+            self.network.update_many(minibatches, count)
+
+    def update_now(self, count: int = 1) -> None:
+        """Draws and makes `count` updates on the calling thread."""
+        self.update(self.prepare(count, buffer=0), count)

@@ -1,0 +1,129 @@
+"""The replay memory's frames on the training device (--replay-device=device), on the CPU:
+the same minibatches and updates as with the frames on the host, checkpoints with the same
+bytes, and the choice that --replay-device=auto makes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fast_dqn import checkpoints
+from fast_dqn.checkpoints import latest_checkpoint, read_replay_into, save_checkpoint
+from fast_dqn.config import Config
+from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
+                                    frames_bytes)
+from fast_dqn.q_network import configure_device, gather_states, make_q_network
+from fast_dqn.replay_memory import ReplayMemory, Transitions, acted_transitions
+
+CAPACITY = 64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_device():
+    configure_device()  # deterministic ops on the CPU, as in a run
+
+
+def fill(memory: ReplayMemory, seed: int = 3, count: int = 150) -> ReplayMemory:
+    """Random transitions in chunks of 20 (a flush each): the memory wraps around twice and
+    many slots are invalid (episode ends, the overwritten oldest), so sampling rejects some."""
+    rng = np.random.default_rng(seed)
+    rows = acted_transitions(rng.integers(0, 256, (count, 84, 84), dtype=np.uint8),
+                             rng.integers(0, 6, count), rng.normal(size=count),
+                             rng.random(count) < 0.1, rng.random(count) < 0.3)
+    for start in range(0, count, 20):
+        memory.add_many(Transitions(*(column[start:start + 20] for column in rows)))
+    return memory
+
+
+def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
+    host = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed)))
+    device = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed),
+                               device_frames=DeviceFrames(CAPACITY)))
+    return host, device
+
+
+def test_slots_gathered_on_the_device_are_the_host_minibatches():
+    host, device = host_and_device()
+    with pytest.raises(ValueError, match="on the device"):
+        device.sample(4)
+    for _ in range(3):
+        batches = host.sample_many(3, 16)
+        slots = device.sample_slots(3, 16)
+        frames = device.device_frames.variable
+        np.testing.assert_array_equal(
+            gather_states(frames, slots.state_slots, slots.state_mask).numpy(), batches.states)
+        np.testing.assert_array_equal(
+            gather_states(frames, slots.next_slots, slots.next_mask).numpy(),
+            batches.next_states)
+        for name in ("actions", "rewards", "terminals"):
+            np.testing.assert_array_equal(getattr(slots, name), getattr(batches, name))
+            assert getattr(slots, name).dtype == getattr(batches, name).dtype
+    assert host.rng.random() == device.rng.random()  # the same draws were made
+
+
+@pytest.mark.parametrize("xla", ["on", "off"])
+@pytest.mark.parametrize("count", [1, 4])
+def test_updates_from_device_slots_equal_updates_from_host_minibatches(xla, count):
+    config = Config(xla=xla, seed=5)
+    host, device = host_and_device()
+    on_host, on_device = make_q_network(config, 6), make_q_network(config, 6)
+    for _ in range(2):
+        on_host.update_many(host.sample_many(count, 32), count)
+        on_device.update_from_slots(device.device_frames.variable,
+                                    device.sample_slots(count, 32), count)
+    for a, b in zip(on_host.optimizer.variables + on_host.online.variables,
+                    on_device.optimizer.variables + on_device.online.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)  # bit for bit
+    assert on_host.take_train_stats() == on_device.take_train_stats()
+
+
+def test_a_device_memory_saves_the_host_bytes_in_chunks_and_reads_them_back(tmp_path,
+                                                                            monkeypatch):
+    # 7 rows of 7,056 bytes at a time: the 64 rows go to and from the disk in 10 chunks.
+    monkeypatch.setattr(checkpoints, "DEVICE_CHUNK_BYTES", 7 * 84 * 84)
+    host, device = host_and_device()
+    save_checkpoint(tmp_path / "host", {"step": 1}, None, host.state_dict())
+    save_checkpoint(tmp_path / "device", {"step": 1}, None, device.state_dict())
+    for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable",
+                 "cursor", "size", "capacity"):
+        path = f"checkpoint/replay/{name}.npy"
+        assert (tmp_path / "device" / path).read_bytes() == (tmp_path / "host" / path).read_bytes()
+
+    restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
+                            device_frames=DeviceFrames(CAPACITY))
+    assert read_replay_into(latest_checkpoint(tmp_path / "device"), restored)
+    np.testing.assert_array_equal(restored.device_frames.rows(0, CAPACITY), host.store.frames)
+    assert (restored.cursor, restored.size) == (host.cursor, host.size)
+    restored.check_valid()
+
+
+def test_a_checkpoint_of_a_memory_that_has_not_wrapped_fills_the_leading_rows(tmp_path):
+    host = fill(ReplayMemory(CAPACITY, np.random.default_rng(0)), count=40)
+    save_checkpoint(tmp_path, {"step": 1}, None, host.state_dict())
+    restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
+                            device_frames=DeviceFrames(CAPACITY))
+    assert read_replay_into(latest_checkpoint(tmp_path), restored)
+    np.testing.assert_array_equal(restored.device_frames.rows(0, 40), host.store.frames[:40])
+    assert not restored.device_frames.rows(40, CAPACITY).any()
+    assert restored.size == 40
+
+
+GB = 10**9
+
+
+@pytest.mark.parametrize("setting,has_gpu,free,on_device,says", [
+    ("host", True, 100 * GB, False, "on the host"),
+    ("device", False, None, True, "on the device"),
+    ("auto", False, None, False, "on the host"),
+    ("auto", True, None, False, "free memory is unknown"),
+    # 1M frames of 84 x 84 are 7.06 GB; the device keeps 2 GiB free beside them
+    ("auto", True, 9 * GB, False, "they need 7.1 GB, the GPU has 9.0 GB free"),
+    ("auto", True, 10 * GB, True, "on the GPU (7.1 GB of 10.0 GB free)"),
+])
+def test_auto_puts_the_frames_on_a_gpu_with_room_for_them(setting, has_gpu, free, on_device,
+                                                          says):
+    assert frames_bytes(1_000_000) == 1_000_000 * 84 * 84
+    assert DEVICE_HEADROOM_BYTES == 2 * 1024**3
+    chosen, line = choose_replay_device(setting, 1_000_000, has_gpu, free)
+    assert chosen is on_device
+    assert says in line
