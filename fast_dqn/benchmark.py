@@ -27,12 +27,14 @@ import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
-from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, XLA_MODES, Config,
-                             OneLineErrorParser, validate)
+from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
+                             Config, OneLineErrorParser, validate)
 from fast_dqn.counters import round_up
 from fast_dqn.launch import make_pool
+from fast_dqn.learner import Learner
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import Batch, ReplayMemory, Transitions, empty_batch
+from fast_dqn.replay_memory import (Batch, ReplayMemory, SlotBatch, Transitions,
+                                    empty_batch)
 from fast_dqn.samplers import SERIAL
 from fast_dqn.trainer import TrainerTimes
 
@@ -82,6 +84,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--switch-interval-ms", type=float, default=None,
                         help="Python's GIL switch interval during the measurement "
                              "(default: Python's own, 5 ms)")
+    parser.add_argument("--replay-device", choices=REPLAY_DEVICES, default=Config.replay_device,
+                        help="where the replay frames live, as run_fast_dqn.py's "
+                             "--replay-device (default: auto, which is the device on a "
+                             "simulated GPU)")
     parser.add_argument("--xla", choices=XLA_MODES, default=Config.xla,
                         help=f"XLA for the update, as run_fast_dqn.py's --xla (default: "
                              f"{Config.xla})")
@@ -96,6 +102,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.updates_per_call < 1:
         parser.error("--updates-per-call must be at least 1")
     return args
+
+
+def bench_replay_device(args: argparse.Namespace) -> str:
+    """--replay-device; "auto" on a simulated GPU is what it is on a real one with room for
+    the frames: the device."""
+    if args.replay_device == "auto" and args.trainer_stub_ms is not None:
+        return "device"
+    return args.replay_device
+
+
+def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> ReplayMemory:
+    """A replay memory with its frames where the run's --replay-device puts them."""
+    from fast_dqn.launch import make_device_frames
+    device_frames, _ = make_device_frames(config.replace(replay_capacity=capacity))
+    return ReplayMemory(capacity, rng, device_frames=device_frames)
 
 
 def bench_xla(args: argparse.Namespace) -> str:
@@ -113,7 +134,7 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
         target_update=args.target_update, workers=workers, concurrent=concurrent,
         backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call,
-        xla=bench_xla(args))
+        xla=bench_xla(args), replay_device=bench_replay_device(args))
     validate(config, ALGO_FAST_DQN)
     return config
 
@@ -139,11 +160,23 @@ def zero_batch(rows: int) -> Batch:
     return batch
 
 
-def warm_up(network, num_envs: int, batch_size: int, updates_per_call: int) -> None:
+def zero_slots(rows: int) -> SlotBatch:
+    """`rows` minibatch rows that all gather slot 0, with the memory's own types."""
+    slots = np.zeros((rows, HISTORY), np.int32)
+    mask = np.ones((rows, HISTORY), np.uint8)
+    return SlotBatch(slots, mask, slots, mask, np.zeros(rows, np.int32),
+                     np.zeros(rows, np.float32), np.zeros(rows, bool))
+
+
+def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,
+            updates_per_call: int) -> None:
     """Traces the network's functions so that no compilation falls in a measured window."""
-    network.update(zero_batch(batch_size))
-    if updates_per_call > 1:
-        network.update_many(zero_batch(batch_size * updates_per_call), updates_per_call)
+    for count in sorted({1, updates_per_call}):
+        rows = batch_size * count
+        if memory.device_frames is None:
+            network.update_many(zero_batch(rows), count)
+        else:
+            network.update_from_slots(memory.device_frames.variable, zero_slots(rows), count)
     states = zero_batch(max(num_envs, 1)).states
     network.greedy_actions(states, use_target=True)
     network.greedy_actions(states, use_target=False)
@@ -199,8 +232,8 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     network = make_network(args, pool.n_actions, config)
-    warm_up(network, num_envs, config.batch_size, config.updates_per_call)
-    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(config.seed))
+    memory = make_memory(config, config.replay_capacity, np.random.default_rng(config.seed))
+    warm_up(network, memory, num_envs, config.batch_size, config.updates_per_call)
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=NullRunLog(),
                       rng=np.random.default_rng(config.seed + 1))
@@ -263,7 +296,7 @@ def game_actions(config: Config) -> int:
 def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) -> float:
     """Minibatch updates/s of the trainer alone on a memory of random frames."""
     rng = np.random.default_rng(config.seed)
-    memory = ReplayMemory(10_000, rng)
+    memory = make_memory(config, 10_000, rng)
     count = memory.capacity
     memory.add_many(Transitions(
         frames=rng.integers(0, 256, (count, FRAME_SIZE, FRAME_SIZE), dtype=np.uint8),
@@ -272,15 +305,13 @@ def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) ->
         sampleable=np.ones(count, dtype=bool)))
     network = make_network(args, n_actions, config)
     per_call = config.updates_per_call
-    minibatches = empty_batch(config.batch_size * per_call)
+    learner = Learner(memory, network, config.batch_size, per_call)
     for _ in range(3):  # compile and warm up
-        network.update_many(memory.sample_many(per_call, config.batch_size, minibatches),
-                            per_call)
+        learner.update_now(per_call)
     network.take_train_stats()
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
-        network.update_many(memory.sample_many(per_call, config.batch_size, minibatches),
-                            per_call)
+        learner.update_now(per_call)
         updates += per_call
     network.take_train_stats()  # waits for the device to finish
     return updates / (time.perf_counter() - start)
@@ -331,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fast_over_limit": best["steps_per_second"] / limit,
         "fast_by_workers": by_workers(fast_results, "steps_per_second"),
         "updates_per_call": args.updates_per_call, "xla": first.xla,
+        "replay_device": first.replay_device,
         "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
         "emulation_steps_per_second_by_workers": by_workers(fast_results,
                                                             "emulation_steps_per_second"),
