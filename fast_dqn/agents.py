@@ -33,8 +33,7 @@ from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_st
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.learner import Learner
-from fast_dqn.replay_memory import (SamplerBuffer, StagingArea, Transitions, concatenate,
-                                    select)
+from fast_dqn.replay_memory import SamplerBuffer, StagingArea, Transitions, select
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.stop_request import StopRequest
@@ -412,6 +411,5 @@ class FastDQN(TrainingLoop):
             flushed = buffer.take()
             if flushed is not None:
                 pieces.append(flushed)
-        if pieces:
-            self.memory.add_many(concatenate(pieces))
+        self.memory.add_in_order(pieces)
         self._staging.clear()

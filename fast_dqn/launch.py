@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import io
 import json
 import os
 import signal
@@ -177,6 +178,15 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     return loop, device
 
 
+def report_crashes() -> None:
+    """A crash in native code (TensorFlow, the emulators) then leaves every thread's Python
+    stack on the process's stderr instead of a bare exit status."""
+    try:
+        faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass  # no stderr file descriptor (an embedding host): nothing to write to
+
+
 def main(argv: Sequence[str] | None, algo: str) -> int:
     """Runs one entry point; returns the exit status.
 
@@ -185,9 +195,7 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
     """
     stop = StopRequest()
     stop.install()
-    # A crash in native code (TensorFlow, the emulators) then leaves every thread's Python
-    # stack on stderr instead of a bare exit status.
-    faulthandler.enable(all_threads=True)
+    report_crashes()
     try:
         return _main(argv, algo, stop)
     except KeyboardInterrupt:

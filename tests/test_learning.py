@@ -184,10 +184,10 @@ def test_optimal_q_is_the_bellman_fixed_point():
 
 def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:
     """A memory that records each store: "add" (DQN, a step as it is taken) or "flush"
-    (FastDQN, a sampler's buffer at a sync point)."""
+    (FastDQN, the samplers' buffers at a sync point, in one write)."""
     class RecordingMemory(ReplayMemory):
-        def add_many(self, transitions) -> None:
-            super().add_many(transitions)
+        def add_in_order(self, pieces) -> None:
+            super().add_in_order(pieces)
             tape.record(store_kind, self.size)
 
         def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
@@ -326,7 +326,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
                 assert event[2] == size_at_boundary
     flushes_per_sync = [sum(1 for e in tape.main_thread()[i:j] if e[1] == "flush")
                         for i, j in _between(tape.main_thread(), "sync")]
-    assert all(count == config.workers for count in flushes_per_sync)
+    assert all(count == 1 for count in flushes_per_sync)
     # the memory holds the samplers' transitions, flushed in sampler order at the boundaries
     expected = ReplayMemory(config.replay_capacity, np.random.default_rng(0))
     buffers = [SamplerBuffer() for _ in range(config.workers)]
