@@ -24,6 +24,8 @@ from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 with quiet_tensorflow_start():
     import tensorflow as tf
 
+ResourceExhausted = tf.errors.ResourceExhaustedError  # the device has no room left
+
 # What the device must keep free beside the frames: the networks, their optimizer slots,
 # a K-update call's activations and the framework's own pools, with room to spare.
 DEVICE_HEADROOM_BYTES = 2 * 1024**3

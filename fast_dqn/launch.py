@@ -132,14 +132,22 @@ def checkpoint_bytes(config: Config) -> int:
 def make_device_frames(config: Config) -> tuple[Any, str]:
     """The replay memory's frames on the training device, or None for the host store; and
     the device line's words on the choice (`--replay-device`)."""
-    from fast_dqn.device_frames import (DeviceFrames, choose_replay_device, gpu_free_bytes,
-                                        has_gpu)
+    from fast_dqn.device_frames import (DeviceFrames, ResourceExhausted, choose_replay_device,
+                                        frames_bytes, gpu_free_bytes, has_gpu)
 
     gpu = has_gpu()
     free = gpu_free_bytes() if gpu and config.replay_device == "auto" else None
     on_device, line = choose_replay_device(config.replay_device, config.replay_capacity, gpu,
                                            free)
-    return (DeviceFrames(config.replay_capacity) if on_device else None), line
+    if not on_device:
+        return None, line
+    try:
+        return DeviceFrames(config.replay_capacity), line
+    except ResourceExhausted as error:
+        gigabytes = frames_bytes(config.replay_capacity) / 1e9
+        raise ValueError(f"--replay-device=device: the training device has no room for the "
+                         f"replay memory's frames ({gigabytes:.1f} GB); use "
+                         "--replay-device=host or a smaller --replay-capacity") from error
 
 
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
@@ -237,7 +245,12 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         if warning:
             print(warning, file=sys.stderr, flush=True)
         initial_step = checkpoint_step(manifest) if manifest else 0
-        loop, device = build_loop(config, algo, run_log, initial_step, stop)
+        try:
+            loop, device = build_loop(config, algo, run_log, initial_step, stop)
+        except ValueError as error:  # e.g. no room on the device for the replay frames
+            if manifest is None:
+                run_dir.discard()
+            return _refuse(error)
         if manifest is not None:
             try:
                 resume(loop, manifest, checkpoint)

@@ -2,7 +2,7 @@
 
 The entry points (`fast_dqn.launch`, `fast_dqn.benchmark`) and the tests build `LoopParts`;
 `fast_dqn.agents` runs them. The protocols name the few methods the loops call, so that the
-benchmark's simulated network and the tests' recording fakes stand in for the real parts.
+tests' recording fakes stand in for the real parts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from fast_dqn.config import Config
 from fast_dqn.evaluation import EvaluationLog
-from fast_dqn.replay_memory import Batch, ReplayMemory
+from fast_dqn.replay_memory import Batch, ReplayMemory, SlotBatch
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.samplers import EnvPool
 from fast_dqn.stop_request import StopRequest
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 class QFunction(Protocol):
-    """What the loops need of a Q-network (the real one, or the benchmark's timed stub)."""
+    """What the loops need of a Q-network (and `fast_dqn.learner` of its updates)."""
 
     n_actions: int
 
@@ -32,6 +32,8 @@ class QFunction(Protocol):
     def update(self, batch: Batch) -> None: ...
 
     def update_many(self, batches: Batch, count: int) -> None: ...
+
+    def update_from_slots(self, frames: object, slots: SlotBatch, count: int) -> None: ...
 
     def sync_target(self) -> None: ...
 

@@ -1,7 +1,8 @@
 """The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
 
-This and the TensorBoard writer are the only modules that import TensorFlow; this one is
-imported first in a run, quietly (fast_dqn/quiet_tensorflow.py).
+This, the replay frames on the device (device_frames.py) and the TensorBoard writer are the
+only modules that import TensorFlow; this one is imported first in a run, quietly
+(fast_dqn/quiet_tensorflow.py).
 Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
 layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
 learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.

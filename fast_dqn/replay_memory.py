@@ -122,7 +122,7 @@ class SlotBatch(NamedTuple):
     terminals: np.ndarray  # (N,) bool
 
 
-class DeviceFrames(Protocol):
+class DeviceFrameStore(Protocol):
     """The frames column of a replay memory, kept on the training device
     (fast_dqn/device_frames.py)."""
 
@@ -143,7 +143,7 @@ class FrameRows:
     """A device's frame rows 0 .. size - 1 as a checkpoint writes them: a chunk at a time,
     so that saving them never holds a second full copy in host memory."""
 
-    def __init__(self, frames: DeviceFrames, size: int):
+    def __init__(self, frames: DeviceFrameStore, size: int):
         self._frames = frames
         self.shape = (size, *FRAME_SHAPE)
         self.dtype = np.dtype(np.uint8)
@@ -200,7 +200,7 @@ class ReplayMemory:
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
-                 device_frames: DeviceFrames | None = None):
+                 device_frames: DeviceFrameStore | None = None):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         if device_frames is not None and device_frames.capacity != capacity:

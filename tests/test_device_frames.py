@@ -127,3 +127,24 @@ def test_auto_puts_the_frames_on_a_gpu_with_room_for_them(setting, has_gpu, free
     chosen, line = choose_replay_device(setting, 1_000_000, has_gpu, free)
     assert chosen is on_device
     assert says in line
+
+
+def test_no_room_on_the_device_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import tensorflow as tf
+
+    from fast_dqn import device_frames
+    from fast_dqn.config import ALGO_FAST_DQN
+    from fast_dqn.launch import main
+
+    def out_of_memory(capacity: int):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    monkeypatch.setattr(device_frames, "DeviceFrames", out_of_memory)
+    run_dir = tmp_path / "run"
+    status = main(["--game=pong", "--replay-capacity=5000", "--replay-start=400",
+                   "--replay-device=device", f"--logdir={run_dir}"], ALGO_FAST_DQN)
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no room for the replay memory's frames (0.0 GB)" in err[0]
+    assert "--replay-device=host" in err[0]
+    assert not run_dir.exists()
