@@ -507,6 +507,8 @@ class StagingArea:
 
     def __init__(self, rounds: int, num_envs: int):
         self._rows = zero_transitions(rounds, num_envs)
+        for column in self._rows:
+            column.fill(0)  # its pages mapped now, not one by one in the first epoch's rounds
         self.count = 0
 
     def clear(self) -> None:

@@ -6,6 +6,7 @@ reported by the benchmark itself, never asserted by a timed test.
 
 import json
 
+import numpy as np
 import pytest
 
 from fast_dqn import benchmark
@@ -84,3 +85,25 @@ def test_bad_benchmark_input_exits_2(argv, capsys):
         raise SystemExit(status)
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+@pytest.mark.parametrize("replay_device", ["host", "device"])
+def test_the_benchmark_memory_has_its_pages_mapped_and_is_still_empty(replay_device):
+    # 20,000 frames of 84 x 84 bytes: 141 MB that a fresh NumPy array or variable only maps
+    # on first write.
+    capacity = 20_000
+    config = Config(replay_device=replay_device, xla="off")
+    benchmark.make_memory(config, 10, np.random.default_rng(0))  # imports TensorFlow first
+    before = resident_bytes()
+    memory = benchmark.make_memory(config, capacity, np.random.default_rng(0))
+    assert resident_bytes() - before >= 0.9 * capacity * 84 * 84
+    assert memory.size == 0 and memory.cursor == 0
+    frames = (memory.store.frames if memory.device_frames is None
+              else memory.device_frames.rows(0, capacity))
+    assert not frames.any()
+    assert not any(column.any() for column in memory.store)
