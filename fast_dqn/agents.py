@@ -403,7 +403,7 @@ class FastDQN(TrainingLoop):
 
     def _flush_buffers(self) -> None:
         """The epoch's transitions into the memory, one sampler after another, in one write
-        (where the frames are on the device, one assignment)."""
+        (where the frames are on the device, one assignment per sampler)."""
         staged = self._staging.transitions()
         pieces = []
         for env, buffer in enumerate(self.buffers):
