@@ -33,9 +33,10 @@ from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_st
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.learner import Learner
-from fast_dqn.replay_memory import SamplerBuffer, StagingArea, Transitions, select
+from fast_dqn.replay_memory import Transitions, select
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
+from fast_dqn.staging import SamplerBuffer, StagingArea
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.trainer import Trainer
 

@@ -21,7 +21,8 @@ from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.counters import updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import Batch, ReplayMemory, SamplerBuffer, acted_transitions
+from fast_dqn.replay_memory import Batch, ReplayMemory, acted_transitions
+from fast_dqn.staging import SamplerBuffer
 from fast_dqn.samplers import PoolStep
 from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,

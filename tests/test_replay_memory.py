@@ -16,8 +16,8 @@ import pytest
 from fast_dqn.config import HISTORY
 from fast_dqn.acting import FrameHistory
 from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory,
-                                    SamplerBuffer, acted_transitions, check_memory_for,
-                                    clip_reward)
+                                    acted_transitions, check_memory_for, clip_reward)
+from fast_dqn.staging import SamplerBuffer
 
 # ------------------------------------------------------------------------------- helpers
 
