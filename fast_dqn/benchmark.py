@@ -35,24 +35,9 @@ from fast_dqn.learner import Learner
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import (Batch, ReplayMemory, SlotBatch, Transitions,
                                     empty_batch)
+from fast_dqn.run_logs import NullRunLog
 from fast_dqn.samplers import SERIAL
 from fast_dqn.trainer import TrainerTimes
-
-
-class NullRunLog:
-    """Discards what a benchmark run would log."""
-
-    def log_episode(self, row) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
-        return {}
-
-    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
-        pass
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -172,6 +172,22 @@ class RunLogs:
                 raise self._tensorboard_failure(error) from error
 
 
+class NullRunLog:
+    """A run log that keeps nothing (the benchmark's runs)."""
+
+    def log_episode(self, row) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def log_evaluation(self, timestep: int, returns: list[float], hours: float) -> dict:
+        return {}
+
+    def log_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        pass
+
+
 def check_logs_match(run_dir: Path, step: int, episodes: int, evaluations: int) -> None:
     """Checks that the CSVs hold what a checkpoint at `step` counted, before a resume
     changes them: games 1..episodes up to that step, and `evaluations` evaluations, of which
