@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
+
+# A second signal sooner than this after the first is the same request: GNU timeout, for
+# one, signals the run and then its whole process group, so the run gets the signal twice.
+SAME_REQUEST_SECONDS = 1.0
 
 
 class StopRequest:
     """Turns the first SIGINT/SIGTERM into a request to stop at the end of the round.
 
-    A second signal raises KeyboardInterrupt at once. Installed only on the main thread;
-    installing it twice keeps the first installation.
+    A second signal, a second or more after the first, raises KeyboardInterrupt at once.
+    Installed only on the main thread; installing it twice keeps the first installation.
     """
 
     def __init__(self):
         self.signal_number: int | None = None
+        self._first_at = 0.0
         self._previous: dict[int, object] = {}
 
     def __bool__(self) -> bool:
@@ -41,6 +47,8 @@ class StopRequest:
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
-        if self.signal_number is not None:
+        now = time.monotonic()
+        if self.signal_number is None:
+            self.signal_number, self._first_at = signum, now
+        elif now - self._first_at >= SAME_REQUEST_SECONDS:
             raise KeyboardInterrupt
-        self.signal_number = signum
