@@ -8,8 +8,9 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `fast_dqn.learner` (on the main thread for DQN, on the trainer thread for FastDQN); the sync-point sequence in `TrainingLoop.at_sync_point`; the counters and
-the schedule in `fast_dqn.counters`; a resume in `TrainingLoop.resume_from`. Acting itself
+in `fast_dqn.learner` (on the main thread for DQN, on the trainer thread for FastDQN); the
+sync-point sequence in `TrainingLoop.at_sync_point`; the counters and the schedule in
+`fast_dqn.counters`; a resume in `TrainingLoop.resume_from`. Acting itself
 (frame stacks, epsilon-greedy, game scores) is in `fast_dqn.acting`; what a loop is built
 from, in `fast_dqn.loop_parts`.
 """

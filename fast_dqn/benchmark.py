@@ -30,7 +30,7 @@ from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
                              Config, OneLineErrorParser, validate)
 from fast_dqn.counters import round_up
-from fast_dqn.launch import make_pool
+from fast_dqn.launch import make_device_frames, make_pool
 from fast_dqn.learner import Learner
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import (Batch, ReplayMemory, SlotBatch, Transitions,
@@ -100,7 +100,6 @@ def bench_replay_device(args: argparse.Namespace) -> str:
 def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> ReplayMemory:
     """A replay memory with its frames where the run's --replay-device puts them, its pages
     already in memory (see `touch_pages`)."""
-    from fast_dqn.launch import make_device_frames
     device_frames, _ = make_device_frames(config.replace(replay_capacity=capacity))
     memory = ReplayMemory(capacity, rng, device_frames=device_frames)
     touch_pages(memory)
@@ -112,7 +111,9 @@ def touch_pages(memory: ReplayMemory) -> None:
     does. A 50M-step run with a 1M memory makes its first writes to a page in the first 2%
     of its steps; the benchmark's memory holds all its steps, so without this every flush
     would pay the operating system's first-touch faults (3-5x the cost of the steady-state
-    flush, measured with 10,000 steps and 16 workers)."""
+    flush, measured with 10,000 steps and 16 workers). The device frames' pages are mapped
+    when the variable is made, but its first scatter still took 4x a later one (10,000
+    frames, one measurement), so they are written once too."""
     for column in memory.store:
         column.fill(0)
     frames = memory.device_frames

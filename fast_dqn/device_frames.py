@@ -48,7 +48,7 @@ class DeviceFrames:
                                         name="replay_frames")
 
     def write(self, slots: np.ndarray, frames: np.ndarray) -> None:
-        """One assignment of a sync point's new frames (slots may wrap around the end)."""
+        """frames[slots] = frames in one scatter (the slots may wrap around the end)."""
         # A scatter of whole rows: 4-5 times faster on the CPU than a sliced assignment or
         # scatter_nd_update, measured with 10,000 frames.
         self.variable.scatter_update(tf.IndexedSlices(tf.constant(frames),

@@ -15,17 +15,12 @@ generator, so the updates are the same.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from fast_dqn.replay_memory import Batch, ReplayMemory, SlotBatch, empty_batch
 
-
-class Updates(Protocol):
-    """What the learner needs of a Q-network."""
-
-    def update_many(self, batches: Batch, count: int) -> None: ...
-
-    def update_from_slots(self, frames: Any, slots: SlotBatch, count: int) -> None: ...
+if TYPE_CHECKING:
+    from fast_dqn.loop_parts import QFunction
 
 
 class Learner:
@@ -35,21 +30,21 @@ class Learner:
     once as long as they use different buffers; `update_now` runs alone.
     """
 
-    def __init__(self, memory: ReplayMemory, network: Updates, batch_size: int,
+    def __init__(self, memory: ReplayMemory, network: QFunction, batch_size: int,
                  updates_per_call: int):
         self.memory = memory
         self.network = network
         self.batch_size = batch_size
         self.updates_per_call = updates_per_call
         frames = memory.device_frames
-        self._frames = None if frames is None else frames.variable
+        self._frames = None if frames is None else frames.variable  # None: on the host
         rows = batch_size * updates_per_call
         # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
         self._buffers = (empty_batch(rows), empty_batch(rows)) if frames is None else None
 
     def prepare(self, count: int, buffer: int) -> Batch | SlotBatch:
         """`count` minibatches drawn from the memory (into buffer 0 or 1 on the host)."""
-        if self._buffers is None:
+        if self._frames is not None:
             return self.memory.sample_slots(count, self.batch_size)
         rows = count * self.batch_size
         out = Batch(*(array[:rows] for array in self._buffers[buffer]))
@@ -57,7 +52,7 @@ class Learner:
 
     def update(self, minibatches: Batch | SlotBatch, count: int) -> None:
         """`count` updates, one per minibatch, in one call."""
-        if self._buffers is None:
+        if self._frames is not None:
             self.network.update_from_slots(self._frames, minibatches, count)
         else:
             self.network.update_many(minibatches, count)

@@ -33,14 +33,15 @@ def peak_gb() -> float:
 
 
 def make_memory(capacity: int, replay_device: str):
+    """The memory a run builds with --replay-capacity and --replay-device."""
+    from fast_dqn.config import Config
+    from fast_dqn.launch import make_device_frames
     from fast_dqn.q_network import configure_device
     from fast_dqn.replay_memory import ReplayMemory
 
     configure_device()
-    device_frames = None
-    if replay_device == "device":
-        from fast_dqn.device_frames import DeviceFrames
-        device_frames = DeviceFrames(capacity)
+    device_frames, _ = make_device_frames(Config(replay_capacity=capacity,
+                                                 replay_device=replay_device))
     return ReplayMemory(capacity, np.random.default_rng(0), device_frames=device_frames)
 
 
