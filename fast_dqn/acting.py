@@ -44,7 +44,8 @@ class FrameHistory:
         ended a learning episode, so that their new frame begins the next one."""
         self.states[:, :-1] = self.states[:, 1:]
         self.states[:, -1] = frames
-        self.states[after_episode_end, :-1] = 0
+        if after_episode_end.any():  # an empty masked assignment still costs its call
+            self.states[after_episode_end, :-1] = 0
         return self.states
 
 

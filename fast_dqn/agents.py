@@ -29,8 +29,9 @@ from fast_dqn.acting import Actor, FinishedGame, epsilon_greedy
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
                                   replay_in)
 from fast_dqn.config import ALGO_FAST_DQN
-from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, learning_started,
-                               next_target_sync, period_passed, round_up, target_sync_due)
+from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, final_epsilon_step,
+                               learning_started, next_target_sync, period_passed, round_up,
+                               target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.learner import Learner
@@ -84,8 +85,11 @@ class TrainingLoop:
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        epsilons = epsilons_at(self.counters.step + self._env_offsets, self.config)
-        if (epsilons >= 1.0).all():
+        step = self.counters.step
+        epsilons: np.ndarray | float = self.config.final_epsilon
+        if step < final_epsilon_step(self.config):  # else every env is past the schedule
+            epsilons = epsilons_at(step + self._env_offsets, self.config)
+        if np.all(epsilons >= 1.0):
             greedy = np.zeros(len(epsilons), dtype=np.int64)  # no query while random
         else:
             greedy = self.query_greedy(use_target)

@@ -60,6 +60,11 @@ def epsilons_at(steps: np.ndarray, config: Config) -> np.ndarray:
     return np.where(learning_steps < 0, 1.0, decayed)
 
 
+def final_epsilon_step(config: Config) -> int:
+    """The first agent step from which epsilon stays at `final_epsilon`."""
+    return config.replay_start + config.exploration_steps
+
+
 def updates_due(step: int, config: Config) -> int:
     """Minibatch updates a run has made by agent step `step` (1 per `train_freq` steps)."""
     return max(0, step - config.replay_start) // config.train_freq

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY, Config
+from fast_dqn.direct_calls import DirectCall
 from fast_dqn.replay_memory import Batch, SlotBatch
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
@@ -177,7 +178,9 @@ class QNetwork:
             True: tf.function(self._greedy_target, jit_compile=xla, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
         }
-        self._target_queries: dict[int, Any] = {}  # batch size -> concrete function
+        # The hot calls' traces, called directly (fast_dqn/direct_calls.py), by what they
+        # are for and their shapes.
+        self._direct_calls: dict[tuple, DirectCall] = {}
 
     def sync_target(self) -> None:
         for target_var, online_var in zip(self.target.variables, self.online.variables):
@@ -192,19 +195,24 @@ class QNetwork:
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
         if use_target:
-            return self._samplers_query(len(states))(tf.constant(states)).numpy()
+            query = self._direct_call(("query",), self._greedy_fns[True], [states])
+            return query(tf.constant(states))[0].numpy()
         return self._greedy_fns[False](tf.constant(states)).numpy()
 
-    def _samplers_query(self, batch: int) -> Any:
-        """The target query as the compiled function for one batch size, called directly:
-        the samplers ask once per round, and the general call's argument matching cost
-        60-70 us of host time per call (measured against it in one process)."""
-        function = self._target_queries.get(batch)
-        if function is None:
-            function = self._greedy_fns[True].get_concrete_function(
-                tf.TensorSpec((batch, *STATE_SHAPE), tf.uint8))
-            self._target_queries[batch] = function
-        return function
+    def _direct_call(self, purpose: tuple, function: Any, arrays: list[np.ndarray],
+                     variables: tuple[tf.Variable, ...] = ()) -> DirectCall:
+        """`function`'s trace for arrays of these shapes, called directly: the samplers
+        query once per round and the trainer updates once per K updates, and the general
+        call's argument matching and checks cost more host time than the rest of the call
+        (the query: 108 against 41 us in one process)."""
+        key = (*purpose, *(variable.ref() for variable in variables),
+               *((array.shape, array.dtype.str) for array in arrays))
+        call = self._direct_calls.get(key)
+        if call is None:
+            specs = [tf.TensorSpec(array.shape, tf.as_dtype(array.dtype)) for array in arrays]
+            call = DirectCall(function, *specs, variables=variables)
+            self._direct_calls[key] = call
+        return call
 
     def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
         """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
@@ -248,9 +256,10 @@ class QNetwork:
         self._update_one(batch)
 
     def _update_one(self, batch: Batch) -> None:
-        self._update_fn(tf.constant(batch.states), tf.constant(batch.actions),
-                       tf.constant(batch.rewards), tf.constant(batch.next_states),
-                       tf.constant(batch.terminals))
+        arrays = [batch.states, batch.actions, batch.rewards, batch.next_states,
+                  batch.terminals]
+        self._direct_call(("update",), self._update_fn, arrays)(
+            *(tf.constant(array) for array in arrays))
 
     def _update_steps(self, states, actions, rewards, next_states, terminals):
         # K is static (the traced shape), so the loop unrolls into K copies of the update;
@@ -273,9 +282,9 @@ class QNetwork:
             for k in range(count):
                 self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
             return
-        stacked = [tf.constant(array.reshape(count, size, *array.shape[1:]))
-                   for array in batches]
-        self._update_many_fn(*stacked)
+        stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
+        self._direct_call(("update_many",), self._update_many_fn, stacked)(
+            *(tf.constant(array) for array in stacked))
 
     def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
                                 actions, rewards, terminals):
@@ -292,11 +301,13 @@ class QNetwork:
         size = len(slots.actions) // count
         if count == 1 or self.xla:
             for k in range(count):
-                rows = slice(k * size, (k + 1) * size)
-                self._update_slots_fn(frames, *(tf.constant(column[rows]) for column in slots))
+                columns = [column[k * size:(k + 1) * size] for column in slots]
+                self._direct_call(("update_slots",), self._update_slots_fn, columns,
+                                  (frames,))(*(tf.constant(column) for column in columns))
             return
-        self._update_many_slots_fn(frames, *(
-            tf.constant(column.reshape(count, size, *column.shape[1:])) for column in slots))
+        stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
+        self._direct_call(("update_many_slots",), self._update_many_slots_fn, stacked,
+                          (frames,))(*(tf.constant(column) for column in stacked))
 
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last

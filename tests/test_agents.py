@@ -80,6 +80,12 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
     loop.choose_actions(use_target=True)
     # steps 2, 3, 4, 5 of an 8-step decay from 1.0 to 0.1
     np.testing.assert_allclose(seen["epsilon"], 1.0 - 0.9 * np.array([2, 3, 4, 5]) / 8)
+    loop.counters.step = 6  # the decay ends within the round: steps 8 and 9 are final
+    loop.choose_actions(use_target=True)
+    np.testing.assert_allclose(seen["epsilon"], [1.0 - 0.9 * 6 / 8, 1.0 - 0.9 * 7 / 8, 0.1, 0.1])
+    loop.counters.step = 8
+    loop.choose_actions(use_target=True)
+    np.testing.assert_allclose(np.broadcast_to(seen["epsilon"], 4), [0.1] * 4)
 
 
 @pytest.mark.parametrize("config", [NATURE, Config(replay_start=100, exploration_steps=1_000,

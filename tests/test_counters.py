@@ -12,8 +12,8 @@ import pytest
 from fast_dqn import counters
 from fast_dqn.config import Config
 from fast_dqn.counters import (EpisodeStats, RunCounters, epsilon_at, epsilons_at,
-                               learning_started, next_target_sync, period_passed,
-                               target_sync_due, updates_due)
+                               final_epsilon_step, learning_started, next_target_sync,
+                               period_passed, target_sync_due, updates_due)
 from fast_dqn.saved_state import StateError
 
 # Nature's settings: replay start 50,000, an update every 4 steps, the target synced every
@@ -70,6 +70,12 @@ def test_epsilon_at_nature_steps():
     assert epsilon_at(1_050_000, NATURE) == 0.1
     assert epsilon_at(1_050_001, NATURE) == 0.1
     assert epsilon_at(50_000_000, NATURE) == 0.1
+
+
+def test_epsilon_is_final_from_the_end_of_the_decay_on():
+    # Nature: 50,000 random steps, then a decay over 1,000,000 steps.
+    assert final_epsilon_step(NATURE) == 1_050_000
+    assert final_epsilon_step(NATURE.replace(exploration_steps=0)) == 50_000
 
 
 def test_epsilon_without_a_decay_drops_at_the_replay_start():

@@ -1,0 +1,57 @@
+"""Calling a traced TensorFlow function with less host work per call.
+
+A `tf.function`'s ordinary call binds its arguments to the Python signature, looks up the
+trace, checks for gradient tapes and packs the outputs; only then does it run the graph
+function. For the loops' hot calls (a query per round, an update call per K updates) the
+trace is fixed, the inputs are already tensors in the traced order and no tape watches, so
+`DirectCall` runs the traced graph function (TensorFlow's `AtomicFunction`) straight away.
+The graph is the one the ordinary call runs: the results are the same bit for bit
+(tests/test_direct_calls.py).
+
+`AtomicFunction.call_flat` is not public API. The TensorFlow version is pinned in
+requirements.txt, and where a version lacks it `DirectCall` falls back to the ordinary call
+(`DirectCall.direct` says which) with the same results; a test fails on the pinned version if
+the direct path is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+
+with quiet_tensorflow_start():
+    import tensorflow as tf
+
+
+class DirectCall:
+    """One trace of a `tf.function`, with its leading variable arguments bound, called with
+    the rest of its inputs as tensors in the traced order.
+
+    The trace's own captures (network weights, counters) are passed here too.
+    """
+
+    def __init__(self, function: Any, *specs: tf.TensorSpec,
+                 variables: Sequence[tf.Variable] = ()):
+        """Args:
+            function: a `tf.function`.
+            specs: the tensor inputs that each call passes, after `variables`.
+            variables: the leading arguments, the same variables at every call.
+        """
+        self._variables = tuple(variables)
+        self._concrete = function.get_concrete_function(*self._variables, *specs)
+        self._leading = [variable.handle for variable in self._variables]
+        self._captured = list(self._concrete.captured_inputs)
+        atomic = getattr(self._concrete, "_inference_function", None)
+        definition = getattr(atomic, "cached_definition", None)
+        expected = len(self._leading) + len(specs) + len(self._captured)
+        self.direct = (callable(getattr(atomic, "call_flat", None)) and definition is not None
+                       and len(definition.signature.input_arg) == expected)
+        self._atomic = atomic if self.direct else None
+
+    def __call__(self, *tensors: tf.Tensor) -> Sequence[tf.Tensor]:
+        """Runs the trace; returns its flat outputs (empty for a function returning None)."""
+        if self._atomic is not None:
+            return self._atomic.call_flat(*self._leading, *tensors, *self._captured) or ()
+        outputs = self._concrete(*self._variables, *tensors)
+        return () if outputs is None else tf.nest.flatten(outputs)

@@ -1,0 +1,109 @@
+"""The hot calls run their traces directly (fast_dqn/direct_calls.py): the same results as
+TensorFlow's ordinary call of the same `tf.function`, bit for bit, and on the pinned
+TensorFlow the direct path is the one taken."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorflow as tf
+
+from fast_dqn.config import Config
+from fast_dqn.direct_calls import DirectCall
+from fast_dqn.q_network import configure_device, make_q_network
+from fast_dqn.device_frames import DeviceFrames
+from fast_dqn.replay_memory import Batch, SlotBatch
+
+N_ACTIONS = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_device():
+    configure_device()  # deterministic ops on the CPU, as in a run
+
+
+def scaled_sum_function():
+    """A function of a variable argument and a tensor that also writes a captured variable."""
+    total = tf.Variable(0.0)
+
+    @tf.function
+    def scaled_sum(frames, scale):
+        total.assign_add(tf.reduce_sum(tf.cast(frames, tf.float32)) * scale)
+        return total.read_value(), tf.shape(frames)[0]
+
+    return scaled_sum, total
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_direct_call_returns_what_the_ordinary_call_returns(direct):
+    function, total = scaled_sum_function()
+    frames = tf.Variable(np.arange(12, dtype=np.uint8).reshape(3, 4))
+    call = DirectCall(function, tf.TensorSpec((), tf.float32), variables=(frames,))
+    assert call.direct  # TensorFlow as pinned in requirements.txt
+    if not direct:
+        call._atomic = None  # the fallback a TensorFlow without the direct path takes
+    outputs = call(tf.constant(0.5))
+    assert [value.numpy() for value in outputs] == [0.5 * sum(range(12)), 3]
+    ordinary = function(frames, tf.constant(0.5))
+    assert [value.numpy() for value in ordinary] == [2 * 0.5 * sum(range(12)), 3]
+    assert total.numpy() == 66.0
+
+
+def random_batch(rng: np.random.Generator, size: int) -> Batch:
+    return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 actions=rng.integers(0, N_ACTIONS, size).astype(np.int32),
+                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
+                 next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 terminals=rng.random(size) < 0.25)
+
+
+def assert_same_networks(a, b) -> None:
+    for x, y in zip(a.online.variables + a.optimizer.variables + a.target.variables,
+                    b.online.variables + b.optimizer.variables + b.target.variables):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=x.name)
+
+
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_the_networks_calls_equal_the_ordinary_calls_bit_for_bit(xla):
+    """Updates with host minibatches (one and K per call) and the target query, against the
+    same tf.functions called the ordinary way on a twin network."""
+    rng = np.random.default_rng(0)
+    config = Config(xla=xla, seed=4)
+    direct, ordinary = make_q_network(config, N_ACTIONS), make_q_network(config, N_ACTIONS)
+    one, many = random_batch(rng, 32), random_batch(rng, 3 * 32)
+    direct.update(one)
+    ordinary._update_fn(*(tf.constant(array) for array in one))
+    direct.update_many(many, 3)
+    if xla == "on":  # K updates are K single calls with XLA (see QNetwork.update_many)
+        for k in range(3):
+            ordinary._update_fn(*(tf.constant(array[32 * k:32 * (k + 1)]) for array in many))
+    else:
+        ordinary._update_many_fn(*(tf.constant(array.reshape(3, 32, *array.shape[1:]))
+                                   for array in many))
+    assert_same_networks(direct, ordinary)
+    states = random_batch(rng, 16).states
+    np.testing.assert_array_equal(
+        direct.greedy_actions(states, use_target=True),
+        ordinary._greedy_fns[True](tf.constant(states)).numpy())
+    assert direct.take_train_stats() == ordinary.take_train_stats()
+    assert all(call.direct for call in direct._direct_calls.values())
+
+
+def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
+    rng = np.random.default_rng(1)
+    frames = DeviceFrames(64)
+    frames.put_rows(0, rng.integers(0, 256, (64, 84, 84), dtype=np.uint8))
+    slots = rng.integers(0, 64, (4 * 32, 4)).astype(np.int32)
+    mask = (rng.random((4 * 32, 4)) < 0.8).astype(np.uint8)
+    minibatches = SlotBatch(slots, mask, (slots + 1) % 64, mask,
+                            rng.integers(0, N_ACTIONS, 4 * 32).astype(np.int32),
+                            rng.normal(size=4 * 32).astype(np.float32),
+                            rng.random(4 * 32) < 0.1)
+    config = Config(xla="off", seed=4)
+    direct, ordinary = make_q_network(config, N_ACTIONS), make_q_network(config, N_ACTIONS)
+    direct.update_from_slots(frames.variable, minibatches, 4)
+    ordinary._update_many_slots_fn(frames.variable, *(
+        tf.constant(column.reshape(4, 32, *column.shape[1:])) for column in minibatches))
+    assert_same_networks(direct, ordinary)
+    assert all(call.direct for call in direct._direct_calls.values())
