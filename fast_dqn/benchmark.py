@@ -147,13 +147,18 @@ def simulated_gpu(args: argparse.Namespace):
     """The GPU that --trainer-stub-ms/--query-stub-ms describe, or None for the real network."""
     if args.trainer_stub_ms is None:
         return None
-    from fast_dqn.q_network import SimulatedGpu
+    from fast_dqn.simulated_gpu import SimulatedGpu
     return SimulatedGpu(update_ms=args.trainer_stub_ms, query_ms=args.query_stub_ms)
 
 
 def make_network(args: argparse.Namespace, n_actions: int, config: Config):
+    """The run's Q-network, on the simulated GPU where the arguments ask for one."""
     from fast_dqn.q_network import make_q_network
-    return make_q_network(config, n_actions, simulated_gpu(args))
+    from fast_dqn.simulated_gpu import make_simulated_q_network
+    gpu = simulated_gpu(args)
+    if gpu is None:
+        return make_q_network(config, n_actions)
+    return make_simulated_q_network(config, n_actions, gpu)
 
 
 def zero_batch(rows: int) -> Batch:

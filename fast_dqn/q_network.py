@@ -1,8 +1,9 @@
 """The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
 
-This, the replay frames on the device (device_frames.py) and the TensorBoard writer are the
-only modules that import TensorFlow; this one is imported first in a run, quietly
-(fast_dqn/quiet_tensorflow.py).
+This, the calls it makes (direct_calls.py), the replay frames on the device
+(device_frames.py), the benchmark's simulated GPU (simulated_gpu.py) and the TensorBoard
+writer are the only modules that import TensorFlow; this one is imported first in a run,
+quietly (fast_dqn/quiet_tensorflow.py).
 Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
 layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
 learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
@@ -15,11 +16,9 @@ epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
-import time
 from typing import Any
 
 import numpy as np
@@ -357,78 +356,6 @@ class QNetwork:
                                    optimizer=self.optimizer)
 
 
-@dataclasses.dataclass(frozen=True)
-class SimulatedGpu:
-    """How long a GPU would take for one minibatch update and one batched query (ms)."""
-
-    update_ms: float
-    query_ms: float
-
-
-class SimulatedQNetwork(QNetwork):
-    """A QNetwork on a simulated GPU, for the benchmark where no GPU is at hand.
-
-    Everything the host does for the network's work runs for real: the arguments become
-    tensors (the copies a GPU needs), a compiled function is dispatched once per call, and
-    a query's actions are copied back. Only the arithmetic is replaced: the function does
-    nothing but count the updates, and the call then waits as long as `gpu` says, releasing
-    the interpreter lock as a GPU's kernels would. Its actions are all 0 and its weights
-    never change.
-    """
-
-    def __init__(self, n_actions: int, gpu: SimulatedGpu, **settings: Any):
-        super().__init__(n_actions, **settings)
-        self.gpu = gpu
-        self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
-        self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
-        self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
-        self._update_slots_fn = tf.function(self._gather_and_count, reduce_retracing=True)
-        self._update_many_slots_fn = tf.function(self._gather_and_count,
-                                                 reduce_retracing=True)
-        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
-        no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
-        self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
-
-    def _count_updates(self, states, actions, rewards, next_states, terminals):
-        stacked = len(actions.shape) == 2  # (K, B) for K updates in one call
-        count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
-        self._updates.assign_add(count)
-
-    def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
-                          actions, rewards, terminals):
-        """The real gather of the states from the frames on the device; the result is kept
-        (its largest value) so that the gather is not left out of the compiled function."""
-        states = gather_states(frames, state_slots, state_mask)
-        next_states = gather_states(frames, next_slots, next_mask)
-        self._gathered.assign(tf.maximum(tf.reduce_max(states), tf.reduce_max(next_states)))
-        self._count_updates(states, actions, rewards, next_states, terminals)
-
-    @staticmethod
-    def _no_actions(states: tf.Tensor) -> tf.Tensor:
-        return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        actions = super().greedy_actions(states, use_target)
-        time.sleep(self.gpu.query_ms / 1000.0)
-        return actions
-
-    def update_many(self, batches: Batch, count: int) -> None:
-        super().update_many(batches, count)
-        self._wait(count * self.gpu.update_ms / 1000.0)
-
-    def update(self, batch: Batch) -> None:
-        super().update(batch)
-        self._wait(self.gpu.update_ms / 1000.0)
-
-    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
-        super().update_from_slots(frames, slots, count)
-        self._wait(count * self.gpu.update_ms / 1000.0)
-
-    def _wait(self, seconds: float) -> None:
-        time.sleep(seconds)
-        self.simulated_seconds += seconds
-
-
 def use_xla(mode: str) -> bool:
     """`--xla`: "on", "off", or "auto" (on where no GPU is visible)."""
     if mode == "auto":
@@ -436,14 +363,14 @@ def use_xla(mode: str) -> bool:
     return mode == "on"
 
 
-def make_q_network(config: Config, n_actions: int,
-                   simulated_gpu: SimulatedGpu | None = None) -> QNetwork:
-    """The run's Q-network: Nature's optimizer settings and discount from `config`, and the
-    Double DQN target or the dueling architecture where it asks for them; on a simulated GPU
-    for the benchmark when `simulated_gpu` is given."""
-    settings = dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
-                    discount=config.discount, seed=config.seed, xla=use_xla(config.xla),
-                    double=config.double, dueling=config.dueling)
-    if simulated_gpu is not None:
-        return SimulatedQNetwork(n_actions, simulated_gpu, **settings)
-    return QNetwork(n_actions, **settings)
+def q_network_settings(config: Config) -> dict[str, Any]:
+    """QNetwork's keyword arguments from `config`: Nature's optimizer settings and discount,
+    and the Double DQN target or the dueling architecture where it asks for them."""
+    return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
+                discount=config.discount, seed=config.seed, xla=use_xla(config.xla),
+                double=config.double, dueling=config.dueling)
+
+
+def make_q_network(config: Config, n_actions: int) -> QNetwork:
+    """The run's Q-network, as `config` describes it (`q_network_settings`)."""
+    return QNetwork(n_actions, **q_network_settings(config))

@@ -16,8 +16,9 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
-from fast_dqn.q_network import (QNetwork, ScaleGradient, SimulatedGpu,  # noqa: E402
-                                build_nature_cnn, configure_device, dueling_q_values, huber, make_q_network)
+from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
+                                configure_device, dueling_q_values, huber, make_q_network)
+from fast_dqn.simulated_gpu import SimulatedGpu, make_simulated_q_network  # noqa: E402
 from fast_dqn.replay_memory import Batch  # noqa: E402
 
 keras = tf.keras
@@ -486,7 +487,7 @@ def test_scale_gradient_is_the_identity_going_forward():
 def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone():
     """The benchmark's stand-in for a GPU: the host work of the real calls, no arithmetic."""
     gpu = SimulatedGpu(update_ms=20.0, query_ms=10.0)
-    network = make_q_network(Config(), N_ACTIONS, simulated_gpu=gpu)
+    network = make_simulated_q_network(Config(), N_ACTIONS, gpu)
     before = [variable.numpy().copy() for variable in network.online.variables]
     batch = random_batch(0, size=64)
     start = time.perf_counter()

@@ -1,0 +1,99 @@
+"""The benchmark's simulated GPU: a QNetwork whose arithmetic takes a GPU's time and no more.
+
+No GPU is at hand on the machines this project is measured on; `SimulatedQNetwork` lets the
+benchmark measure everything the host does around a GPU's work (docs/design.md §7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from fast_dqn.config import Config
+from fast_dqn.q_network import QNetwork, gather_states, q_network_settings
+from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.replay_memory import Batch, SlotBatch
+
+with quiet_tensorflow_start():
+    import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedGpu:
+    """How long a GPU would take for one minibatch update and one batched query (ms)."""
+
+    update_ms: float
+    query_ms: float
+
+
+class SimulatedQNetwork(QNetwork):
+    """A QNetwork on a simulated GPU, for the benchmark where no GPU is at hand.
+
+    Everything the host does for the network's work runs for real: the arguments become
+    tensors (the copies a GPU needs), a compiled function is dispatched once per call, and
+    a query's actions are copied back. Only the arithmetic is replaced: the function does
+    nothing but count the updates, and the call then waits as long as `gpu` says, releasing
+    the interpreter lock as a GPU's kernels would. Its actions are all 0 and its weights
+    never change.
+    """
+
+    def __init__(self, n_actions: int, gpu: SimulatedGpu, **settings: Any):
+        super().__init__(n_actions, **settings)
+        self.gpu = gpu
+        self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
+        self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
+        self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
+        self._update_slots_fn = tf.function(self._gather_and_count, reduce_retracing=True)
+        self._update_many_slots_fn = tf.function(self._gather_and_count,
+                                                 reduce_retracing=True)
+        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
+        no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
+        self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
+
+    def _count_updates(self, states, actions, rewards, next_states, terminals):
+        stacked = len(actions.shape) == 2  # (K, B) for K updates in one call
+        count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
+        self._updates.assign_add(count)
+
+    def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
+                          actions, rewards, terminals):
+        """The real gather of the states from the frames on the device; the result is kept
+        (its largest value) so that the gather is not left out of the compiled function."""
+        states = gather_states(frames, state_slots, state_mask)
+        next_states = gather_states(frames, next_slots, next_mask)
+        self._gathered.assign(tf.maximum(tf.reduce_max(states), tf.reduce_max(next_states)))
+        self._count_updates(states, actions, rewards, next_states, terminals)
+
+    @staticmethod
+    def _no_actions(states: tf.Tensor) -> tf.Tensor:
+        return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
+        actions = super().greedy_actions(states, use_target)
+        time.sleep(self.gpu.query_ms / 1000.0)
+        return actions
+
+    def update_many(self, batches: Batch, count: int) -> None:
+        super().update_many(batches, count)
+        self._wait(count * self.gpu.update_ms / 1000.0)
+
+    def update(self, batch: Batch) -> None:
+        super().update(batch)
+        self._wait(self.gpu.update_ms / 1000.0)
+
+    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
+        super().update_from_slots(frames, slots, count)
+        self._wait(count * self.gpu.update_ms / 1000.0)
+
+    def _wait(self, seconds: float) -> None:
+        time.sleep(seconds)
+        self.simulated_seconds += seconds
+
+
+def make_simulated_q_network(config: Config, n_actions: int,
+                             gpu: SimulatedGpu) -> SimulatedQNetwork:
+    """The run's Q-network (`q_network.make_q_network`) on the simulated `gpu`."""
+    return SimulatedQNetwork(n_actions, gpu, **q_network_settings(config))
