@@ -125,6 +125,20 @@ def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Te
     return tf.gather(frames, slots) * tf.cast(mask, tf.uint8)[..., None, None]
 
 
+def in_order(step: Any, count: tf.Tensor) -> None:
+    """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another.
+
+    A loop rather than `count` copies of the step: one trace serves every count and tracing
+    costs the same for any count (16 unrolled updates took about 5 s to trace on the CPU).
+    One iteration at a time, so each update reads the weights the one before it wrote.
+    """
+    def body(k: tf.Tensor) -> tuple[tf.Tensor]:
+        step(k)
+        return (k + 1,)
+
+    tf.while_loop(lambda k: k < count, body, (tf.constant(0),), parallel_iterations=1)
+
+
 def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     abs_x = tf.abs(x)
     quadratic = tf.minimum(abs_x, delta)
@@ -161,9 +175,9 @@ class QNetwork:
         self.sync_target()
         self.xla = xla
         self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
-        # Traced once per count of updates per call (the setting and an epoch's remainder).
-        # Not with XLA: it compiles K unrolled updates into other floating-point results
-        # than K single ones (and ran slower on the CPU), so update_many then loops.
+        # One trace for every count of updates per call (a loop, see `in_order`). Not with
+        # XLA: it compiles K updates into other floating-point results than K single ones
+        # (and ran slower on the CPU), so update_many then makes K calls.
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
         # The same two, gathering the states from the replay memory's frames on the device.
         self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
@@ -199,16 +213,20 @@ class QNetwork:
         return self._greedy_fns[False](tf.constant(states)).numpy()
 
     def _direct_call(self, purpose: tuple, function: Any, arrays: list[np.ndarray],
-                     variables: tuple[tf.Variable, ...] = ()) -> DirectCall:
-        """`function`'s trace for arrays of these shapes, called directly: the samplers
-        query once per round and the trainer updates once per K updates, and the general
-        call's argument matching and checks cost more host time than the rest of the call
-        (the query: 108 against 41 us in one process)."""
+                     variables: tuple[tf.Variable, ...] = (),
+                     any_count: bool = False) -> DirectCall:
+        """`function`'s trace for arrays of these shapes (with `any_count`, of any length
+        along their first axis), called directly: the samplers query once per round and the
+        trainer updates once per K updates, and the general call's argument matching and
+        checks cost more host time than the rest of the call (the query: 108 against 41 us
+        in one process)."""
+        shapes = [(None, *array.shape[1:]) if any_count else array.shape for array in arrays]
         key = (*purpose, *(variable.ref() for variable in variables),
-               *((array.shape, array.dtype.str) for array in arrays))
+               *((shape, array.dtype.str) for shape, array in zip(shapes, arrays)))
         call = self._direct_calls.get(key)
         if call is None:
-            specs = [tf.TensorSpec(array.shape, tf.as_dtype(array.dtype)) for array in arrays]
+            specs = [tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+                     for shape, array in zip(shapes, arrays)]
             call = DirectCall(function, *specs, variables=variables)
             self._direct_calls[key] = call
         return call
@@ -261,10 +279,9 @@ class QNetwork:
             *(tf.constant(array) for array in arrays))
 
     def _update_steps(self, states, actions, rewards, next_states, terminals):
-        # K is static (the traced shape), so the loop unrolls into K copies of the update;
-        # automatic control dependencies keep them in order on the online variables.
-        for k in range(states.shape[0]):
-            self._update_step(states[k], actions[k], rewards[k], next_states[k], terminals[k])
+        in_order(lambda k: self._update_step(states[k], actions[k], rewards[k],
+                                             next_states[k], terminals[k]),
+                 tf.shape(actions)[0])
 
     def update_many(self, batches: Batch, count: int) -> None:
         """`count` updates one after another in one compiled call: update k on rows
@@ -282,7 +299,7 @@ class QNetwork:
                 self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
             return
         stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
-        self._direct_call(("update_many",), self._update_many_fn, stacked)(
+        self._direct_call(("update_many",), self._update_many_fn, stacked, any_count=True)(
             *(tf.constant(array) for array in stacked))
 
     def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
@@ -291,8 +308,8 @@ class QNetwork:
                           gather_states(frames, next_slots, next_mask), terminals)
 
     def _update_steps_from_slots(self, frames, *stacked):
-        for k in range(stacked[0].shape[0]):
-            self._update_step_from_slots(frames, *(column[k] for column in stacked))
+        in_order(lambda k: self._update_step_from_slots(frames, *(column[k] for column in stacked)),
+                 tf.shape(stacked[0])[0])
 
     def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
         """`update_many` with the states gathered from `frames` (the replay memory's frames
@@ -306,7 +323,7 @@ class QNetwork:
             return
         stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
         self._direct_call(("update_many_slots",), self._update_many_slots_fn, stacked,
-                          (frames,))(*(tf.constant(column) for column in stacked))
+                          (frames,), any_count=True)(*(tf.constant(column) for column in stacked))
 
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last

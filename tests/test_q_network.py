@@ -331,6 +331,13 @@ def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(count, xla, vari
     assert loss_a == loss_b and q_a == q_b
 
 
+def test_every_count_of_updates_per_call_shares_one_trace():
+    network = network_from(Config(xla="off"), seed=9)
+    for count in (2, 3, 5):
+        network.update_many(_stack([random_batch(seed) for seed in range(count)]), count)
+    assert network._update_many_fn.experimental_get_tracing_count() == 1
+
+
 def test_building_a_network_leaves_the_global_generators_alone():
     """Randomness is passed in: Python's, NumPy's and TensorFlow's global generators draw
     the same numbers whether or not a network was built in between."""
