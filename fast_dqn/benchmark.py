@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from typing import Sequence
@@ -195,7 +196,8 @@ def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,
 class LearningWindow:
     """What the loop's own clocks say between the replay start and the end of the run.
 
-    The acting loop is the main thread: its CPU time is read here at both ends. The trainer
+    The acting loop is the main thread: its CPU time is read here at both ends, as is the
+    whole process's (every thread's, the emulators' and TensorFlow's included). The trainer
     and the simulated GPU keep their own sums; the start's values are subtracted.
     """
 
@@ -204,24 +206,24 @@ class LearningWindow:
         self._started: tuple | None = None
         loop.counters.on_learning_start.append(self.start)
 
-    def _readings(self) -> tuple[float, TrainerTimes, float]:
+    def _readings(self) -> tuple[float, TrainerTimes, float, float]:
         trainer = getattr(self._loop, "trainer", None)
         times = dataclasses.replace(trainer.times) if trainer is not None else TrainerTimes()
         simulated = getattr(self._loop.network, "simulated_seconds", 0.0)
-        return time.thread_time(), times, simulated
+        return time.thread_time(), times, simulated, time.process_time()
 
     def start(self) -> None:
         self._started = self._readings()
 
-    def end(self) -> tuple[float, TrainerTimes, float]:
-        """The acting loop's CPU seconds, the trainer's times and the simulated GPU's
-        seconds since the start; call it on the main thread."""
-        cpu, times, simulated = self._readings()
-        cpu0, times0, simulated0 = self._started
+    def end(self) -> tuple[float, TrainerTimes, float, float]:
+        """The acting loop's CPU seconds, the trainer's times, the simulated GPU's seconds
+        and the process's CPU seconds since the start; call it on the main thread."""
+        cpu, times, simulated, process = self._readings()
+        cpu0, times0, simulated0, process0 = self._started
         return (cpu - cpu0,
                 TrainerTimes(*(now - then for now, then in zip(dataclasses.astuple(times),
                                                                  dataclasses.astuple(times0)))),
-                simulated - simulated0)
+                simulated - simulated0, process - process0)
 
 
 def host_ceiling(round_cpu_us: float, update_cpu_us: float, workers: int,
@@ -250,7 +252,7 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     window = LearningWindow(loop)  # the random start is not measured
     try:
         loop.act_and_learn()
-        acting_cpu, times, simulated = window.end()
+        acting_cpu, times, simulated, process_cpu = window.end()
         steps_per_second, updates_per_second = loop.counters.rates()
         measured_steps = config.timesteps - config.replay_start
     finally:
@@ -258,7 +260,9 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     wall = measured_steps / steps_per_second
     updates = max(loop.counters.updates, 1)
     rounds = measured_steps / num_envs
-    result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second}
+    result = {"steps_per_second": steps_per_second, "updates_per_second": updates_per_second,
+              # the share of the machine's cores that the run kept busy
+              "cpu_busy": process_cpu / (wall * (os.cpu_count() or 1))}
     if fast:
         result.update({
             "trainer_busy": times.update_seconds / wall,
@@ -376,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "emulation_steps_per_second_by_workers": by_workers(fast_results,
                                                             "emulation_steps_per_second"),
     })
-    for key in ("update_cpu_us", "round_cpu_us", "round_wall_us"):
+    for key in ("update_cpu_us", "round_cpu_us", "round_wall_us", "cpu_busy"):
         result[key] = best[key]
         result[f"{key}_by_workers"] = by_workers(fast_results, key)
     if serial:
@@ -394,6 +398,7 @@ def by_workers(results: dict[int, dict], key: str) -> dict[str, float]:
 
 def fast_note(measured: dict) -> str:
     note = (f"emulation alone {measured['emulation_steps_per_second']:.0f} steps/s, "
+            f"cores busy {measured['cpu_busy']:.0%}, "
             f"trainer busy {measured['trainer_busy']:.0%}, "
             f"{measured['update_ms']:.2f} ms per update ({measured['update_cpu_us']:.0f} us "
             f"CPU), {measured['round_wall_us']:.0f} us per round "

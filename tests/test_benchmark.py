@@ -5,6 +5,7 @@ reported by the benchmark itself, never asserted by a timed test.
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     # CPU time is at most the wall time it was spent in
     assert 0 < result["update_cpu_us"] <= 1000 * result["sim_update_ms"]
     assert 0 < result["round_cpu_us"] <= result["round_wall_us"]
+    # the process's busy share of the cores holds the acting loop's own, and no more than all
+    acting_share = result["round_cpu_us"] / result["round_wall_us"] / os.cpu_count()
+    assert acting_share <= result["cpu_busy"] <= 1.05
     # the ceiling by hand: 4 envs per round, 4 agent steps per update
     per_step_us = result["round_cpu_us"] / 4 + result["update_cpu_us"] / 4
     assert result["host_ceiling_steps_per_second"] == pytest.approx(1e6 / per_step_us)
