@@ -356,8 +356,11 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     from fast_dqn.run_logs import RunLogs
 
     run_dir = tmp_path / "run"
+    # Calls of 4 updates, so that the stop lands while the target lags: with the default 64
+    # an epoch of 100 updates is two calls, and 4 runs out of 4 stopped with the target
+    # equal to the online network.
     argv = [*FAST, "--evaluate=400", "--eval-episodes=2", "--checkpoint-every=0",
-            "--timesteps=20000", f"--logdir={run_dir}"]
+            "--timesteps=20000", "--updates-per-call=4", f"--logdir={run_dir}"]
     config = launch.prepare_config(argv, ALGO_FAST_DQN)
     previous = signal.signal(signal.SIGINT, lambda *_: None)  # a late signal does no harm
     done = threading.Event()
