@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -208,20 +208,19 @@ class QNetwork:
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
         if use_target:
-            query = self._direct_call(("query",), self._greedy_fns[True], [states])
-            return query(tf.constant(states))[0].numpy()
+            return self._call_directly("query", self._greedy_fns[True], [states])[0].numpy()
         return self._greedy_fns[False](tf.constant(states)).numpy()
 
-    def _direct_call(self, purpose: tuple, function: Any, arrays: list[np.ndarray],
-                     variables: tuple[tf.Variable, ...] = (),
-                     any_count: bool = False) -> DirectCall:
-        """`function`'s trace for arrays of these shapes (with `any_count`, of any length
-        along their first axis), called directly: the samplers query once per round and the
-        trainer updates once per K updates, and the general call's argument matching and
-        checks cost more host time than the rest of the call (the query: 108 against 41 us
-        in one process)."""
+    def _call_directly(self, purpose: str, function: Any, arrays: list[np.ndarray],
+                       variables: tuple[tf.Variable, ...] = (),
+                       any_count: bool = False) -> Sequence[tf.Tensor]:
+        """function(*variables, *arrays) by its trace for arrays of these shapes (with
+        `any_count`, of any length along their first axis), called directly: the samplers
+        query once per round and the trainer updates once per K updates, and the general
+        call's argument matching and checks cost more host time than the rest of the call
+        (the query: 108 against 41 us in one process). Returns the flat outputs."""
         shapes = [(None, *array.shape[1:]) if any_count else array.shape for array in arrays]
-        key = (*purpose, *(variable.ref() for variable in variables),
+        key = (purpose, *(variable.ref() for variable in variables),
                *((shape, array.dtype.str) for shape, array in zip(shapes, arrays)))
         call = self._direct_calls.get(key)
         if call is None:
@@ -229,7 +228,7 @@ class QNetwork:
                      for shape, array in zip(shapes, arrays)]
             call = DirectCall(function, *specs, variables=variables)
             self._direct_calls[key] = call
-        return call
+        return call(*(tf.constant(array) for array in arrays))
 
     def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
         """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
@@ -275,8 +274,7 @@ class QNetwork:
     def _update_one(self, batch: Batch) -> None:
         arrays = [batch.states, batch.actions, batch.rewards, batch.next_states,
                   batch.terminals]
-        self._direct_call(("update",), self._update_fn, arrays)(
-            *(tf.constant(array) for array in arrays))
+        self._call_directly("update", self._update_fn, arrays)
 
     def _update_steps(self, states, actions, rewards, next_states, terminals):
         in_order(lambda k: self._update_step(states[k], actions[k], rewards[k],
@@ -299,8 +297,7 @@ class QNetwork:
                 self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
             return
         stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
-        self._direct_call(("update_many",), self._update_many_fn, stacked, any_count=True)(
-            *(tf.constant(array) for array in stacked))
+        self._call_directly("update_many", self._update_many_fn, stacked, any_count=True)
 
     def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
                                 actions, rewards, terminals):
@@ -318,12 +315,11 @@ class QNetwork:
         if count == 1 or self.xla:
             for k in range(count):
                 columns = [column[k * size:(k + 1) * size] for column in slots]
-                self._direct_call(("update_slots",), self._update_slots_fn, columns,
-                                  (frames,))(*(tf.constant(column) for column in columns))
+                self._call_directly("update_slots", self._update_slots_fn, columns, (frames,))
             return
         stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
-        self._direct_call(("update_many_slots",), self._update_many_slots_fn, stacked,
-                          (frames,), any_count=True)(*(tf.constant(column) for column in stacked))
+        self._call_directly("update_many_slots", self._update_many_slots_fn, stacked,
+                            (frames,), any_count=True)
 
     def take_train_stats(self) -> tuple[float, float, int]:
         """Mean Huber loss per transition and mean Q(s, a) over the updates since the last
