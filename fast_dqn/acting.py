@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fast_dqn.config import HISTORY
+from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.replay_memory import FRAME_SHAPE, Transitions, acted_transitions
 from fast_dqn.samplers import EnvPool
 
@@ -32,7 +33,8 @@ class FrameHistory:
     """
 
     def __init__(self, num_envs: int):
-        self.states = np.zeros((num_envs, HISTORY, *FRAME_SHAPE), dtype=np.uint8)
+        # Aligned so that the network's query reads the states in place (no copy per round).
+        self.states = aligned_zeros((num_envs, HISTORY, *FRAME_SHAPE), np.uint8)
 
     def reset(self, frames: np.ndarray) -> np.ndarray:
         self.states[...] = 0

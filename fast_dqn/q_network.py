@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY, Config
-from fast_dqn.direct_calls import DirectCall
+from fast_dqn.direct_calls import DirectCall, borrowed_tensor
 from fast_dqn.replay_memory import Batch, SlotBatch
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
@@ -35,6 +35,7 @@ with quiet_tensorflow_start():
 
 keras = tf.keras
 STATE_SHAPE = (HISTORY, FRAME_SIZE, FRAME_SIZE)
+SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 or K updates
 
 
 def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
@@ -208,17 +209,20 @@ class QNetwork:
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
         if use_target:
-            return self._call_directly("query", self._greedy_fns[True], [states])[0].numpy()
-        return self._greedy_fns[False](tf.constant(states)).numpy()
+            outputs = self._call_directly("query", self._greedy_fns[True], [states], borrow=True)
+            return outputs[0].numpy()
+        return self._greedy_fns[False](borrowed_tensor(states)).numpy()
 
     def _call_directly(self, purpose: str, function: Any, arrays: list[np.ndarray],
                        variables: tuple[tf.Variable, ...] = (),
-                       any_count: bool = False) -> Sequence[tf.Tensor]:
+                       any_count: bool = False, borrow: bool = False) -> Sequence[tf.Tensor]:
         """function(*variables, *arrays) by its trace for arrays of these shapes (with
         `any_count`, of any length along their first axis), called directly: the samplers
         query once per round and the trainer updates once per K updates, and the general
         call's argument matching and checks cost more host time than the rest of the call
-        (the query: 108 against 41 us in one process). Returns the flat outputs."""
+        (the query: 108 against 41 us in one process). With `borrow` the arrays are lent,
+        not copied (`borrowed_tensor`): only for a caller that reads the outputs before
+        it changes them. Returns the flat outputs."""
         shapes = [(None, *array.shape[1:]) if any_count else array.shape for array in arrays]
         key = (purpose, *(variable.ref() for variable in variables),
                *((shape, array.dtype.str) for shape, array in zip(shapes, arrays)))
@@ -228,7 +232,14 @@ class QNetwork:
                      for shape, array in zip(shapes, arrays)]
             call = DirectCall(function, *specs, variables=variables)
             self._direct_calls[key] = call
-        return call(*(tf.constant(array) for array in arrays))
+        to_tensor = borrowed_tensor if borrow else tf.constant
+        return self._dispatch(purpose, call, [to_tensor(array) for array in arrays])
+
+    def _dispatch(self, purpose: str, call: DirectCall,
+                  tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+        """Runs `call` on its inputs, now tensors; where the device's work begins (the
+        simulated GPU times it from here)."""
+        return call(*tensors)
 
     def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
         """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
@@ -315,10 +326,10 @@ class QNetwork:
         if count == 1 or self.xla:
             for k in range(count):
                 columns = [column[k * size:(k + 1) * size] for column in slots]
-                self._call_directly("update_slots", self._update_slots_fn, columns, (frames,))
+                self._call_directly(SLOT_UPDATES[0], self._update_slots_fn, columns, (frames,))
             return
         stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
-        self._call_directly("update_many_slots", self._update_many_slots_fn, stacked,
+        self._call_directly(SLOT_UPDATES[1], self._update_many_slots_fn, stacked,
                             (frames,), any_count=True)
 
     def take_train_stats(self) -> tuple[float, float, int]:

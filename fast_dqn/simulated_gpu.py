@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from fast_dqn.config import Config
-from fast_dqn.q_network import QNetwork, gather_states, q_network_settings
+from fast_dqn.direct_calls import DirectCall
+from fast_dqn.q_network import SLOT_UPDATES, QNetwork, gather_states, q_network_settings
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.replay_memory import Batch, SlotBatch
 
@@ -35,9 +36,14 @@ class SimulatedQNetwork(QNetwork):
     Everything the host does for the network's work runs for real: the arguments become
     tensors (the copies a GPU needs), a compiled function is dispatched once per call, and
     a query's actions are copied back. Only the arithmetic is replaced: the function does
-    nothing but count the updates, and the call then waits as long as `gpu` says, releasing
-    the interpreter lock as a GPU's kernels would. Its actions are all 0 and its weights
-    never change.
+    nothing but count the updates (and, from frames on the device, gather the states), and
+    the call then waits, releasing the interpreter lock as a GPU's kernels would. Its
+    actions are all 0 and its weights never change.
+
+    A query waits `gpu.query_ms` after its call. An update call lasts `gpu.update_ms` per
+    update counted from its dispatch: the gather of the states is device work, part of a
+    GPU's time per update, which here runs on the CPU during that time (it takes longer
+    only when the CPU's gather does).
     """
 
     def __init__(self, n_actions: int, gpu: SimulatedGpu, **settings: Any):
@@ -50,6 +56,7 @@ class SimulatedQNetwork(QNetwork):
         self._update_many_slots_fn = tf.function(self._gather_and_count,
                                                  reduce_retracing=True)
         self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
+        self._dispatched_at: float | None = None  # the current update call's first dispatch
         no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
         self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
 
@@ -85,8 +92,18 @@ class SimulatedQNetwork(QNetwork):
         self._wait(self.gpu.update_ms / 1000.0)
 
     def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
+        self._dispatched_at = None
         super().update_from_slots(frames, slots, count)
-        self._wait(count * self.gpu.update_ms / 1000.0)
+        busy = count * self.gpu.update_ms / 1000.0
+        time.sleep(max(0.0, self._dispatched_at + busy - time.perf_counter()))
+        self.simulated_seconds += busy
+
+    def _dispatch(self, purpose: str, call: DirectCall,
+                  tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+        # Only the trainer's thread makes slot updates; queries come from the acting loop.
+        if purpose in SLOT_UPDATES and self._dispatched_at is None:
+            self._dispatched_at = time.perf_counter()
+        return super()._dispatch(purpose, call, tensors)
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)

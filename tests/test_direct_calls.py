@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn.config import Config
-from fast_dqn.direct_calls import DirectCall
+from fast_dqn.acting import FrameHistory
+from fast_dqn.direct_calls import DirectCall, borrowed_tensor
 from fast_dqn.q_network import configure_device, make_q_network
 from fast_dqn.device_frames import DeviceFrames
 from fast_dqn.replay_memory import Batch, SlotBatch
@@ -107,3 +108,51 @@ def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
         tf.constant(column.reshape(4, 32, *column.shape[1:])) for column in minibatches))
     assert_same_networks(direct, ordinary)
     assert all(call.direct for call in direct._direct_calls.values())
+
+
+def at_offset(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `array` whose memory starts `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def test_a_borrowed_tensor_reads_an_aligned_array_in_place():
+    states = at_offset(np.arange(2 * 4 * 84 * 84, dtype=np.uint64).astype(np.uint8)
+                       .reshape(2, 4, 84, 84), 0)
+    tensor = borrowed_tensor(states)
+    states[1, 3, 83, 83] = 200  # seen by the tensor: no copy was made
+    assert tensor.numpy()[1, 3, 83, 83] == 200
+    np.testing.assert_array_equal(tensor.numpy(), states)
+
+
+@pytest.mark.parametrize("offset", [1, 16, 32])
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_queries_of_states_tensorflow_cannot_borrow_are_answered_from_a_copy(offset, xla):
+    """TensorFlow's kernels abort the process on memory not aligned to 64 bytes (an
+    array 16 bytes past a boundary did), so such states, and read-only ones, are copied."""
+    rng = np.random.default_rng(2)
+    network = make_q_network(Config(xla=xla, seed=5), N_ACTIONS)
+    states = rng.integers(0, 256, (16, 4, 84, 84), dtype=np.uint8)
+    expected = {use_target: network._greedy_fns[use_target](tf.constant(states)).numpy()
+                for use_target in (True, False)}
+    misaligned = at_offset(states, offset)
+    read_only = at_offset(states, 0)
+    read_only.flags.writeable = False
+    for array in (misaligned, read_only):
+        for use_target in (True, False):
+            np.testing.assert_array_equal(network.greedy_actions(array, use_target),
+                                          expected[use_target])
+    copied = borrowed_tensor(misaligned)
+    misaligned[0, 0, 0, 0] ^= 1
+    assert copied.numpy()[0, 0, 0, 0] == states[0, 0, 0, 0]
+
+
+def test_the_actors_frame_stacks_are_lent_to_the_query_without_a_copy():
+    history = FrameHistory(16)
+    assert history.states.ctypes.data % 64 == 0
+    tensor = borrowed_tensor(history.states)
+    history.push(np.full((16, 84, 84), 9, np.uint8), np.zeros(16, bool))
+    assert tensor.numpy()[:, -1].min() == 9

@@ -509,3 +509,55 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
     assert actions.tolist() == [0] * 5
     for variable, value in zip(network.online.variables, before):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+class FakeClock:
+    """perf_counter and sleep of a clock that moves only when told or slept on."""
+
+    def __init__(self):
+        self.time = 100.0
+        self.slept: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.time += seconds
+
+
+@pytest.mark.parametrize("device_work_ms, expected_sleep_ms", [(7.0, 33.0), (55.0, 0.0)])
+def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
+        monkeypatch, device_work_ms, expected_sleep_ms):
+    """Gathering the states is device work, inside a GPU's time per update: a call of 2
+    updates of 20 ms ends 40 ms after its dispatch, with the CPU's gather (faked here as
+    `device_work_ms` of clock) done within them, or later when that gather takes longer."""
+    from fast_dqn import simulated_gpu
+    from fast_dqn.device_frames import DeviceFrames
+    from fast_dqn.replay_memory import SlotBatch
+    network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
+                                       SimulatedGpu(update_ms=20.0, query_ms=10.0))
+    rng = np.random.default_rng(0)
+    frames = DeviceFrames(64)
+    slots = rng.integers(0, 64, (2 * 32, 4)).astype(np.int32)
+    mask = np.ones((2 * 32, 4), np.uint8)
+    minibatches = SlotBatch(slots, mask, (slots + 1) % 64, mask,
+                            rng.integers(0, N_ACTIONS, 2 * 32).astype(np.int32),
+                            np.zeros(2 * 32, np.float32), np.zeros(2 * 32, bool))
+    network.update_from_slots(frames.variable, minibatches, 2)  # traced before the clock
+    clock = FakeClock()
+    dispatch = QNetwork._dispatch
+
+    def dispatch_taking_device_time(self, purpose, call, tensors):
+        outputs = dispatch(self, purpose, call, tensors)
+        clock.time += device_work_ms / 1000.0
+        return outputs
+
+    monkeypatch.setattr(QNetwork, "_dispatch", dispatch_taking_device_time)
+    monkeypatch.setattr(simulated_gpu.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(simulated_gpu.time, "sleep", clock.sleep)
+    before = network.simulated_seconds
+    network.update_from_slots(frames.variable, minibatches, 2)
+    assert clock.slept == [pytest.approx(expected_sleep_ms / 1000.0)]
+    assert network.simulated_seconds - before == pytest.approx(0.040)  # the GPU's busy time
+    assert network.take_train_stats()[2] == 4
