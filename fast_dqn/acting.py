@@ -22,7 +22,7 @@ def epsilon_greedy(greedy: np.ndarray, epsilon: np.ndarray | float, n_actions: i
     """Replaces each greedy action by a uniformly random one with probability epsilon."""
     explore = rng.random(len(greedy)) < epsilon
     random_actions = rng.integers(0, n_actions, size=len(greedy))
-    return np.where(explore, random_actions, greedy).astype(np.int64)
+    return np.where(explore, random_actions, greedy).astype(np.int64, copy=False)
 
 
 class FrameHistory:
@@ -68,21 +68,26 @@ class Actor:
         self.history = FrameHistory(pool.num_envs)
         self._scores = np.zeros(pool.num_envs, dtype=np.float64)
         self._lengths = np.zeros(pool.num_envs, dtype=np.int64)
+        # The frames the envs last returned, the stacks' newest: the pools return new arrays
+        # at every step, so these are kept as they are rather than copied from the stacks.
+        self._newest = self.history.states[:, -1].copy()
 
     @property
     def states(self) -> np.ndarray:
         return self.history.states
 
     def reset(self, seed: int) -> None:
-        self.history.reset(self.pool.reset(seed=seed))
+        self._newest = self.pool.reset(seed=seed)
+        self.history.reset(self._newest)
         self._scores[:] = 0
         self._lengths[:] = 0
 
     def act(self, actions: np.ndarray) -> tuple[Transitions, list[FinishedGame]]:
         """One round: each env takes its action; returns the W transitions and the games
         that ended."""
-        frames = self.history.states[:, -1].copy()
+        frames = self._newest
         result = self.pool.step(actions)
+        self._newest = result.frames
         self._scores += result.rewards
         self._lengths += 1
         finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))

@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE
+from fast_dqn.direct_calls import borrowed_tensor
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
 with quiet_tensorflow_start():
@@ -48,11 +49,19 @@ class DeviceFrames:
                                         name="replay_frames")
 
     def write(self, slots: np.ndarray, frames: np.ndarray) -> None:
-        """frames[slots] = frames in one scatter (the slots may wrap around the end)."""
+        """frames[slots] = frames in one scatter (the slots may wrap around the end).
+
+        The frames are lent to TensorFlow, not copied (a flush moves 70 MB); the row read
+        after the scatter returns only once the scatter, and any copy of its input to a
+        GPU, is done, so the caller may then change `frames`.
+        """
+        slots = np.asarray(slots)
         # A scatter of whole rows: 4-5 times faster on the CPU than a sliced assignment or
         # scatter_nd_update, measured with 10,000 frames.
-        self.variable.scatter_update(tf.IndexedSlices(tf.constant(frames),
-                                                      tf.constant(np.asarray(slots))))
+        self.variable.scatter_update(tf.IndexedSlices(borrowed_tensor(frames),
+                                                      tf.constant(slots)))
+        if len(slots):
+            self.variable.sparse_read(slots[-1:]).numpy()
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         return self.variable.sparse_read(tf.range(start, stop)).numpy()

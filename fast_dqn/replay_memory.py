@@ -28,6 +28,7 @@ from typing import Iterator, NamedTuple, Protocol, Sequence
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY
+from fast_dqn.host_arrays import aligned_zeros
 
 FRAME_SHAPE = (FRAME_SIZE, FRAME_SIZE)
 _MAX_SAMPLING_ROUNDS = 1000
@@ -62,8 +63,9 @@ assert Transitions._fields == tuple(TRANSITION_COLUMNS), "one column list, in on
 
 
 def zero_transitions(*leading: int) -> Transitions:
-    """Zeroed columns for `leading` transitions, e.g. (capacity,) or (rounds, W)."""
-    return Transitions(*(np.zeros((*leading, *shape), dtype)
+    """Zeroed columns for `leading` transitions, e.g. (capacity,) or (rounds, W); the frames
+    start where TensorFlow can read them in place (`host_arrays`)."""
+    return Transitions(*(aligned_zeros((*leading, *shape), dtype)
                          for shape, dtype in TRANSITION_COLUMNS.values()))
 
 

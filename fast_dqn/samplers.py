@@ -72,13 +72,16 @@ class EnvPool(Protocol):
 
 
 def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.ndarray:
+    """The actions as 32- or 64-bit integers (what ale-py's vector env takes), checked."""
     actions = np.asarray(actions)
-    if actions.shape != (num_envs,) or not np.issubdtype(actions.dtype, np.integer):
+    if actions.shape != (num_envs,) or actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be {num_envs} integers; got {actions.dtype} "
                          f"array of shape {actions.shape}")
     if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
         raise ValueError(f"actions must be within [0, {n_actions}); got {actions.tolist()}")
-    return actions.astype(np.int32)
+    if actions.dtype in (np.int32, np.int64):
+        return actions
+    return actions.astype(np.int64)
 
 
 class VectorEnvPool:
@@ -132,9 +135,10 @@ class VectorEnvPool:
         restarted = terminated & (episode_frames <= self._episode_frames)
         game_overs = truncated | (self._steps >= self._max_episode_steps) | restarted
         self._episode_frames = episode_frames
-        self._steps[game_overs] = 0
-        return PoolStep(frames=obs[:, 0], rewards=rewards.astype(np.float32),
-                        terminals=terminated.astype(bool),
+        if game_overs.any():  # most rounds end no game; an empty masked write still costs
+            self._steps[game_overs] = 0
+        return PoolStep(frames=obs[:, 0], rewards=rewards.astype(np.float32, copy=False),
+                        terminals=terminated.astype(bool, copy=False),
                         episode_ends=terminated | truncated, game_overs=game_overs)
 
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:

@@ -13,7 +13,7 @@ from fast_dqn.config import Config
 from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
                                     frames_bytes)
 from fast_dqn.q_network import configure_device, gather_states, make_q_network
-from fast_dqn.replay_memory import ReplayMemory, Transitions, acted_transitions
+from fast_dqn.replay_memory import ReplayMemory, Transitions, acted_transitions, zero_transitions
 
 CAPACITY = 64
 
@@ -148,3 +148,17 @@ def test_no_room_on_the_device_is_one_line_and_leaves_nothing(tmp_path, capsys, 
     assert len(err) == 1 and "no room for the replay memory's frames (0.0 GB)" in err[0]
     assert "--replay-device=host" in err[0]
     assert not run_dir.exists()
+
+
+def test_frames_written_are_the_devices_own_once_the_write_returns():
+    """A flush lends its frames to TensorFlow (aligned, as the staging buffers are), and
+    reuses those arrays at the next sync point: the write must be done with them."""
+    frames = DeviceFrames(8)
+    source = zero_transitions(5).frames
+    assert source.ctypes.data % 64 == 0  # lent, not copied
+    source[...] = np.arange(1, 6, dtype=np.uint8)[:, None, None]
+    frames.write(np.array([6, 7, 0, 1, 2]), source)  # around the end of the ring
+    source[...] = 99
+    rows = frames.rows(0, 8)
+    assert rows[[6, 7, 0, 1, 2], 40, 40].tolist() == [1, 2, 3, 4, 5]
+    assert not rows[3:6].any()

@@ -16,7 +16,8 @@ import pytest
 from fast_dqn.config import HISTORY
 from fast_dqn.acting import FrameHistory
 from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory,
-                                    acted_transitions, check_memory_for, clip_reward)
+                                    acted_transitions, check_memory_for, clip_reward,
+                                    zero_transitions)
 from fast_dqn.staging import SamplerBuffer
 
 # ------------------------------------------------------------------------------- helpers
@@ -732,3 +733,13 @@ def test_check_valid_names_the_broken_invariant(damage, message):
 def test_a_transition_costs_the_bytes_of_its_columns():
     # an 84 x 84 uint8 frame, a uint8 action, a float32 reward and three bool flags
     assert BYTES_PER_TRANSITION == 84 * 84 + 1 + 4 + 3
+
+
+@pytest.mark.parametrize("leading", [(1,), (3,), (5, 4)])
+def test_zeroed_transitions_start_their_frames_where_tensorflow_can_borrow_them(leading):
+    columns = zero_transitions(*leading)
+    assert columns.frames.ctypes.data % 64 == 0
+    assert columns.frames.shape == (*leading, 84, 84) and columns.frames.dtype == np.uint8
+    for column in columns:
+        assert column.shape[:len(leading)] == leading and not column.any()
+        assert column.flags.c_contiguous and column.flags.writeable

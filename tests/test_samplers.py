@@ -235,3 +235,31 @@ def test_close_stops_threads_and_is_idempotent(backend):
     assert not sampler_threads()
     with pytest.raises(RuntimeError, match="closed"):
         pool.step(np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads", "serial"])
+def test_a_step_returns_new_frame_arrays_that_later_steps_leave_alone(backend):
+    """`acting.Actor` keeps the frames of the last step, not a copy, as the next
+    transition's frame: that needs every step's frames to be arrays of their own."""
+    pool = make_pool(backend, num_envs=3, game="pong")
+    rng = np.random.default_rng(0)
+    kept = []
+    for _ in range(40):
+        frames = pool.step(rng.integers(0, pool.n_actions, 3)).frames
+        kept.append((frames, frames.copy()))
+    pool.close()
+    for frames, copy in kept:
+        np.testing.assert_array_equal(frames, copy)
+    assert len({frames.ctypes.data for frames, _ in kept[-2:]}) == 2
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_integer_actions_of_any_width_are_taken(backend):
+    frames = []
+    for dtype in (np.int64, np.int32, np.uint8):
+        pool = make_pool(backend, num_envs=2, game="pong")
+        steps = [pool.step(np.array([a, 5 - a], dtype)) for a in (0, 1, 2, 3, 4, 5) * 5]
+        pool.close()
+        frames.append(np.stack([step.frames for step in steps]))
+    np.testing.assert_array_equal(frames[0], frames[1])
+    np.testing.assert_array_equal(frames[0], frames[2])
