@@ -35,7 +35,7 @@ from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, final_epsil
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.learner import Learner
-from fast_dqn.replay_memory import Transitions, select
+from fast_dqn.replay_memory import Transitions
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import SamplerBuffer, StagingArea
@@ -409,13 +409,11 @@ class FastDQN(TrainingLoop):
 
     def _flush_buffers(self) -> None:
         """The epoch's transitions into the memory, one sampler after another, in one write
-        (where the frames are on the device, one assignment per sampler)."""
-        staged = self._staging.transitions()
+        straight from the staging area (where the frames are on the device, one assignment
+        per piece: a sampler's carried rows, then its staged ones)."""
         pieces = []
         for env, buffer in enumerate(self.buffers):
-            buffer.extend(select(staged, (slice(None), env)))
-            flushed = buffer.take()
-            if flushed is not None:
-                pieces.append(flushed)
+            buffer.extend(self._staging.sampler_rows(env))
+            pieces.extend(buffer.take())
         self.memory.add_in_order(pieces)
         self._staging.clear()

@@ -1,7 +1,7 @@
 """One epoch's transitions on their way into the replay memory (FastDQN's flush).
 
 During an epoch the acting loop stages each round's W transitions (`StagingArea`); at the
-sync point each sampler's column goes to its `SamplerBuffer`, and the buffers are flushed
+sync point each sampler's rows go to its `SamplerBuffer`, and the buffers are flushed
 into the memory one after another, in sampler order, so the memory's contents do not depend
 on thread timing (docs/design.md §3, "Pieces at a flush").
 """
@@ -9,7 +9,7 @@ on thread timing (docs/design.md §3, "Pieces at a flush").
 from __future__ import annotations
 
 from fast_dqn.config import HISTORY
-from fast_dqn.replay_memory import Transitions, select, zero_transitions
+from fast_dqn.replay_memory import Transitions, concatenate, select, zero_transitions
 
 
 class SamplerBuffer:
@@ -32,66 +32,73 @@ class SamplerBuffer:
 
     def __init__(self):
         self._chunks: list[Transitions] = []
-        self._context: Transitions | None = None  # the rows before the carried one
-        # `take` joins into these, reused: a fresh multi-megabyte array per sync point
-        # is mapped page by page again each time (half the flush's time in the benchmark).
-        self._joined: Transitions | None = None
+        # The rows carried from the last flush: the context, then the unfinished transition.
+        self._carried: Transitions | None = None
 
     def __len__(self) -> int:
-        return sum(len(chunk.frames) for chunk in self._chunks)
+        """The transitions waiting to be stored (a carried one counts, its context not)."""
+        carried = 0 if self._carried is None else 1
+        return carried + sum(len(chunk.frames) for chunk in self._chunks)
 
     def extend(self, transitions: Transitions) -> None:
         """Appends transitions in time order. They are kept as given, not copied (a flush
-        moves 70 MB): the caller's arrays must not change until `take` has copied them."""
+        moves 70 MB), and `take` marks their episode ends in place: the caller's arrays must
+        not change until the pieces `take` returns are stored."""
         if len(transitions.frames):
             self._chunks.append(transitions)
 
-    def take(self) -> Transitions | None:
-        """Removes everything buffered and returns it ready for `ReplayMemory.add_many`, or
-        None if empty. The rows are valid until the next `take`."""
-        if not self._chunks:
-            return None
-        pieces = self._chunks if self._context is None else [self._context, *self._chunks]
-        rows = self._join(pieces)
-        rows.episode_ends[:] |= rows.terminals
-        self._chunks = []
-        self._context = None
-        if not rows.episode_ends[-1]:
-            self._carry_unfinished(rows)
-        return rows
-
-    def _join(self, pieces: list[Transitions]) -> Transitions:
-        """The pieces one after another, in the reused arrays (grown when too short)."""
-        count = sum(len(piece.frames) for piece in pieces)
-        if self._joined is None or len(self._joined.frames) < count:
-            self._joined = zero_transitions(count)
-        rows = select(self._joined, slice(0, count))
-        start = 0
+    def take(self) -> list[Transitions]:
+        """Removes everything buffered and returns it as pieces in time order, for
+        `ReplayMemory.add_in_order`: the rows carried from the last flush, then the
+        transitions as extended (empty if nothing is buffered)."""
+        if not self._chunks and self._carried is None:
+            return []
+        pieces = self._chunks if self._carried is None else [self._carried, *self._chunks]
         for piece in pieces:
-            stop = start + len(piece.frames)
-            for joined, column in zip(rows, piece):
-                joined[start:stop] = column
-            start = stop
-        return rows
+            piece.episode_ends[:] |= piece.terminals
+        self._chunks = []
+        self._carried = None
+        if not pieces[-1].episode_ends[-1]:
+            self._carry_unfinished(pieces)
+        return pieces
 
-    def _carry_unfinished(self, rows: Transitions) -> None:
+    def _carry_unfinished(self, pieces: list[Transitions]) -> None:
         """Keeps the unfinished episode's last transition (and its context) for next time,
-        and marks it in `rows` as an unsampleable end."""
-        last = len(rows.frames) - 1
-        start = max(0, last - (HISTORY - 1))
-        self._context = Transitions(*(column[start:last].copy() for column in rows))
-        self._context.sampleable[:] = False
-        self._chunks = [Transitions(*(column[last:].copy() for column in rows))]
-        rows.episode_ends[last] = True  # a stop for states reaching back, no next frame
-        rows.sampleable[last] = False
+        and marks it in the last piece as an unsampleable end."""
+        tail = _last_rows(pieces, HISTORY)
+        self._carried = tail
+        tail.sampleable[:-1] = False  # the context
+        self._chunks = []
+        last = pieces[-1]
+        last.episode_ends[-1] = True  # a stop for states reaching back, no next frame
+        last.sampleable[-1] = False
+
+
+def _last_rows(pieces: list[Transitions], count: int) -> Transitions:
+    """A copy of the last `count` rows of the pieces taken one after another (fewer if
+    they hold fewer)."""
+    tail: list[Transitions] = []
+    needed = count
+    for piece in reversed(pieces):
+        rows = select(piece, slice(max(0, len(piece.frames) - needed), None))
+        tail.insert(0, rows)
+        needed -= len(rows.frames)
+        if needed == 0:
+            break
+    return concatenate(tail)
 
 
 class StagingArea:
-    """Preallocated (rounds, W) columns for one epoch's transitions, before the sync point
-    hands each sampler's column to its `SamplerBuffer`."""
+    """Preallocated columns for one epoch's transitions, each sampler's rows one after
+    another, before the sync point hands each sampler's rows to its `SamplerBuffer`.
+
+    A sampler's rows are contiguous, and its frames start where TensorFlow can read them in
+    place, so that the flush stores them without copying them first.
+    """
 
     def __init__(self, rounds: int, num_envs: int):
-        self._rows = zero_transitions(rounds, num_envs)
+        # A multiple of 4 rounds: 4 frames of 84 x 84 bytes end on a 64-byte boundary.
+        self._rows = zero_transitions(num_envs, -(-rounds // 4) * 4)
         for column in self._rows:
             column.fill(0)  # its pages mapped now, not one by one in the first epoch's rounds
         self.count = 0
@@ -101,8 +108,9 @@ class StagingArea:
 
     def append(self, transitions: Transitions) -> None:
         for column, values in zip(self._rows, transitions):
-            column[self.count] = values
+            column[:, self.count] = values
         self.count += 1
 
-    def transitions(self) -> Transitions:
-        return select(self._rows, slice(0, self.count))
+    def sampler_rows(self, env: int) -> Transitions:
+        """Env `env`'s transitions staged since the last `clear`, in time order (a view)."""
+        return select(self._rows, (env, slice(0, self.count)))

@@ -337,7 +337,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
         for env, buffer in enumerate(buffers):
             rows = loop.actor.pool.transitions[env][rounds_done:rounds]
             buffer.extend(acted_transitions(*(np.array(column) for column in zip(*rows))))
-            expected.add_many(buffer.take())
+            expected.add_in_order(buffer.take())
         rounds_done = rounds
     for name, array in expected.state_dict().items():
         np.testing.assert_array_equal(loop.memory.state_dict()[name], array, err_msg=name)

@@ -15,10 +15,10 @@ import pytest
 
 from fast_dqn.config import HISTORY
 from fast_dqn.acting import FrameHistory
-from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory,
+from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory, Transitions,
                                     acted_transitions, check_memory_for, clip_reward,
-                                    zero_transitions)
-from fast_dqn.staging import SamplerBuffer
+                                    concatenate, zero_transitions)
+from fast_dqn.staging import SamplerBuffer, StagingArea
 
 # ------------------------------------------------------------------------------- helpers
 
@@ -465,9 +465,7 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
         if r + 1 in sync_rounds or r + 1 == rounds:
             for env, buffer in enumerate(buffers):
                 hand_over(env)
-                flushed = buffer.take()
-                if flushed is not None:
-                    memory.add_many(flushed)
+                memory.add_in_order(buffer.take())
 
 
 def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool) -> None:
@@ -542,18 +540,18 @@ def test_unfinished_episode_is_carried_with_its_context(context_rows):
     ids = np.arange(1, context_rows + 2)
     buffer.extend(acted_transitions(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
                   np.zeros(len(ids), bool), np.zeros(len(ids), bool)))
-    frames, actions, _, terminals, ends, sampleable = buffer.take()
+    frames, actions, _, terminals, ends, sampleable = concatenate(buffer.take())
     assert actions.tolist() == ids.tolist()
     assert ends.tolist() == [False] * context_rows + [True]
     assert sampleable.tolist() == [True] * context_rows + [False]
     assert len(buffer) == 1
     buffer.extend(acted_transitions(id_frame(50)[None], np.array([50]), np.zeros(1),
                                     np.array([True]), np.array([True])))
-    frames, actions, _, terminals, ends, sampleable = buffer.take()
+    frames, actions, _, terminals, ends, sampleable = concatenate(buffer.take())
     assert actions.tolist() == ids[-4:].tolist() + [50]
     assert sampleable.tolist() == [False] * min(context_rows, HISTORY - 1) + [True, True]
     assert ends.tolist()[-2:] == [False, True]
-    assert buffer.take() is None and len(buffer) == 0
+    assert buffer.take() == [] and len(buffer) == 0
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -709,7 +707,7 @@ def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
         buffer = SamplerBuffer()
         buffer.extend(acted_transitions(id_frame(env)[None], np.array([0]), np.zeros(1),
                                         np.zeros(1, bool), np.zeros(1, bool)))
-        flushed.add_many(buffer.take())
+        flushed.add_in_order(buffer.take())
     assert not flushed.valid(np.arange(flushed.size)).any()
     flushed.close_open_episode()
     flushed.check_valid()
@@ -743,3 +741,27 @@ def test_zeroed_transitions_start_their_frames_where_tensorflow_can_borrow_them(
     for column in columns:
         assert column.shape[:len(leading)] == leading and not column.any()
         assert column.flags.c_contiguous and column.flags.writeable
+
+
+@pytest.mark.parametrize("rounds, num_envs", [(5, 3), (8, 2), (1, 4)])
+def test_staging_hands_each_sampler_its_rows_in_place_and_lendable(rounds, num_envs):
+    """The flush stores a sampler's staged rows without copying them first: they must be
+    that sampler's transitions in round order, contiguous, with frames TensorFlow can borrow."""
+    staging = StagingArea(rounds, num_envs)
+    rng = np.random.default_rng(rounds)
+    staged = []
+    for r in range(rounds - 1):  # one round short of full
+        frames = rng.integers(0, 256, (num_envs, *FRAME_SHAPE), dtype=np.uint8)
+        row = acted_transitions(frames, rng.integers(0, 6, num_envs),
+                                rng.normal(size=num_envs).astype(np.float32),
+                                rng.random(num_envs) < 0.3, rng.random(num_envs) < 0.5)
+        staging.append(row)
+        staged.append(row)
+    for env in range(num_envs):
+        rows = staging.sampler_rows(env)
+        assert rows.frames.flags.c_contiguous and rows.frames.ctypes.data % 64 == 0
+        for name, column in zip(Transitions._fields, rows):
+            expected = [getattr(row, name)[env] for row in staged]
+            np.testing.assert_array_equal(column, np.array(expected).reshape(column.shape))
+    staging.clear()
+    assert len(staging.sampler_rows(0).frames) == 0
