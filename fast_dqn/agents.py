@@ -349,7 +349,8 @@ class FastDQN(TrainingLoop):
     def act_and_learn(self) -> None:
         counters = self.counters
         self.finish_epoch_cut_short()
-        self.start_acting()
+        if not self.stop:  # else nothing acts: no fresh games, no evaluation owed
+            self.start_acting()
         try:
             while counters.step < self.config.timesteps and not self.stop:
                 previous_step = counters.step
@@ -373,11 +374,19 @@ class FastDQN(TrainingLoop):
     def finish_epoch_cut_short(self) -> None:
         """After a resume from a stop that came once an epoch's steps were taken but not all
         its updates: the rest of its updates (on this thread, before any acting), then the
-        target sync the stop held back, as at the boundary of an uninterrupted run."""
+        target sync the stop held back, as at the boundary of an uninterrupted run.
+
+        A stop request ends them between two updates (there may be 2,500, minutes on a CPU);
+        the target then stays frozen and the checkpoint resumed from stays the last one, so
+        the next resume makes the updates still missing, the same ones."""
         counters, config = self.counters, self.config
-        at_boundary = target_sync_due(counters.step, config)
-        if at_boundary and counters.updates < counters.updates_due(counters.step):
-            self.update_inline_until(counters.updates_due(counters.step))
+        due = counters.updates_due(counters.step)
+        if not target_sync_due(counters.step, config) or counters.updates >= due:
+            return
+        while counters.updates < due and not self.stop:
+            self.learner.update_now()
+            counters.updates += 1
+        if counters.updates == due:
             self.network.sync_target()
 
     def _run_epoch(self, end: int) -> None:

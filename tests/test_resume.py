@@ -522,42 +522,92 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
     assert third.counters.updates == first.counters.updates + (400 - 200 - 50) // 4
 
 
-def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_resume():
-    """Regression: a stop that came while the trainer finished an epoch whose steps were all
-    taken left the boundary's target sync undone for good (the resumed run went straight to
-    the next boundary). Now the resumed run first makes the epoch's missing updates, then
-    the sync, before it acts."""
-    import numpy as np
-
+def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoint=None):
+    """A tiny FastDQN on the corridor env whose epochs are 100 steps (25 updates) long."""
     from fast_dqn.agents import FastDQN
     from fast_dqn.loop_parts import LoopParts
-    from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
-    from tests.fakes import FakeRunLog, RecordingNetwork, Tape
+    from tests.fakes import FakeRunLog, RecordingNetwork
 
-    config = Config(timesteps=300, replay_start=100, target_update=100, evaluate=0,
+    config = Config(timesteps=timesteps, replay_start=100, target_update=100, evaluate=0,
                     replay_capacity=2000, workers=2, exploration_steps=100)
+    return FastDQN(LoopParts(
+        config=config, network=network or RecordingNetwork(tape),
+        memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
+        pool=CorridorPool(2), make_eval_pool=None, run_log=FakeRunLog(),
+        rng=np.random.default_rng(1), save_checkpoint=save_checkpoint, stop=stop))
 
-    def make_loop(timesteps: int, tape: Tape) -> FastDQN:
-        return FastDQN(LoopParts(
-            config=config.replace(timesteps=timesteps), network=RecordingNetwork(tape),
-            memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
-            pool=CorridorPool(2), make_eval_pool=None, run_log=FakeRunLog(),
-            rng=np.random.default_rng(1)))
 
-    first = make_loop(300, Tape())
+def stopped_before_its_last_updates():
+    """A run stopped at step 300 (a sync point) with the epoch's last 5 updates abandoned:
+    its memory and its state, as a checkpoint holds them."""
+    from tests.fakes import Tape
+
+    first = cut_short_loop(300, Tape())
     first.act_and_learn()
     state = first.state()
     assert state["counters"]["updates"] == (300 - 100) // 4
     for key in ("updates", "learning_updates"):  # the epoch 200-300's last 5 abandoned
         state["counters"][key] -= 5
+    return first.memory.state_dict(), state
+
+
+def resumed(timesteps: int, saved, tape, stop=None, network=None, save_checkpoint=None):
+    memory_state, state = saved
+    loop = cut_short_loop(timesteps, tape, stop, network, save_checkpoint)
+    loop.memory.load_state_dict(memory_state)
+    loop.restore(state)
+    return loop
+
+
+def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_resume():
+    """Regression: a stop that came while the trainer finished an epoch whose steps were all
+    taken left the boundary's target sync undone for good (the resumed run went straight to
+    the next boundary). Now the resumed run first makes the epoch's missing updates, then
+    the sync, before it acts."""
+    from tests.fakes import Tape
 
     tape = Tape()
-    second = make_loop(400, tape)
-    second.memory.load_state_dict(first.memory.state_dict())
-    second.restore(state)
+    second = resumed(400, stopped_before_its_last_updates(), tape)
     second.act_and_learn()
     events = [event[1] for event in tape.main_thread()]
     assert events[:6] == ["train"] * 5 + ["sync"]  # before the first query of the samplers
     assert second.counters.updates == (400 - 100) // 4
+
+
+def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishes_them():
+    """Regression: the updates a resumed run makes up before it acts (above) did not look at
+    the stop request, so a Ctrl-C waited for all of them (up to 2,500: a minute or two on a
+    CPU, seen on a README run). Now the request ends them between two updates, nothing acts,
+    the target stays frozen, and a resume of the same checkpoint ends as if never stopped."""
+    from fast_dqn.stop_request import StopRequest
+    from tests.fakes import RecordingNetwork, Tape
+
+    saved = stopped_before_its_last_updates()
+    stop = StopRequest()
+
+    class StoppedAfterTwoUpdates(RecordingNetwork):
+        def update(self, batch):
+            super().update(batch)
+            if self.online_version == 2:
+                stop.signal_number = 2  # as the SIGINT handler sets it
+
+    tape = Tape()
+    network = StoppedAfterTwoUpdates(tape)
+    checkpoints = []
+    stopped = resumed(400, saved, tape, stop, network, save_checkpoint=checkpoints.append)
+    stopped.run()
+    assert [event[1] for event in tape.main_thread()] == ["train", "train"]
+    assert checkpoints == []  # the checkpoint resumed from stays the latest
+    assert stopped.counters.updates == (300 - 100) // 4 - 3
+    assert network.target_version == 0 and stopped.counters.step == 300
+
+    never_stopped_tape, again_tape = Tape(), Tape()
+    never_stopped = resumed(400, saved, never_stopped_tape)
+    never_stopped.act_and_learn()
+    again = resumed(400, saved, again_tape)
+    again.act_and_learn()
+    assert again_tape.main_thread() == never_stopped_tape.main_thread()
+    for name, array in never_stopped.memory.state_dict().items():
+        np.testing.assert_array_equal(again.memory.state_dict()[name], array, err_msg=name)
