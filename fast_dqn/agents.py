@@ -109,10 +109,10 @@ class TrainingLoop:
             self.run_log.log_scalars(step, {"episode/return": game.score,
                                             "episode/length": float(game.length)})
 
-    def update_inline_until(self, updates: int) -> None:
+    def update_inline_until(self, updates: int, stoppable: bool = False) -> None:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
-        the run has made `updates`."""
-        while self.counters.updates < updates:
+        the run has made `updates`; with `stoppable`, or until a stop is requested."""
+        while self.counters.updates < updates and not (stoppable and self.stop):
             self.learner.update_now()
             self.counters.updates += 1
 
@@ -383,9 +383,7 @@ class FastDQN(TrainingLoop):
         due = counters.updates_due(counters.step)
         if not target_sync_due(counters.step, config) or counters.updates >= due:
             return
-        while counters.updates < due and not self.stop:
-            self.learner.update_now()
-            counters.updates += 1
+        self.update_inline_until(due, stoppable=True)
         if counters.updates == due:
             self.network.sync_target()
 

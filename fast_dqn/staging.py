@@ -8,8 +8,15 @@ on thread timing (docs/design.md §3, "Pieces at a flush").
 
 from __future__ import annotations
 
-from fast_dqn.config import HISTORY
+import math
+
+from fast_dqn.config import FRAME_SIZE, HISTORY
+from fast_dqn.counters import round_up
+from fast_dqn.host_arrays import TENSOR_ALIGNMENT
 from fast_dqn.replay_memory import Transitions, concatenate, select, zero_transitions
+
+# The fewest frames whose bytes end on a TensorFlow-aligned boundary (4 frames of 84 x 84).
+_ALIGNED_FRAMES = TENSOR_ALIGNMENT // math.gcd(FRAME_SIZE * FRAME_SIZE, TENSOR_ALIGNMENT)
 
 
 class SamplerBuffer:
@@ -68,7 +75,6 @@ class SamplerBuffer:
         tail = _last_rows(pieces, HISTORY)
         self._carried = tail
         tail.sampleable[:-1] = False  # the context
-        self._chunks = []
         last = pieces[-1]
         last.episode_ends[-1] = True  # a stop for states reaching back, no next frame
         last.sampleable[-1] = False
@@ -97,8 +103,8 @@ class StagingArea:
     """
 
     def __init__(self, rounds: int, num_envs: int):
-        # A multiple of 4 rounds: 4 frames of 84 x 84 bytes end on a 64-byte boundary.
-        self._rows = zero_transitions(num_envs, -(-rounds // 4) * 4)
+        # Each sampler's frames then start aligned, as its first sampler's do.
+        self._rows = zero_transitions(num_envs, round_up(rounds, _ALIGNED_FRAMES))
         for column in self._rows:
             column.fill(0)  # its pages mapped now, not one by one in the first epoch's rounds
         self.count = 0
