@@ -80,6 +80,7 @@ class TrainingLoop:
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
         self._saved_at: int | None = None  # the agent step of the latest checkpoint
+        self._saved_evaluations = 0  # the evaluations that checkpoint counts
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -169,27 +170,25 @@ class TrainingLoop:
         """The evaluation due now; a stop request cuts it short (it is played again, whole,
         after a resume)."""
         greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
-        evaluations = self.evaluator.count
         with self._paused("evaluation"):
             self.evaluator.run(self.counters.step, greedy, self.counters.hours(),
                                should_stop=lambda: bool(self.stop))
-        if self.evaluator.count != evaluations:
-            # An evaluation owed after a resume is logged at the checkpoint's own step; the
-            # next checkpoint must be written even at that step, to count it.
-            self._saved_at = None
 
     def checkpoint_due(self, previous_step: int) -> bool:
         return period_passed(self.config.checkpoint_every, previous_step, self.counters.step)
 
     def checkpoint(self) -> None:
         """Saves the run, unless it was saved at this step already (a stop right after a
-        periodic checkpoint must not write a 7 GB memory twice)."""
-        if self._save_checkpoint is None or self._saved_at == self.counters.step:
+        periodic checkpoint must not write a 7 GB memory twice). An evaluation owed after a
+        resume is logged at the checkpoint's own step: it is saved again then, to count it."""
+        saved = (self._saved_at, self._saved_evaluations)
+        if self._save_checkpoint is None or saved == (self.counters.step, self.evaluator.count):
             return
         with self._paused("checkpoint"):
             self.run_log.flush()  # the events up to the checkpoint are on disk with it
             self._save_checkpoint(self)
         self._saved_at = self.counters.step
+        self._saved_evaluations = self.evaluator.count
 
     @property
     def saved_at(self) -> int | None:
@@ -255,6 +254,7 @@ class TrainingLoop:
         self.memory.rng.bit_generator.state = replay_rng_state
         self.env_seed = self.config.seed + self.counters.step
         self._saved_at = self.counters.step
+        self._saved_evaluations = self.evaluator.count
 
     def resume_from(self, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
         """Restores everything from a checkpoint that `verify_checkpoint` passed, in this

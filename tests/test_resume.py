@@ -474,6 +474,26 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     assert [timestep for timestep, _ in third.run_log.evaluations] == [270]
     assert saved == [270]
 
+    # Regression: that evaluation made the run forget its checkpoint, so a full disk at the
+    # checkpoint after it said "no checkpoint had been written yet" (seen on a real small
+    # disk after a resume), though the one resumed from was intact.
+    from fast_dqn import launch
+    from fast_dqn.run_dir import WriteFailed
+
+    def disk_full(loop):
+        raise WriteFailed(Path("run/checkpoint.tmp/replay/frames.npy"),
+                          "No space left on device", disk_full=True)
+
+    fourth = make_loop(CorridorPool(2))
+    fourth._save_checkpoint = disk_full
+    fourth.restore(first.state())
+    fourth.evaluator.run = _then_stop(fourth.evaluator.run, fourth)
+    with pytest.raises(WriteFailed) as error:
+        fourth.run()
+    assert [timestep for timestep, _ in fourth.run_log.evaluations] == [270]
+    line = launch.write_failed_line(error.value, fourth, Path("run"))
+    assert "the last checkpoint (step 270) in run/checkpoint is intact" in line, line
+
 
 def _then_stop(run_evaluation, loop):
     """An evaluation after which the run is asked to stop (as by a SIGTERM right then)."""
