@@ -33,7 +33,11 @@ DEVICE_HEADROOM_BYTES = 2 * 1024**3
 
 
 class DeviceFrames:
-    """A (capacity, 84, 84) uint8 variable, written at sync points and read by the update.
+    """A (capacity + 1, 84, 84) uint8 variable, written at sync points and read by the update.
+
+    Rows 0 .. capacity - 1 are the memory's slots; the last row stays zero, the frame that
+    a state's padding gathers (`q_network.gather_states`), which spares the update a pass
+    that would zero the padded frames after the gather.
 
     Thread use: written only at sync points (the trainer is drained) and by checkpoint
     reads, read by the trainer's update during an epoch, like the host store.
@@ -42,7 +46,7 @@ class DeviceFrames:
     def __init__(self, capacity: int, device: str | None = None):
         self.capacity = capacity
         self.frame_shape = (FRAME_SIZE, FRAME_SIZE)
-        shape = (capacity, *self.frame_shape)
+        shape = (capacity + 1, *self.frame_shape)
         # Created by an initializer that runs on the device: no host copy of the zeros.
         with tf.device(device or _training_device()):
             self.variable = tf.Variable(lambda: tf.zeros(shape, tf.uint8), trainable=False,

@@ -121,9 +121,12 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
 
 
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """frames[slots] with the masked frames zeroed: the states `ReplayMemory.batch` makes on
-    the host, made where the frames are."""
-    return tf.gather(frames, slots) * tf.cast(mask, tf.uint8)[..., None, None]
+    """frames[slots] with the masked frames zero: the states `ReplayMemory.batch` makes on
+    the host, made where the frames are. The masked frames are gathered from `frames`' last
+    row, which is zero (`DeviceFrames`), rather than zeroed after the gather: on the CPU
+    that multiplication cost about 60% more than the gather itself."""
+    zero_slot = tf.cast(tf.shape(frames)[0] - 1, slots.dtype)
+    return tf.gather(frames, tf.where(tf.cast(mask, tf.bool), slots, zero_slot))
 
 
 def in_order(step: Any, count: tf.Tensor) -> None:

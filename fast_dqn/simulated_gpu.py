@@ -67,11 +67,13 @@ class SimulatedQNetwork(QNetwork):
 
     def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
                           actions, rewards, terminals):
-        """The real gather of the states from the frames on the device; the result is kept
-        (its largest value) so that the gather is not left out of the compiled function."""
+        """The real gather of the states from the frames on the device. One pixel of each
+        result is kept, so that the gathers are not left out of the compiled function; a
+        reduction over them would be CPU work of the simulation's own (two more passes over
+        900 KB per update, 15% of the update's CPU time), which no GPU's update makes."""
         states = gather_states(frames, state_slots, state_mask)
         next_states = gather_states(frames, next_slots, next_mask)
-        self._gathered.assign(tf.maximum(tf.reduce_max(states), tf.reduce_max(next_states)))
+        self._gathered.assign(tf.maximum(_last_pixel(states), _last_pixel(next_states)))
         self._count_updates(states, actions, rewards, next_states, terminals)
 
     @staticmethod
@@ -108,6 +110,10 @@ class SimulatedQNetwork(QNetwork):
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)
         self.simulated_seconds += seconds
+
+
+def _last_pixel(states: tf.Tensor) -> tf.Tensor:
+    return tf.reshape(states, [-1])[-1]  # a reshape is a view: no pass over the states
 
 
 def make_simulated_q_network(config: Config, n_actions: int,

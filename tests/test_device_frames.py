@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from fast_dqn import checkpoints
 from fast_dqn.checkpoints import latest_checkpoint, read_replay_into, save_checkpoint
@@ -162,3 +163,18 @@ def test_frames_written_are_the_devices_own_once_the_write_returns():
     rows = frames.rows(0, 8)
     assert rows[[6, 7, 0, 1, 2], 40, 40].tolist() == [1, 2, 3, 4, 5]
     assert not rows[3:6].any()
+
+
+def test_padded_frames_gather_zero_from_a_store_whose_every_slot_is_written():
+    """No slot of a full store is zero here, so a padded frame can only come out zero if
+    the gather takes it from the store's own zero row, whatever slot the mask covers."""
+    frames = DeviceFrames(6)
+    frames.write(np.arange(6), np.full((6, 84, 84), 200, np.uint8))
+    frames.write(np.array([4, 5, 0]), np.full((3, 84, 84), 7, np.uint8))  # around the end
+    slots = tf.constant([[5, 0, 1, 2], [3, 4, 5, 0]], tf.int32)
+    mask = tf.constant([[0, 1, 1, 1], [0, 0, 1, 1]], tf.uint8)  # as `SlotBatch` holds it
+    states = gather_states(frames.variable, slots, mask).numpy()
+    expected_first_pixels = [[0, 7, 200, 200], [0, 0, 7, 7]]  # worked out by hand
+    assert states[:, :, 0, 0].tolist() == expected_first_pixels
+    assert (states == states[:, :, :1, :1]).all()  # each frame uniform
+    assert not frames.variable.numpy()[6].any()  # the zero row never written

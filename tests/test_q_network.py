@@ -561,3 +561,27 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     assert clock.slept == [pytest.approx(expected_sleep_ms / 1000.0)]
     assert network.simulated_seconds - before == pytest.approx(0.040)  # the GPU's busy time
     assert network.take_train_stats()[2] == 4
+
+
+def test_a_simulated_slot_update_gathers_the_states_it_is_given():
+    """The simulated GPU keeps the real gather (its host-visible cost): what it keeps of the
+    last update's states is the pixel of the frames its slots name, worked out by hand."""
+    from fast_dqn.device_frames import DeviceFrames
+    from fast_dqn.replay_memory import SlotBatch
+    network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
+                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    frames = DeviceFrames(64)
+    frames.write(np.arange(64), np.arange(1, 65, dtype=np.uint8)[:, None, None]
+                 * np.ones((1, 84, 84), np.uint8))  # slot i holds i + 1 everywhere
+    slots = np.zeros((2 * 32, 4), np.int32)
+    next_slots = np.zeros((2 * 32, 4), np.int32)
+    slots[-1, -1], next_slots[-1, -1] = 40, 9  # the last update's last states end there
+    mask = np.ones((2 * 32, 4), np.uint8)
+    batch = SlotBatch(slots, mask, next_slots, mask, np.zeros(2 * 32, np.int32),
+                      np.zeros(2 * 32, np.float32), np.zeros(2 * 32, bool))
+    network.update_from_slots(frames.variable, batch, 2)
+    assert int(network._gathered.numpy()) == 41
+    masked = mask.copy()
+    masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
+    network.update_from_slots(frames.variable, batch._replace(state_mask=masked), 2)
+    assert int(network._gathered.numpy()) == 10
