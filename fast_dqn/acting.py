@@ -90,10 +90,12 @@ class Actor:
         self._newest = result.frames
         self._scores += result.rewards
         self._lengths += 1
-        finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))
-                    for i in np.flatnonzero(result.game_overs)]
-        self._scores[result.game_overs] = 0
-        self._lengths[result.game_overs] = 0
+        finished = []
+        if result.game_overs.any():  # most rounds end no game
+            finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))
+                        for i in np.flatnonzero(result.game_overs)]
+            self._scores[result.game_overs] = 0
+            self._lengths[result.game_overs] = 0
         self.history.push(result.frames, after_episode_end=result.episode_ends)
         transitions = acted_transitions(frames, np.asarray(actions), result.rewards,
                                         result.terminals, result.episode_ends)

@@ -90,7 +90,7 @@ class TrainingLoop:
         epsilons: np.ndarray | float = self.config.final_epsilon
         if step < final_epsilon_step(self.config):  # else every env is past the schedule
             epsilons = epsilons_at(step + self._env_offsets, self.config)
-        if np.all(epsilons >= 1.0):
+        if np.min(epsilons) >= 1.0:
             greedy = np.zeros(len(epsilons), dtype=np.int64)  # no query while random
         else:
             greedy = self.query_greedy(use_target)

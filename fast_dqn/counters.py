@@ -51,13 +51,18 @@ def epsilons_at(steps: np.ndarray, config: Config) -> np.ndarray:
     """`epsilon_at` for many steps at once, with the same float64 arithmetic."""
     learning_steps = steps - config.replay_start
     if config.exploration_steps == 0:
-        decayed = np.full(len(steps), config.final_epsilon)
+        epsilons = np.full(len(steps), config.final_epsilon)
     else:
-        fraction = np.minimum(learning_steps / config.exploration_steps, 1.0)
-        decayed = config.initial_epsilon + fraction * (config.final_epsilon -
+        fraction = learning_steps / config.exploration_steps
+        epsilons = config.initial_epsilon + fraction * (config.final_epsilon -
                                                         config.initial_epsilon)
-        decayed[learning_steps >= config.exploration_steps] = config.final_epsilon
-    return np.where(learning_steps < 0, 1.0, decayed)
+        # The acting loop asks once per round, for W steps that are rarely on either side
+        # of the decay: the masked writes are made only when some are.
+        if learning_steps.max() >= config.exploration_steps:
+            epsilons[learning_steps >= config.exploration_steps] = config.final_epsilon
+    if learning_steps.min() < 0:
+        epsilons[learning_steps < 0] = 1.0
+    return epsilons
 
 
 def final_epsilon_step(config: Config) -> int:

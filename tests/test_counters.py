@@ -96,6 +96,15 @@ def test_epsilons_at_equals_epsilon_at_elementwise(config):
     assert got.tolist() == expected  # the same arithmetic: equal, not just close
 
 
+@pytest.mark.parametrize("first", [0, 49_990, 50_000, 300_000, 1_049_984, 1_049_990, 1_050_000])
+def test_epsilons_of_one_round_equal_epsilon_at_on_either_side_of_the_decay(first):
+    """The W steps of one round: inside the decay (where no masked write is made), and
+    straddling its start or end."""
+    steps = np.arange(first, first + 16, dtype=np.int64)
+    expected = [epsilon_at(int(step), NATURE) for step in steps]
+    assert epsilons_at(steps, NATURE).tolist() == expected
+
+
 def test_updates_due_one_per_four_steps_after_the_replay_start():
     assert updates_due(0, NATURE) == 0
     assert updates_due(49_999, NATURE) == 0

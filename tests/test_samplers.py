@@ -263,3 +263,24 @@ def test_integer_actions_of_any_width_are_taken(backend):
         frames.append(np.stack([step.frames for step in steps]))
     np.testing.assert_array_equal(frames[0], frames[1])
     np.testing.assert_array_equal(frames[0], frames[2])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64])
+def test_actions_outside_the_action_set_are_refused_whatever_their_integer_width(dtype):
+    from fast_dqn.samplers import _check_actions
+    n_actions = 6
+    valid = np.array([0, 5, 3], dtype=dtype)
+    assert _check_actions(valid, 3, n_actions).tolist() == [0, 5, 3]
+    with pytest.raises(ValueError, match=r"within \[0, 6\)"):
+        _check_actions(np.array([0, 6, 1], dtype=dtype), 3, n_actions)
+    if np.dtype(dtype).kind == "i":
+        with pytest.raises(ValueError, match=r"within \[0, 6\)"):
+            _check_actions(np.array([0, -1, 1], dtype=dtype), 3, n_actions)
+        with pytest.raises(ValueError, match=r"within \[0, 6\)"):  # every bit set but the sign's
+            _check_actions(np.array([np.iinfo(dtype).min, 1, 1], dtype=dtype), 3, n_actions)
+    with pytest.raises(ValueError, match="must be 3 integers"):
+        _check_actions(valid[:2], 3, n_actions)
+    with pytest.raises(ValueError, match="must be 3 integers"):
+        _check_actions(valid.astype(np.float32), 3, n_actions)
+    every_other = np.array([1, -7, 2, 9, 4, 0], dtype=np.int64)[::2]  # strided: a view
+    assert _check_actions(every_other, 3, n_actions).tolist() == [1, 2, 4]
