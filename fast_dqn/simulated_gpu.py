@@ -69,8 +69,8 @@ class SimulatedQNetwork(QNetwork):
                           actions, rewards, terminals):
         """The real gather of the states from the frames on the device. One pixel of each
         result is kept, so that the gathers are not left out of the compiled function; a
-        reduction over them would be CPU work of the simulation's own (two more passes over
-        900 KB per update, 15% of the update's CPU time), which no GPU's update makes."""
+        reduction over them would be CPU work of the simulation's own (a pass over each 900 KB
+        result, 15% of the update's CPU time timed alone), which no GPU's update makes."""
         states = gather_states(frames, state_slots, state_mask)
         next_states = gather_states(frames, next_slots, next_mask)
         self._gathered.assign(tf.maximum(_last_pixel(states), _last_pixel(next_states)))
