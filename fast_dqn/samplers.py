@@ -77,10 +77,7 @@ def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.nda
     if actions.shape != (num_envs,) or actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be {num_envs} integers; got {actions.dtype} "
                          f"array of shape {actions.shape}")
-    # One pass instead of a min and a max: read as unsigned, a negative action is larger
-    # than any valid one.
-    unsigned = actions.view(np.dtype(f"u{actions.itemsize}"))
-    if actions.size and unsigned.max() >= n_actions:
+    if actions.size and (actions.min() < 0 or actions.max() >= n_actions):
         raise ValueError(f"actions must be within [0, {n_actions}); got {actions.tolist()}")
     if actions.dtype in (np.int32, np.int64):
         return actions
