@@ -79,8 +79,8 @@ class TrainingLoop:
                                self.config.updates_per_call)
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
-        self._saved_at: int | None = None  # the agent step of the latest checkpoint
-        self._saved_evaluations = 0  # the evaluations that checkpoint counts
+        # The latest checkpoint's `_checkpoint_position`.
+        self._saved: tuple[int, int] | None = None
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -181,19 +181,21 @@ class TrainingLoop:
         """Saves the run, unless it was saved at this step already (a stop right after a
         periodic checkpoint must not write a 7 GB memory twice). An evaluation owed after a
         resume is logged at the checkpoint's own step: it is saved again then, to count it."""
-        saved = (self._saved_at, self._saved_evaluations)
-        if self._save_checkpoint is None or saved == (self.counters.step, self.evaluator.count):
+        if self._save_checkpoint is None or self._saved == self._checkpoint_position():
             return
         with self._paused("checkpoint"):
             self.run_log.flush()  # the events up to the checkpoint are on disk with it
             self._save_checkpoint(self)
-        self._saved_at = self.counters.step
-        self._saved_evaluations = self.evaluator.count
+        self._saved = self._checkpoint_position()
+
+    def _checkpoint_position(self) -> tuple[int, int]:
+        """What tells two checkpoints of the run apart: its step and its evaluations."""
+        return self.counters.step, self.evaluator.count
 
     @property
     def saved_at(self) -> int | None:
         """The agent step of the latest checkpoint (written or resumed from), if any."""
-        return self._saved_at
+        return None if self._saved is None else self._saved[0]
 
     def _paused(self, kind: str) -> ContextManager[None]:
         """Time that the progress line leaves out of the rate and counts in the ETA."""
@@ -253,8 +255,7 @@ class TrainingLoop:
         self.rng.bit_generator.state = rng_state
         self.memory.rng.bit_generator.state = replay_rng_state
         self.env_seed = self.config.seed + self.counters.step
-        self._saved_at = self.counters.step
-        self._saved_evaluations = self.evaluator.count
+        self._saved = self._checkpoint_position()
 
     def resume_from(self, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
         """Restores everything from a checkpoint that `verify_checkpoint` passed, in this
