@@ -25,33 +25,21 @@ from typing import Any, ContextManager, Mapping
 import numpy as np
 
 from fast_dqn import saved_state
-from fast_dqn.acting import Actor, FinishedGame, epsilon_greedy
+from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
                                   replay_in)
 from fast_dqn.config import ALGO_FAST_DQN
-from fast_dqn.counters import (RunCounters, epsilon_at, epsilons_at, final_epsilon_step,
-                               learning_started, next_target_sync, period_passed, round_up,
-                               target_sync_due)
+from fast_dqn.counters import (RunCounters, epsilon_at, learning_started, next_target_sync,
+                               period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.learner import Learner
+from fast_dqn.learner import Learner, check_loss_finite
 from fast_dqn.replay_memory import Transitions
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import SamplerBuffer, StagingArea
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.trainer import Trainer
-
-
-class NonFiniteLoss(RuntimeError):
-    """Training diverged: the loss is NaN or infinite."""
-
-
-def check_loss_finite(loss: float, count: int, step: int) -> None:
-    """The NaN guard: stops a diverged run before it logs or saves anything more."""
-    if count and not np.isfinite(loss):
-        raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
-                            f"{count} minibatches is {loss}; try a smaller --lr")
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -67,9 +55,10 @@ class TrainingLoop:
         self.network = parts.network
         self.memory = parts.memory
         self.actor = Actor(parts.pool)
-        self._env_offsets = np.arange(parts.pool.num_envs)  # env i acts at step + i
         self.run_log = parts.run_log
-        self.rng = parts.rng
+        self.rng = parts.rng  # the epsilon-greedy draws'; a checkpoint saves its state
+        self.epsilon_greedy = EpsilonGreedy(self.config, parts.pool.num_envs,
+                                            self.network.n_actions, self.rng)
         self.progress = parts.progress
         self._save_checkpoint = parts.save_checkpoint
         self.counters = RunCounters(self.config)
@@ -86,15 +75,16 @@ class TrainingLoop:
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        step = self.counters.step
-        epsilons: np.ndarray | float = self.config.final_epsilon
-        if step < final_epsilon_step(self.config):  # else every env is past the schedule
-            epsilons = epsilons_at(step + self._env_offsets, self.config)
-        if np.min(epsilons) >= 1.0:
-            greedy = np.zeros(len(epsilons), dtype=np.int64)  # no query while random
+        return self.actions_for(self.epsilon_greedy.draw(self.counters.step), use_target)
+
+    def actions_for(self, exploration: Exploration, use_target: bool) -> np.ndarray:
+        """The round's actions; no query when every env explores (the random phase, and
+        rounds early in the decay), as its greedy actions would go unused."""
+        if exploration.all_random:
+            greedy = np.zeros(len(exploration.explore), dtype=np.int64)
         else:
             greedy = self.query_greedy(use_target)
-        return epsilon_greedy(greedy, epsilons, self.network.n_actions, self.rng)
+        return exploration.actions(greedy)
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         return self.network.greedy_actions(self.actor.states, use_target=use_target)
@@ -326,6 +316,7 @@ class FastDQN(TrainingLoop):
                                    name="trainer", updates_per_call=self.config.updates_per_call)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
+        self._acted: Transitions | None = None  # the last round's, staged in the next one
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         if self.config.synchronize:
@@ -397,23 +388,48 @@ class FastDQN(TrainingLoop):
         if in_background:
             self.trainer.start_epoch(epoch_updates)
         self._staging.clear()
-        while counters.step < end and not self.stop:
-            self._staging.append(self._act_round())
+        exploration = self._next_round(counters.step, end)
+        while exploration is not None:
+            exploration = self._act_round(exploration, end)
             if self.trainer is None:  # the epoch's updates due by now
                 self.update_inline_until(min(counters.updates_due(counters.step),
                                              counters.updates_due(end)))
-            elif self.trainer.failed:
-                break
             self.update_progress_now_and_then()
+        self._stage_acted()
         if in_background:
             # On a stop request the rest of the epoch's updates are abandoned.
             counters.updates += self.trainer.wait(abandon_if=lambda: bool(self.stop))
 
-    def _act_round(self) -> Transitions:
-        transitions, games = self.actor.act(self.choose_actions(use_target=True))
-        self.counters.step += self.actor.pool.num_envs
+    def _next_round(self, step: int, end: int) -> Exploration | None:
+        """The draws of the round to take at `step`, or None where the epoch's acting stops
+        there: at its end, on a stop request, or once the trainer has failed. The draws are
+        made only for a round that is then taken, so the generator's state (a checkpoint
+        holds it) counts exactly the rounds taken."""
+        trainer_failed = self.trainer is not None and self.trainer.failed
+        if step >= end or self.stop or trainer_failed:
+            return None
+        return self.epsilon_greedy.draw(step)
+
+    def _act_round(self, exploration: Exploration, end: int) -> Exploration | None:
+        """One round with `exploration`'s draws; returns the next round's (`_next_round`).
+
+        While the envs step, the loop does what needs neither their results nor its lock
+        on the states: the stacks' shift, the last round's transitions into the staging
+        area and the next round's draws."""
+        counters, num_envs = self.counters, self.actor.pool.num_envs
+        self.actor.send(self.actions_for(exploration, use_target=True))
+        self._stage_acted()
+        exploration = self._next_round(counters.step + num_envs, end)
+        self._acted, games = self.actor.receive()
+        counters.step += num_envs
         self.log_games(games)
-        return transitions
+        return exploration
+
+    def _stage_acted(self) -> None:
+        """The last round's transitions, not staged yet, into the staging area."""
+        if self._acted is not None:
+            self._staging.append(self._acted)
+            self._acted = None
 
     def _flush_buffers(self) -> None:
         """The epoch's transitions into the memory, one sampler after another, in one write

@@ -24,12 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, NonFiniteLoss, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
                                   save_checkpoint, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
+from fast_dqn.learner import NonFiniteLoss
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes

@@ -17,10 +17,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from fast_dqn.replay_memory import Batch, ReplayMemory, SlotBatch, empty_batch
 
 if TYPE_CHECKING:
     from fast_dqn.loop_parts import QFunction
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training diverged: the loss is NaN or infinite."""
+
+
+def check_loss_finite(loss: float, count: int, step: int) -> None:
+    """The NaN guard: stops a diverged run before it logs or saves anything more."""
+    if count and not np.isfinite(loss):
+        raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
+                            f"{count} minibatches is {loss}; try a smaller --lr")
 
 
 class Learner:

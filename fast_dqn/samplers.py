@@ -64,11 +64,46 @@ class EnvPool(Protocol):
     def step(self, actions: np.ndarray) -> PoolStep:
         """Steps env i with actions[i]; games that end are reset (see `PoolStep`)."""
 
+    def send(self, actions: np.ndarray) -> None:
+        """Starts `step(actions)` and returns while the envs step, so that the caller can
+        work meanwhile; `receive` returns the round's `PoolStep`. One round at a time."""
+
+    def receive(self) -> PoolStep:
+        """Waits for the round that `send` started and returns it."""
+
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
         """Calls fn(i) for each env i, in env i's sampler (a thread, or the caller)."""
 
     def close(self) -> None:
         """Releases the environments (and stops sampler threads)."""
+
+
+class OneCallStep:
+    """`send` and `receive` for a pool whose `step` is one call: `receive` makes it.
+
+    Nothing steps meanwhile; the loop's order of work stays that of the pools that do step
+    in the background.
+    """
+
+    _sent: np.ndarray | None = None
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        raise NotImplementedError
+
+    def send(self, actions: np.ndarray) -> None:
+        _check_nothing_sent(self._sent is not None)
+        self._sent = np.array(actions)  # the caller may reuse its array meanwhile
+
+    def receive(self) -> PoolStep:
+        if self._sent is None:
+            raise RuntimeError("receive() needs a send() first")
+        actions, self._sent = self._sent, None
+        return self.step(actions)
+
+
+def _check_nothing_sent(in_flight: bool) -> None:
+    if in_flight:
+        raise RuntimeError("a round is already under way: receive() it before the next send()")
 
 
 def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.ndarray:
@@ -120,16 +155,32 @@ class VectorEnvPool:
         self._max_episode_steps = settings.max_episode_steps
         self._episode_frames = np.zeros(num_envs, np.int64)
         self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
+        self._in_flight = False  # sent and not yet received
 
     def reset(self, seed: int) -> np.ndarray:
+        _check_nothing_sent(self._in_flight)
         obs, info = self._open_env().reset(seed=ale_seeds(seed, self.num_envs))
         self._episode_frames = info["episode_frame_number"].astype(np.int64)
         self._steps[:] = 0
         return obs[:, 0]
 
     def step(self, actions: np.ndarray) -> PoolStep:
+        self.send(actions)
+        return self.receive()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Hands the actions to the C++ threads, which step the envs with the interpreter
+        lock released while the caller goes on."""
+        _check_nothing_sent(self._in_flight)
         actions = _check_actions(actions, self.num_envs, self.n_actions)
-        obs, rewards, terminated, truncated, info = self._open_env().step(actions)
+        self._open_env().send(actions)
+        self._in_flight = True
+
+    def receive(self) -> PoolStep:
+        if not self._in_flight:
+            raise RuntimeError("receive() needs a send() first")
+        self._in_flight = False
+        obs, rewards, terminated, truncated, info = self._open_env().recv()
         self._steps += 1
         episode_frames = info["episode_frame_number"].astype(np.int64)
         restarted = terminated & (episode_frames <= self._episode_frames)
@@ -230,6 +281,7 @@ class ThreadEnvPool:
         self.num_envs = num_envs
         self._outbox: queue.Queue = queue.Queue()
         self._round = 0  # replies of an earlier, interrupted round are dropped
+        self._in_flight = False  # a step sent and not yet received
         # Sampler i is the thread "sampler-i"; it creates, steps and closes env i.
         self._samplers = [_SamplerThread(i, _bind(env_factory, i), self._outbox)
                           for i in range(num_envs)]
@@ -243,11 +295,7 @@ class ThreadEnvPool:
 
     def run_in_envs(self, fn: Callable[[int, AtariEnv], T]) -> list[T]:
         """Calls fn(i, env_i) in sampler thread i for every i; returns the W results."""
-        if self._closed:
-            raise RuntimeError("the pool is closed")
-        self._round += 1
-        for sampler in self._samplers:
-            sampler.send(self._round, _bind_env(fn, sampler.index))
+        self._dispatch(fn)
         return self._collect()
 
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
@@ -258,9 +306,30 @@ class ThreadEnvPool:
         return np.stack(frames)
 
     def step(self, actions: np.ndarray) -> PoolStep:
-        actions = _check_actions(actions, self.num_envs, self.n_actions)
-        steps = self.run_in_envs(lambda i, env: env.step(int(actions[i])))
-        return _pool_step(steps)
+        self.send(actions)
+        return self.receive()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Hands each sampler its action; they step while the caller goes on (as far as
+        ale-py's `act`, which holds the interpreter lock, lets them)."""
+        actions = _check_actions(actions, self.num_envs, self.n_actions).copy()
+        self._dispatch(lambda i, env: env.step(int(actions[i])))
+        self._in_flight = True
+
+    def receive(self) -> PoolStep:
+        if not self._in_flight:
+            raise RuntimeError("receive() needs a send() first")
+        self._in_flight = False
+        return _pool_step(self._collect())
+
+    def _dispatch(self, fn: Callable[[int, AtariEnv], Any]) -> None:
+        """Sends fn(i, env_i) to sampler thread i for every i, as a new round."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        _check_nothing_sent(self._in_flight)
+        self._round += 1
+        for sampler in self._samplers:
+            sampler.send(self._round, _bind_env(fn, sampler.index))
 
     def close(self) -> None:
         """Stops every sampler thread (each closes its env) and joins them. Idempotent."""
@@ -293,7 +362,7 @@ class ThreadEnvPool:
         return results
 
 
-class SerialEnvPool:
+class SerialEnvPool(OneCallStep):
     """W `AtariEnv`s stepped one after another in the caller's thread.
 
     The serial reference trainer's single game, with no thread hop per step.
@@ -308,9 +377,11 @@ class SerialEnvPool:
         return [fn(i) for i in range(self.num_envs)]
 
     def reset(self, seed: int) -> np.ndarray:
+        _check_nothing_sent(self._sent is not None)
         return np.stack([env.reset(seed=seed + i) for i, env in enumerate(self._envs)])
 
     def step(self, actions: np.ndarray) -> PoolStep:
+        _check_nothing_sent(self._sent is not None)
         actions = _check_actions(actions, self.num_envs, self.n_actions)
         return _pool_step([env.step(int(a)) for env, a in zip(self._envs, actions)])
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from fast_dqn.replay_memory import Batch
-from fast_dqn.samplers import PoolStep
+from fast_dqn.samplers import OneCallStep, PoolStep
 
 
 class FakeRunLog:
@@ -89,7 +89,7 @@ class RecordingNetwork:
         return (0.5, 1.0, count) if count else (float("nan"), float("nan"), 0)
 
 
-class ScriptedPool:
+class ScriptedPool(OneCallStep):
     """W envs whose games last `game_lengths[i]` steps with a life lost every `life_every`
     steps; every step scores `i + 1` points, so a game's score is known in advance. After a
     game over the env starts a new game at once, as the real pools do."""

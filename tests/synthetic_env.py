@@ -25,7 +25,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from fast_dqn.samplers import PoolStep
+from fast_dqn.samplers import OneCallStep, PoolStep
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ def optimal_q(cell: int, discount: float) -> np.ndarray:
     return np.array([left, right])
 
 
-class CorridorPool:
+class CorridorPool(OneCallStep):
     """W independent corridors stepped together; env i is seeded `seed + i`."""
 
     n_actions = 2

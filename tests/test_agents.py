@@ -11,6 +11,7 @@ max(0, numSteps - learn_start)) / ep_endt)), and so does dopamine's linearly_dec
 import numpy as np
 import pytest
 
+from fast_dqn.acting import Exploration
 from fast_dqn.agents import FastDQN
 from fast_dqn.counters import epsilon_at
 from fast_dqn.config import Config
@@ -72,11 +73,11 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
     loop.counters.step = 2
     seen = {}
 
-    def recording(greedy, epsilon, n_actions, rng):
+    def recording(epsilon, num_envs, n_actions, rng):
         seen["epsilon"] = np.array(epsilon)
-        return greedy
+        return Exploration(np.zeros(num_envs, bool), np.zeros(num_envs, np.int64))
 
-    monkeypatch.setattr("fast_dqn.agents.epsilon_greedy", recording)
+    monkeypatch.setattr("fast_dqn.acting.draw_exploration", recording)
     loop.choose_actions(use_target=True)
     # steps 2, 3, 4, 5 of an 8-step decay from 1.0 to 0.1
     np.testing.assert_allclose(seen["epsilon"], 1.0 - 0.9 * np.array([2, 3, 4, 5]) / 8)

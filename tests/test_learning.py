@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
-from fast_dqn.counters import updates_due
+from fast_dqn.counters import epsilon_at, updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import Batch, ReplayMemory, acted_transitions
@@ -277,6 +277,21 @@ def check_queried_states(loop: TrainingLoop, tape: Tape) -> None:
                                           err_msg=f"env {env}, step {step}")
 
 
+def rounds_with_a_greedy_env(config: Config, steps: int) -> list[int]:
+    """The steps of the rounds in which some env acts greedily, from the loop's generator
+    (seeded as `make_loop` seeds it) drawn as the loop draws: each round, W uniforms against
+    each env's epsilon, then W random actions."""
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
+    rounds = []
+    for step in range(0, steps, config.workers):
+        epsilons = [epsilon_at(step + env, config) for env in range(config.workers)]
+        explore = rng.random(config.workers) < epsilons
+        rng.integers(0, RecordingNetwork.n_actions, size=config.workers)
+        if not explore.all():
+            rounds.append(step)
+    return rounds
+
+
 def steps_at_events(tape: Tape, kind: str) -> list[tuple[int, tuple]]:
     """(agent steps taken before the event, event) for each main-thread event of `kind`."""
     steps, out = 0, []
@@ -289,6 +304,35 @@ def steps_at_events(tape: Tape, kind: str) -> list[tuple[int, tuple]]:
 
 
 @pytest.mark.parametrize("concurrent", [True, False])
+def test_the_loops_generator_draws_for_the_rounds_taken_and_no_more(concurrent):
+    """A round's epsilon-greedy draws are made while the round before it steps; they must
+    be made only for rounds then taken, since a checkpoint saves the generator's state: at
+    the run's end and after a stop in mid-epoch, the state is that of W uniforms and W
+    actions drawn per round taken."""
+    config = TAPE.replace(concurrent=concurrent)
+    for stop_after in (None, 330):
+        loop: FastDQN | None = None
+
+        def stop_when_due(actions: np.ndarray) -> None:
+            if stop_after is not None and loop.counters.step >= stop_after:
+                loop.stop.signal_number = 2  # as the SIGINT handler does
+
+        pool = CorridorPool(config.workers, on_step=stop_when_due)
+        loop = make_loop(FastDQN, config, pool, RecordingNetwork(Tape()))
+        loop.act_and_learn()
+        taken = loop.counters.step // config.workers
+        if stop_after is None:
+            assert loop.counters.step == config.timesteps
+        else:
+            assert loop.counters.step % config.target_update != 0, "a stop in mid-epoch"
+        reference = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
+        for _ in range(taken):
+            reference.random(config.workers)
+            reference.integers(0, RecordingNetwork.n_actions, size=config.workers)
+        assert loop.rng.bit_generator.state == reference.bit_generator.state
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
 def test_fast_dqn_orchestration_tape(concurrent):
     config = TAPE.replace(concurrent=concurrent)
     loop, tape = taped_run(FastDQN, config)
@@ -298,8 +342,11 @@ def test_fast_dqn_orchestration_tape(concurrent):
     assert queries and all(use_target for _, _, use_target, _ in queries)
     check_queried_states(loop, tape)
     assert all(count == config.workers for *_, count in queries)  # one batched query a round
-    # no query while every sampler's epsilon is 1 (the random replay start)
-    assert steps_at_events(tape, "query")[0][0] == start
+    # a query in each round where some env acts greedily, and in no other (so none in the
+    # random replay start)
+    expected = rounds_with_a_greedy_env(config, loop.counters.step)
+    assert [step for step, _ in steps_at_events(tape, "query")] == expected
+    assert expected[0] >= start
 
     syncs = steps_at_events(tape, "sync")
     assert [step for step, _ in syncs] == list(range(period, config.timesteps + 1, period))

@@ -448,11 +448,10 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
             rng=np.random.default_rng(1)))
 
     class StoppingPool(CorridorPool):
-        def step(self, actions):
-            result = super().step(actions)
+        def send(self, actions):  # the signal comes while the round at step 268 steps
+            super().send(actions)
             if first.counters.step >= 268:
                 first.stop.signal_number = 2  # as the SIGINT handler does
-            return result
 
     first = make_loop(StoppingPool(2))
     first.act_and_learn()

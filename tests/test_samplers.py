@@ -284,3 +284,48 @@ def test_actions_outside_the_action_set_are_refused_whatever_their_integer_width
         _check_actions(valid.astype(np.float32), 3, n_actions)
     every_other = np.array([1, -7, 2, 9, 4, 0], dtype=np.int64)[::2]  # strided: a view
     assert _check_actions(every_other, 3, n_actions).tolist() == [1, 2, 4]
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads", "serial"])
+def test_a_step_sent_and_received_in_two_calls_is_the_step(backend):
+    """The training loop works while the envs step (`send`, then `receive`); the rounds it
+    gets are those of `step`, and the caller may change its action array meanwhile."""
+    actions = np.random.default_rng(2).integers(0, 4, size=(150, 2))
+    stepped = record(make_pool(backend, max_episode_steps=60), actions)
+    pool = make_pool(backend, max_episode_steps=60)
+    received = []
+    for round_actions in actions:
+        sent = round_actions.copy()
+        pool.send(sent)
+        sent[:] = 3 - sent  # the caller's array, changed before the round is received
+        received.append(finishes(pool.receive))
+    pool.close()
+    for name in PoolStep._fields:
+        np.testing.assert_array_equal(stepped[name],
+                                      np.stack([getattr(s, name) for s in received]), name)
+    assert stepped["game_overs"].any(), "the run should end a game"
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads", "serial"])
+def test_one_round_at_a_time(backend):
+    pool = make_pool(backend)
+    with pytest.raises(RuntimeError, match="needs a send"):
+        pool.receive()
+    pool.send(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="under way"):
+        pool.send(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="under way"):
+        pool.step(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="under way"):
+        pool.reset(seed=0)
+    assert isinstance(finishes(pool.receive), PoolStep)
+    pool.step(np.zeros(2, np.int64))  # and the pool goes on as before
+    finishes(pool.close)
+
+
+def test_a_pool_closed_with_a_round_under_way_closes():
+    for backend in ("vector", "threads"):
+        pool = make_pool(backend)
+        pool.send(np.zeros(2, np.int64))
+        finishes(pool.close)
+    assert not sampler_threads()
