@@ -266,8 +266,8 @@ class ThreadEnvPool:
     """W `AtariEnv`s, env i owned by the persistent Python thread `sampler-i`.
 
     Each round sends every sampler its action and waits for all replies. An exception
-    raised in a sampler thread is re-raised by the call that sent the work (the lowest env
-    index first); the envs may then be out of step, so close the pool. The threads stop
+    raised in a sampler thread is re-raised by the call that waits for the work (`receive`
+    for a step; the lowest env index first); the envs may then be out of step, so close the pool. The threads stop
     on `close()`.
     """
 

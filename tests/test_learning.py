@@ -332,6 +332,26 @@ def test_the_loops_generator_draws_for_the_rounds_taken_and_no_more(concurrent):
         assert loop.rng.bit_generator.state == reference.bit_generator.state
 
 
+def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
+    """The loop reads the trainer's failure before each round it draws; without that it
+    would act to the epoch's end (100 rounds here) before `Trainer.wait` raised it."""
+    import time
+
+    class FailingNetwork(RecordingNetwork):
+        def update(self, batch: Batch) -> None:
+            raise RuntimeError("boom in the trainer")
+
+    # epochs of 200 rounds of 2 envs; one minibatch per call, so the first call comes soon
+    config = TAPE.replace(target_update=400, updates_per_call=1)
+    pool = CorridorPool(config.workers, on_step=lambda actions: time.sleep(0.001))
+    loop = make_loop(FastDQN, config, pool, FailingNetwork(Tape()))
+    with pytest.raises(RuntimeError, match="boom in the trainer"):
+        loop.act_and_learn()
+    # the first update of the epoch after the random start fails; the rounds wait 1 ms
+    # each for their steps, time enough for the trainer thread to fail and be read
+    assert config.replay_start <= loop.counters.step <= config.replay_start + 2 * 40
+
+
 @pytest.mark.parametrize("concurrent", [True, False])
 def test_fast_dqn_orchestration_tape(concurrent):
     config = TAPE.replace(concurrent=concurrent)
