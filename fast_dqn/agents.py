@@ -413,9 +413,9 @@ class FastDQN(TrainingLoop):
     def _act_round(self, exploration: Exploration, end: int) -> Exploration | None:
         """One round with `exploration`'s draws; returns the next round's (`_next_round`).
 
-        While the envs step, the loop does what needs neither their results nor its lock
-        on the states: the stacks' shift, the last round's transitions into the staging
-        area and the next round's draws."""
+        While the envs step, the loop does what needs neither their results nor whole frame
+        stacks: the stacks' shift, the last round's transitions into the staging area and
+        the next round's draws."""
         counters, num_envs = self.counters, self.actor.pool.num_envs
         self.actor.send(self.actions_for(exploration, use_target=True))
         self._stage_acted()

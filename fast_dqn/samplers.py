@@ -95,8 +95,7 @@ class OneCallStep:
         self._sent = np.array(actions)  # the caller may reuse its array meanwhile
 
     def receive(self) -> PoolStep:
-        if self._sent is None:
-            raise RuntimeError("receive() needs a send() first")
+        _check_sent(self._sent is not None)
         actions, self._sent = self._sent, None
         return self.step(actions)
 
@@ -104,6 +103,11 @@ class OneCallStep:
 def _check_nothing_sent(in_flight: bool) -> None:
     if in_flight:
         raise RuntimeError("a round is already under way: receive() it before the next send()")
+
+
+def _check_sent(in_flight: bool) -> None:
+    if not in_flight:
+        raise RuntimeError("receive() needs a send() first")
 
 
 def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.ndarray:
@@ -177,8 +181,7 @@ class VectorEnvPool:
         self._in_flight = True
 
     def receive(self) -> PoolStep:
-        if not self._in_flight:
-            raise RuntimeError("receive() needs a send() first")
+        _check_sent(self._in_flight)
         self._in_flight = False
         obs, rewards, terminated, truncated, info = self._open_env().recv()
         self._steps += 1
@@ -267,8 +270,8 @@ class ThreadEnvPool:
 
     Each round sends every sampler its action and waits for all replies. An exception
     raised in a sampler thread is re-raised by the call that waits for the work (`receive`
-    for a step; the lowest env index first); the envs may then be out of step, so close the pool. The threads stop
-    on `close()`.
+    for a step; the lowest env index first); the envs may then be out of step, so close the
+    pool. The threads stop on `close()`.
     """
 
     def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
@@ -317,8 +320,7 @@ class ThreadEnvPool:
         self._in_flight = True
 
     def receive(self) -> PoolStep:
-        if not self._in_flight:
-            raise RuntimeError("receive() needs a send() first")
+        _check_sent(self._in_flight)
         self._in_flight = False
         return _pool_step(self._collect())
 
