@@ -27,14 +27,14 @@ import numpy as np
 from fast_dqn import saved_state
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
-                                  replay_in)
-from fast_dqn.config import ALGO_FAST_DQN
-from fast_dqn.counters import (RunCounters, epsilon_at, learning_started, next_target_sync,
+                                  read_unstored, replay_in)
+from fast_dqn.config import ALGO_FAST_DQN, Config
+from fast_dqn.counters import (RunCounters, epoch_end, epsilon_at, learning_started,
                                period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.learner import Learner, check_loss_finite
-from fast_dqn.replay_memory import Transitions
+from fast_dqn.replay_memory import Transitions, concatenate
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import SamplerBuffer, StagingArea
@@ -69,7 +69,7 @@ class TrainingLoop:
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
         # The latest checkpoint's `_checkpoint_position`.
-        self._saved: tuple[int, int] | None = None
+        self._saved: tuple[int, int, int] | None = None
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -108,8 +108,15 @@ class TrainingLoop:
             self.counters.updates += 1
 
     def start_acting(self) -> None:
-        """Fresh games in every env; an evaluation first if one is due (after a resume)."""
-        self.actor.reset(seed=self.env_seed)
+        """Fresh games in every env, unless no step is left to take; then the evaluation
+        due, if one is (after a resume).
+
+        A resumed run's memory ends where its last game was cut off; that episode is closed
+        here, before new games are stored, and not when the checkpoint is read: a run
+        resumed only to finish its final work leaves the memory as it was saved."""
+        if self.counters.step < self.config.timesteps:
+            self.memory.close_open_episode()
+            self.actor.reset(seed=self.env_seed)
         if self.evaluator.due(self.counters.step):
             self.run_evaluation()
 
@@ -178,9 +185,21 @@ class TrainingLoop:
             self._save_checkpoint(self)
         self._saved = self._checkpoint_position()
 
-    def _checkpoint_position(self) -> tuple[int, int]:
-        """What tells two checkpoints of the run apart: its step and its evaluations."""
-        return self.counters.step, self.evaluator.count
+    def _checkpoint_position(self) -> tuple[int, int, int]:
+        """What tells two checkpoints of the run apart: its step, its evaluations and its
+        updates (a resumed run may make the updates an epoch still owed at its step)."""
+        return self.counters.step, self.evaluator.count, self.counters.updates
+
+    def unstored_transitions(self) -> Transitions | None:
+        """Transitions acted but not yet in the replay memory, which a checkpoint holds
+        apart from it (FastDQN's, when a stop comes between an epoch's last step and its
+        last update); None when there are none."""
+        return None
+
+    def finished(self) -> bool:
+        """Whether the run has done all the work of its --timesteps (`work_done`)."""
+        return work_done(self.config, self.counters, self.evaluator,
+                         self.unstored_transitions() is not None)
 
     @property
     def saved_at(self) -> int | None:
@@ -228,9 +247,11 @@ class TrainingLoop:
 
     def state(self) -> dict:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
+        unstored = self.unstored_transitions()
         return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
                 "rng": self.rng.bit_generator.state,
-                "replay_rng": self.memory.rng.bit_generator.state}
+                "replay_rng": self.memory.rng.bit_generator.state,
+                "unstored_transitions": 0 if unstored is None else len(unstored.frames)}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continues from `state`; environments start fresh games (seeded by the step).
@@ -250,9 +271,9 @@ class TrainingLoop:
     def resume_from(self, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
         """Restores everything from a checkpoint that `verify_checkpoint` passed, in this
         order: networks and optimizer slots; the replay memory's arrays; the loop's own state;
-        then the memory's open episode closed (or, without a saved memory, a refill started
-        from the restored counters); last, a check of the memory's invariants. Only memory is
-        changed. Returns whether the checkpoint held the replay memory.
+        then the transitions held apart from the memory (or, without a saved memory, a refill
+        started from the restored counters); last, a check of the memory's invariants. Only
+        memory is changed. Returns whether the checkpoint held the replay memory.
 
         Raises:
             CheckpointError: a file or a value does not fit this run, or the memory read
@@ -263,21 +284,66 @@ class TrainingLoop:
         except ValueError as error:
             raise CheckpointError(str(error)) from None
         replay_restored = replay_in(checkpoint, manifest)
+        unstored = None
         if replay_restored:
             read_replay_into(checkpoint, self.memory)
+            unstored = read_unstored(checkpoint, unstored_count(manifest))
         try:
             self.restore(manifest)
         except StateError as error:
             raise CheckpointError(f"{Path(checkpoint) / MANIFEST}: {error}") from None
         if replay_restored:
-            self.memory.close_open_episode()  # the resumed run starts fresh games
-        else:
+            self.hold_unstored(unstored)
+        else:  # the updates an epoch still owed go with the memory they were to sample
             self.counters.start_refill()
         try:
             self.memory.check_valid()
         except ValueError as error:
             raise CheckpointError(f"{checkpoint}: {error}") from None
         return replay_restored
+
+    def hold_unstored(self, transitions: Transitions | None) -> None:
+        """Takes back transitions a checkpoint held apart from the memory (only FastDQN
+        makes any)."""
+        if transitions is not None:
+            raise CheckpointError(f"{self.algo} holds no transitions apart from its memory")
+
+
+def work_done(config: Config, counters: RunCounters, evaluator: Evaluator,
+              transitions_unstored: bool) -> bool:
+    """Whether a run has done all that its --timesteps asks: every agent step, the updates
+    due by its last step, the evaluation due there, and every transition stored. What is
+    left then is its final checkpoint and summary.json, which the run writes next; so a
+    checkpoint of which this holds is a finished run's."""
+    step = counters.step
+    return (step >= config.timesteps and counters.updates >= counters.updates_due(step)
+            and not evaluator.due(step) and not transitions_unstored)
+
+
+def saved_run_finished(config: Config, state: Mapping[str, Any], replay_restored: bool) -> bool:
+    """`work_done` for the state a checkpoint holds (its manifest), without building the run;
+    without its replay memory a run owes no updates or transitions any more (its refill
+    starts learning afresh).
+
+    Raises:
+        StateError: a part's state is missing a key or holds a value out of range.
+    """
+    counters = RunCounters(config)
+    counters.restore(saved_state.section(state, "counters"))
+    if not replay_restored:
+        counters.start_refill()
+    evaluator = Evaluator(config, None, None)  # restored to be asked, never run
+    evaluator.restore(saved_state.section(state, "evaluator"), counters.step)
+    unstored = replay_restored and unstored_count(state) > 0
+    return work_done(config, counters, evaluator, unstored)
+
+
+def unstored_count(state: Mapping[str, Any]) -> int:
+    """How many transitions a checkpoint holds apart from its memory (0 in checkpoints
+    written before there were any)."""
+    if "unstored_transitions" not in state:
+        return 0
+    return saved_state.integer(state, "unstored_transitions", 0)
 
 
 class DQN(TrainingLoop):
@@ -313,10 +379,19 @@ class FastDQN(TrainingLoop):
         self.trainer: Trainer | None = None
         if self.config.concurrent:
             self.trainer = Trainer(self.learner.update, prepare=self.learner.prepare,
-                                   name="trainer", updates_per_call=self.config.updates_per_call)
+                                   name="trainer", updates_per_call=self.config.updates_per_call,
+                                   discard=self.learner.discard)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one
+        # An epoch's transitions kept out of the memory while its updates are owed.
+        self._unstored: Transitions | None = None
+
+    def unstored_transitions(self) -> Transitions | None:
+        return self._unstored
+
+    def hold_unstored(self, transitions: Transitions | None) -> None:
+        self._unstored = transitions
 
     def query_greedy(self, use_target: bool) -> np.ndarray:
         if self.config.synchronize:
@@ -330,13 +405,9 @@ class FastDQN(TrainingLoop):
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
-        config, step = self.config, self.counters.step
-        if not learning_started(step, config):
-            # The random phase needs no trainer; flushing it in epochs bounds the staging area.
-            end = min(step + config.target_update, config.replay_start)
-        else:
-            end = next_target_sync(step, config)
-        return min(end, round_up(config.timesteps, self.actor.pool.num_envs))
+        counters = self.counters
+        return epoch_end(counters.step, counters.learning_from(), self.config,
+                         self.actor.pool.num_envs)
 
     def act_and_learn(self) -> None:
         counters = self.counters
@@ -348,9 +419,10 @@ class FastDQN(TrainingLoop):
                 previous_step = counters.step
                 end = self.next_boundary()
                 self._run_epoch(end)
-                self._flush_buffers()
                 if self.stop and not self._epoch_done(end):
-                    break  # cut short: the target stays frozen until the epoch is done
+                    self._cut_epoch_short(end)
+                    break  # the target stays frozen until the epoch is done
+                self._flush_buffers()
                 self.at_sync_point(previous_step, sync_target=True)
                 self.update_progress()
             self.update_progress()
@@ -363,21 +435,44 @@ class FastDQN(TrainingLoop):
         counters = self.counters
         return counters.step >= end and counters.updates >= counters.updates_due(end)
 
+    def _cut_epoch_short(self, end: int) -> None:
+        """A stop before the epoch at `end` was done. Once its steps are all taken, its
+        transitions are held apart from the memory (a checkpoint saves them so), since the
+        updates it still owes sample the memory as it stood at the epoch's start: a resume
+        then makes them, stores the transitions and syncs the target, as an uninterrupted
+        run does at the boundary (`finish_epoch_cut_short`). A stop while acting stores
+        what was acted; the resumed run goes on acting from there."""
+        if self.counters.step < end:
+            self._flush_buffers()
+            return
+        pieces = self._take_buffers()
+        self._unstored = concatenate(pieces) if pieces else None
+        self._staging.clear()
+
     def finish_epoch_cut_short(self) -> None:
         """After a resume from a stop that came once an epoch's steps were taken but not all
         its updates: the rest of its updates (on this thread, before any acting), then the
-        target sync the stop held back, as at the boundary of an uninterrupted run.
+        epoch's transitions into the memory and the sync point, as at the boundary of an
+        uninterrupted run (the same updates on the same minibatches, so the same bytes).
 
         A stop request ends them between two updates (there may be 2,500, minutes on a CPU);
-        the target then stays frozen and the checkpoint resumed from stays the last one, so
-        the next resume makes the updates still missing, the same ones."""
-        counters, config = self.counters, self.config
+        the target then stays frozen and the transitions stay apart, and the checkpoint
+        written then holds the updates made; a resume from it makes the rest."""
+        counters = self.counters
         due = counters.updates_due(counters.step)
-        if not target_sync_due(counters.step, config) or counters.updates >= due:
+        # A checkpoint written before transitions were held apart marks such an epoch only
+        # by its step, a target sync (the epoch's own transitions were stored then).
+        cut_short = self._unstored is not None or (
+            counters.updates < due and target_sync_due(counters.step, self.config))
+        if not cut_short:
             return
         self.update_inline_until(due, stoppable=True)
-        if counters.updates == due:
-            self.network.sync_target()
+        if counters.updates < due:
+            return
+        if self._unstored is not None:
+            self.memory.add_in_order([self._unstored])
+            self._unstored = None
+        self.at_sync_point(counters.step - 1, sync_target=True)
 
     def _run_epoch(self, end: int) -> None:
         """Acts until `end` while the epoch's updates run on the memory as it stands."""
@@ -435,9 +530,14 @@ class FastDQN(TrainingLoop):
         """The epoch's transitions into the memory, one sampler after another, in one write
         straight from the staging area (where the frames are on the device, one assignment
         per piece: a sampler's carried rows, then its staged ones)."""
+        self.memory.add_in_order(self._take_buffers())
+        self._staging.clear()
+
+    def _take_buffers(self) -> list[Transitions]:
+        """The epoch's transitions as the pieces a flush stores, in sampler order (views of
+        the staging area, valid until it is cleared)."""
         pieces = []
         for env, buffer in enumerate(self.buffers):
             buffer.extend(self._staging.sampler_rows(env))
             pieces.extend(buffer.take())
-        self.memory.add_in_order(pieces)
-        self._staging.clear()
+        return pieces

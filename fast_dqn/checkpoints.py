@@ -6,7 +6,9 @@ Layout inside a run directory:
       manifest.json          the parts' states (counters, generators, averages) and, for every
                              other file, its size and CRC-32; and a CRC-32 of itself
       network/ckpt.*         online and target networks and optimizer slots (TensorFlow)
-      replay/<name>.npy      the replay memory's arrays (numpy, allow_pickle=False)
+      replay/<name>.npy      the replay memory's arrays (numpy, allow_pickle=False), and
+                             unstored_<column>.npy: transitions acted but held apart from
+                             it (an epoch stopped between its last step and its last update)
 
 A new checkpoint is written to `checkpoint.tmp/`, synced, and swapped in by two renames
 (`checkpoint` -> `checkpoint.old`, `checkpoint.tmp` -> `checkpoint`) before the old one is
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
+from fast_dqn.replay_memory import TRANSITION_COLUMNS, Transitions
 from fast_dqn.run_dir import fsync_dir, write_failure
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ NEW_CHECKPOINT = "checkpoint.tmp"
 MANIFEST = "manifest.json"
 NETWORK_PREFIX = Path("network") / "ckpt"
 REPLAY = "replay"
+UNSTORED = "unstored_"  # the name prefix of the transitions held apart from the memory
 FORMAT_VERSION = 2
 _CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
 # Bytes of device frames copied to or from the host at a time: a checkpoint of a memory on
@@ -347,6 +351,34 @@ def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
     except ValueError as error:
         raise CheckpointError(f"{directory}: {error}") from None
     return True
+
+
+def unstored_arrays(transitions: Transitions) -> dict[str, np.ndarray]:
+    """Transitions held apart from the replay memory, as arrays to save beside it."""
+    return {UNSTORED + name: column for name, column in transitions._asdict().items()}
+
+
+def read_unstored(checkpoint: Path, count: int) -> Transitions | None:
+    """The `count` transitions a checkpoint holds apart from its replay memory (None for 0).
+
+    Raises:
+        CheckpointError: a file is missing or unreadable, or holds another shape or dtype.
+    """
+    if count == 0:
+        return None
+    columns = {}
+    for name, (shape, dtype) in TRANSITION_COLUMNS.items():
+        path = Path(checkpoint) / REPLAY / f"{UNSTORED}{name}.npy"
+        try:
+            column = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"cannot read {path}: {error}") from None
+        expected = (count, *shape)
+        if column.shape != expected or column.dtype != np.dtype(dtype):
+            raise CheckpointError(f"{path} holds {column.dtype} {column.shape}; the manifest "
+                                  f"counts {np.dtype(dtype)} {expected}")
+        columns[name] = column
+    return Transitions(**columns)
 
 
 def _read_scalar(path: Path) -> int:

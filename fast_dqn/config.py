@@ -185,9 +185,9 @@ def add_config_flags(parser: argparse.ArgumentParser, algo: str) -> None:
             continue
         kwargs: dict[str, Any] = {"default": None, "dest": field.name}
         if field.type in ("bool", bool):
-            kwargs["type"] = parse_bool
-            kwargs["metavar"] = "BOOL"
-        elif field.type in ("int", int):
+            _add_bool_flag(parser, field)
+            continue
+        if field.type in ("int", int):
             kwargs["type"] = int
         elif field.type in ("float", float):
             kwargs["type"] = float
@@ -195,6 +195,22 @@ def add_config_flags(parser: argparse.ArgumentParser, algo: str) -> None:
             kwargs["choices"] = field.metadata["choices"]
         kwargs["help"] = f"{field.metadata['help']} (default: {field.default!r})"
         parser.add_argument(flag_name(field.name), **kwargs)
+
+
+def _add_bool_flag(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+    """`--name` alone means true and `--no-name` false, as people type them; `--name=BOOL`
+    keeps the original tool's spellings (true/false/1/0/yes/no)."""
+    default = str(field.default).lower()
+    parser.add_argument(flag_name(field.name), dest=field.name, default=None, nargs="?",
+                        const=True, type=parse_bool, metavar="BOOL",
+                        help=f"{field.metadata['help']} (default: {default}; "
+                             f"{_negated_flag(field.name)} for false)")
+    parser.add_argument(_negated_flag(field.name), dest=field.name, action="store_false",
+                        default=None, help=argparse.SUPPRESS)
+
+
+def _negated_flag(field_name: str) -> str:
+    return "--no-" + field_name.replace("_", "-")
 
 
 def make_parser(algo: str, description: str) -> OneLineErrorParser:

@@ -89,6 +89,34 @@ def next_target_sync(step: int, config: Config) -> int:
     return config.replay_start + (done_periods + 1) * config.target_update
 
 
+def epoch_end(step: int, learning_from: int, config: Config, num_envs: int) -> int:
+    """The agent step at which the fast scheme's epoch that starts at `step` ends (a sync
+    point): before `learning_from` (the replay start, or a refill's end) every
+    `target_update` steps and at `learning_from` itself; then at the target syncs; and at
+    the run's last round in any case."""
+    if step < learning_from:
+        end = min(step + config.target_update, learning_from)
+    else:
+        end = next_target_sync(step, config)
+    return min(end, round_up(config.timesteps, num_envs))
+
+
+def steps_at_sync_points(period: int, config: Config, count: int,
+                         at_last_step: bool = True) -> list[int]:
+    """The first `count` steps at which the fast scheme acts on a period (an evaluation; a
+    checkpoint, which the last step has anyway: `at_last_step=False`): the first sync point
+    at or after each multiple of it. They are the multiples themselves where `period` and
+    the replay start are multiples of `target_update`."""
+    found: list[int] = []
+    step, last = 0, round_up(config.timesteps, config.workers)
+    while period > 0 and len(found) < count and step < last:
+        end = epoch_end(step, config.replay_start, config, config.workers)
+        if (end < last or at_last_step) and period_passed(period, step, end):
+            found.append(end)
+        step = end
+    return found
+
+
 def period_passed(period: int, previous_step: int, step: int) -> bool:
     """Whether a multiple of `period` (0 = never) lies in (previous_step, step]."""
     return period > 0 and step // period > previous_step // period
@@ -190,6 +218,13 @@ class RunCounters:
         """Minibatch updates the run has made by agent step `step`, refill pauses included."""
         return self._updates_due_after(step, self._refill_until, self._updates_before_refill)
 
+    def learning_from(self) -> int:
+        """The agent step from which updates are due: the replay start or, after a resume
+        without the replay memory, `replay_start` steps after the resume (the refill)."""
+        if self._refill_until == 0:
+            return self.config.replay_start
+        return self._refill_until + self.config.replay_start
+
     def start_refill(self) -> None:
         """After a resume with an empty memory: act `replay_start` steps before learning."""
         self._refill_until = self.step
@@ -247,7 +282,9 @@ class RunCounters:
             StateError: a key is missing, or a value is out of range or disagrees with the
                 others (nothing is changed then).
         """
-        step = saved_state.integer(state, "step", 0, self.config.timesteps)
+        # The fast trainer's last round may end up to W - 1 steps past --timesteps.
+        last_step = self.config.timesteps + self.config.workers - 1
+        step = saved_state.integer(state, "step", 0, last_step)
         updates = saved_state.integer(state, "updates")
         refill_until = saved_state.integer(state, "refill_until", 0, step)
         before_refill = saved_state.integer(state, "updates_before_refill", 0, updates)

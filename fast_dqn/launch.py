@@ -5,8 +5,9 @@ Failures and stopping follow docs/design.md §5.
 Bad input is found before anything is written or allocated: it gets one line on stderr and
 exit status 2; so does a run directory held by another process, and a checkpoint that fails
 its checks (`--resume`), which is verified whole before the run's files are touched. A run
-interrupted by SIGINT/SIGTERM exits with 130/143 after writing its checkpoint and summary;
-a diverged run, or one that cannot write its files (a full disk), exits with 1 and one line
+stopped by SIGINT/SIGTERM/SIGHUP writes its checkpoint and summary and exits with 130/143/129
+while it has work left, and 0 once all its work is done (a resume of such a run does nothing
+and exits 0); a diverged run, or one that cannot write its files (a full disk), exits with 1 and one line
 that names the file and the checkpoint to resume from.
 """
 
@@ -24,10 +25,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, TrainingLoop
+from fast_dqn.agents import DQN, FastDQN, TrainingLoop, saved_run_finished
 from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
-                                  save_checkpoint, verify_checkpoint)
+                                  replay_in, save_checkpoint, unstored_arrays,
+                                  verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
 from fast_dqn.learner import NonFiniteLoss
@@ -38,6 +40,7 @@ from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_
                               default_run_dir, disk_space_warning, write_json_atomic)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
+from fast_dqn.counters import round_up, steps_at_sync_points
 from fast_dqn.saved_state import StateError, integer, section
 from fast_dqn.stop_request import StopRequest
 
@@ -170,7 +173,12 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
                           device_frames=device_frames)
 
     def save(loop: TrainingLoop) -> None:
-        arrays = memory.state_dict() if config.checkpoint_replay else None
+        arrays = None
+        if config.checkpoint_replay:
+            arrays = memory.state_dict()
+            unstored = loop.unstored_transitions()
+            if unstored is not None:
+                arrays.update(unstored_arrays(unstored))
         save_checkpoint(run_log.run_dir, loop.state(), network.checkpoint().write, arrays)
 
     progress = Progress(config.timesteps, initial_step=initial_step,
@@ -225,9 +233,14 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         manifest, checkpoint = None, None
         if config.resume:
             try:
-                checkpoint, manifest = verified_checkpoint(config)
+                checkpoint, manifest = verified_checkpoint(config, algo)
+                finished = saved_run_finished(config, manifest, replay_in(checkpoint, manifest))
+            except StateError as error:  # a ValueError: first
+                return _refuse(f"{checkpoint / MANIFEST}: {error}")
             except (ValueError, CheckpointError) as error:
                 return _refuse(error)
+            if finished:
+                return _nothing_left(run_dir.path, checkpoint_step(manifest), config)
             if stop:
                 return _stopped_before_start(stop)
         run_log = RunLogs(run_dir.path)
@@ -239,9 +252,9 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
         print(f"run directory: {run_dir.path}", flush=True)
-        variant = variant_line(config)
-        if variant:
-            print(variant, flush=True)
+        for line in (variant_line(config), sync_point_note(config, algo)):
+            if line:
+                print(line, flush=True)
         warning = disk_space_warning(run_dir.path, checkpoint_bytes(config), "a checkpoint")
         if warning:
             print(warning, file=sys.stderr, flush=True)
@@ -286,10 +299,40 @@ def variant_line(config: Config) -> str | None:
     return "; ".join(parts) if parts else None
 
 
+def sync_point_note(config: Config, algo: str) -> str | None:
+    """One line on the periods that the fast trainer, which evaluates and checkpoints at
+    sync points only, cannot keep (None when it keeps them all, and for the serial one)."""
+    if algo != ALGO_FAST_DQN:
+        return None
+    kept_apart = []
+    for name in ("evaluate", "checkpoint_every"):
+        period = getattr(config, name)
+        steps = steps_at_sync_points(period, config, count=3,
+                                     at_last_step=name == "evaluate")
+        multiples = [period * k for k in range(1, len(steps) + 1)]
+        if steps != multiples:
+            shown = ", ".join(f"{step:,}" for step in steps)
+            kept_apart.append(f"{flag_name(name)}={period} acts at step {shown}, ...")
+    if not kept_apart:
+        return None
+    return (f"note: evaluations and checkpoints come at sync points only (every "
+            f"--target-update={config.target_update} steps from --replay-start="
+            f"{config.replay_start}), so {'; '.join(kept_apart)}")
+
+
 def _stopped_before_start(stop: StopRequest) -> int:
     """A resume signalled before it changed anything: its checkpoint stays the latest."""
     print("stopped before the resumed run began; nothing was changed", file=sys.stderr)
     return 128 + stop.signal_number
+
+
+def _nothing_left(run_dir: Path, step: int, config: Config) -> int:
+    """A resume of a run whose checkpoint holds all its work: it says so and succeeds, so that
+    a sweep or a requeued job ends instead of trying again."""
+    print(f"{run_dir} is finished: its checkpoint at step {step} holds all the work of "
+          f"--timesteps={config.timesteps}; nothing to do (a larger --timesteps extends it)",
+          flush=True)
+    return 0
 
 
 def _refuse(error: Exception | str) -> int:
@@ -302,9 +345,9 @@ def checkpoint_step(manifest: dict) -> int:
     return integer(section(manifest, "counters"), "step")
 
 
-def verified_checkpoint(config: Config) -> tuple[Path, dict]:
+def verified_checkpoint(config: Config, algo: str) -> tuple[Path, dict]:
     """The run's latest checkpoint, every file read back against its manifest, and the
-    manifest; the run must end after the checkpoint's step.
+    manifest; the run must not end before the checkpoint's step.
 
     Raises:
         CheckpointError, ValueError: one line naming the file or the setting at fault.
@@ -318,10 +361,18 @@ def verified_checkpoint(config: Config) -> tuple[Path, dict]:
         step = checkpoint_step(manifest)
     except StateError as error:
         raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-    if config.timesteps <= step:
+    if last_step(config, algo) < step:
         raise ValueError(f"{run_dir} is at step {step} and --timesteps is {config.timesteps}; "
                          f"a resume only extends a run: give --timesteps above {step}")
     return checkpoint, manifest
+
+
+def last_step(config: Config, algo: str) -> int:
+    """The agent step a run of `config.timesteps` ends at: the fast trainer steps its W
+    envs in rounds, so its last round may end past --timesteps."""
+    if algo == ALGO_FAST_DQN:
+        return round_up(config.timesteps, config.workers)
+    return config.timesteps
 
 
 def extend_config(config: Config, run_dir: Path) -> None:
@@ -373,12 +424,20 @@ def write_failed_line(error: WriteFailed, loop: TrainingLoop, run_dir: Path) -> 
             f"{run_dir / CHECKPOINT} is intact: resume with --resume {run_dir}")
 
 
+def exit_status(loop: TrainingLoop) -> int:
+    """0 once the run's work is done, though a stop came (during its final checkpoint, say);
+    128 + the signal while a stop leaves work to do, which a resume does."""
+    if loop.finished() or not loop.stop:
+        return 0
+    return 128 + loop.stop.signal_number
+
+
 def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
     """Runs the loop; the summary is written however it ends. Returns the exit status."""
     status, message = 1, None
     try:
         loop.run()
-        status = 128 + loop.stop.signal_number if loop.stop else 0
+        status = exit_status(loop)
     except NonFiniteLoss as error:
         message = f"error: {error}"
     except WriteFailed as error:
@@ -387,7 +446,7 @@ def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
         message = "interrupted twice: stopping at once"
         status = 128 + signal.SIGINT
     finally:
-        finished = status == 0 and loop.counters.step >= loop.config.timesteps
+        finished = message is None and loop.finished()
         if loop.progress is not None:
             loop.progress.close()
         loop.close()

@@ -54,14 +54,27 @@ class Learner:
         rows = batch_size * updates_per_call
         # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
         self._buffers = (empty_batch(rows), empty_batch(rows)) if frames is None else None
+        # The memory's generator state before each buffer's draws, for `discard`.
+        self._drawn_from: list[dict | None] = [None, None]
 
     def prepare(self, count: int, buffer: int) -> Batch | SlotBatch:
         """`count` minibatches drawn from the memory (into buffer 0 or 1 on the host)."""
+        self._drawn_from[buffer] = self.memory.rng.bit_generator.state
         if self._frames is not None:
             return self.memory.sample_slots(count, self.batch_size)
         rows = count * self.batch_size
         out = Batch(*(array[:rows] for array in self._buffers[buffer]))
         return self.memory.sample_many(count, self.batch_size, out=out)
+
+    def discard(self, buffer: int) -> None:
+        """Takes back the draws of the minibatches in `buffer`, prepared but never trained
+        on (the trainer's epoch was abandoned after the draws ahead): the memory's generator
+        is again where those draws began, so a checkpoint holds the state of the updates
+        made, and the run resumed from it draws those minibatches for its next updates."""
+        state = self._drawn_from[buffer]
+        if state is not None:
+            self.memory.rng.bit_generator.state = state
+            self._drawn_from[buffer] = None
 
     def update(self, minibatches: Batch | SlotBatch, count: int) -> None:
         """`count` updates, one per minibatch, in one call."""

@@ -97,7 +97,11 @@ class Progress:
     def paused(self, kind: str) -> Iterator[None]:
         """Marks a pause (e.g. "evaluation", "checkpoint"): its time is left out of the rate,
         and its duration, if it completes, is recorded for the ETA of the pauses to come.
-        Pauses may nest; each kind is charged only its own time."""
+        Pauses may nest; each kind is charged only its own time. Off a terminal a line says
+        that one starts ("evaluation at step N"), so a log (or a script) tells why the
+        progress lines stopped for a while."""
+        if self._bar is None:
+            self._write_line(f"{kind} at step {self._step}")
         pause = _OpenPause(kind, self._clock())
         self._open.append(pause)
         completed = False
@@ -119,7 +123,9 @@ class Progress:
         """Shows the final state (the last step reached) and ends the line."""
         if self._bar is not None:
             self._show(self._clock())
-            self._bar.close()
+            with contextlib.suppress(OSError):  # a terminal lost to a hang-up
+                if self._bar is not None:
+                    self._bar.close()
             self._bar = None
         elif self._step != self._shown_step and self._epsilon is not None:
             self._show(self._clock())
@@ -194,14 +200,28 @@ class Progress:
 
     def _show(self, now: float) -> None:
         text = self._text(now)
-        if self._bar is not None:
-            self._bar.set_description_str(text, refresh=False)
-            self._bar.n = min(self._step, self._total)  # past the total tqdm drops the bar
-            self._bar.refresh()
-        else:
+        try:
+            if self._bar is not None:
+                self._bar.set_description_str(text, refresh=False)
+                self._bar.n = min(self._step, self._total)  # past the total tqdm drops the bar
+                self._bar.refresh()
+            else:
+                self._write_line(text)
+        except OSError:
+            # The terminal was hung up (EIO) as the line was drawn: the run goes on to save
+            # itself (SIGHUP stops it), and a line that cannot be shown is not shown.
+            self._bar = None
+            self._period = math.inf
+        self._shown_step, self._shown_time = self._step, now
+
+    def _write_line(self, text: str) -> None:
+        if self._period == math.inf:
+            return  # the output is gone (`_show`)
+        try:
             self._stream.write(text + "\n")
             self._stream.flush()
-        self._shown_step, self._shown_time = self._step, now
+        except OSError:
+            self._period = math.inf
 
     def _make_bar(self, initial_step: int):
         from tqdm import tqdm

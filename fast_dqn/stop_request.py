@@ -1,13 +1,18 @@
-"""The first SIGINT/SIGTERM as a request to stop; the second as "stop now".
+"""The first SIGINT/SIGTERM/SIGHUP as a request to stop; the second as "stop now".
 
 Runs last days and are stopped by schedulers (SIGTERM, then SIGKILL after a grace period):
 the loops look at the request once per round, per evaluation step and per trainer call, and
 then checkpoint and exit (docs/design.md §5). The entry point installs it before TensorFlow
 loads, so a signal during the start is not lost.
+
+SIGHUP comes when the run's terminal is closed: the run stops as for SIGTERM, and what it
+still prints goes nowhere instead of failing on the lost terminal. A run started under
+`nohup` (SIGHUP ignored) keeps ignoring it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -17,8 +22,11 @@ import time
 SAME_REQUEST_SECONDS = 1.0
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class StopRequest:
-    """Turns the first SIGINT/SIGTERM into a request to stop at the end of the round.
+    """Turns the first SIGINT/SIGTERM/SIGHUP into a request to stop at the end of the round.
 
     A second signal, a second or more after the first, raises KeyboardInterrupt at once.
     Installed only on the main thread; installing it twice keeps the first installation.
@@ -33,11 +41,13 @@ class StopRequest:
         return self.signal_number is not None
 
     def install(self) -> bool:
-        """Takes over SIGINT and SIGTERM; False if it was installed already (or cannot be,
-        off the main thread)."""
+        """Takes over SIGINT, SIGTERM and SIGHUP (unless SIGHUP is ignored); False if it was
+        installed already (or cannot be, off the main thread)."""
         if threading.current_thread() is not threading.main_thread() or self._previous:
             return False
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
+            if signum == signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+                continue
             self._previous[signum] = signal.signal(signum, self._handle)
         return True
 
@@ -47,8 +57,28 @@ class StopRequest:
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
+        if signum == signal.SIGHUP:
+            _leave_lost_terminal()
         now = time.monotonic()
         if self.signal_number is None:
             self.signal_number, self._first_at = signum, now
         elif now - self._first_at >= SAME_REQUEST_SECONDS:
             raise KeyboardInterrupt
+
+
+def _leave_lost_terminal() -> None:
+    """Points stdout and stderr at /dev/null where they are a terminal: after a hang-up a
+    write to it fails (EIO), and the run's last lines must not stop it from saving itself.
+    Files and pipes are kept: a log still gets every line."""
+    null = None
+    try:
+        for fd in (1, 2):
+            if os.isatty(fd):
+                if null is None:
+                    null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+    except OSError:
+        pass  # no such descriptor: nothing to protect
+    finally:
+        if null is not None:
+            os.close(null)

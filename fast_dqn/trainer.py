@@ -25,6 +25,10 @@ def _nothing_to_prepare(count: int, slot: int) -> None:
     return None
 
 
+def _nothing_to_discard(slot: int) -> None:
+    return None
+
+
 @dataclasses.dataclass
 class TrainerTimes:
     """Where the trainer's two threads spent their time, summed since it started.
@@ -54,7 +58,9 @@ class Trainer:
     current one, so sampling overlaps the network's update (on a GPU, its kernels; in the
     benchmark's stub, its wait); the two threads never use the same buffer at once. The
     calls are prepared one after another in the epoch's order, so the minibatches do not
-    depend on timing. k is at most `updates_per_call`: the replay memory is frozen during an
+    depend on timing. A call prepared but never made (the epoch was abandoned) is handed to
+    `discard(slot)`, so that its draws can be taken back: the next update, after a resume,
+    draws the minibatch this one would have. k is at most `updates_per_call`: the replay memory is frozen during an
     epoch, so k minibatches can be drawn and trained at once, paying the per-call host cost
     once for k updates.
 
@@ -65,11 +71,13 @@ class Trainer:
 
     def __init__(self, update: Callable[[Any, int], None],
                  prepare: Callable[[int, int], Any] = _nothing_to_prepare,
-                 name: str = "trainer", updates_per_call: int = 1):
+                 name: str = "trainer", updates_per_call: int = 1,
+                 discard: Callable[[int], None] = _nothing_to_discard):
         if updates_per_call < 1:
             raise ValueError(f"updates_per_call must be at least 1; got {updates_per_call}")
         self._update = update
         self._prepare = prepare
+        self._discard = discard
         self._updates_per_call = updates_per_call
         self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-prepare")
         self._work: queue.Queue[int | None] = queue.Queue()
@@ -139,6 +147,7 @@ class Trainer:
         counts = [min(self._updates_per_call, updates - done)
                   for done in range(0, updates, self._updates_per_call)]
         ahead: Future | None = None
+        ahead_slot = 0
         try:
             for index, count in enumerate(counts):
                 if self._stop.is_set() or self._abandon.is_set():
@@ -148,13 +157,16 @@ class Trainer:
                 batches = ahead.result()
                 ahead = None
                 if index + 1 < len(counts):
+                    ahead_slot = (index + 1) % 2
                     ahead = self._preparer.submit(self._timed_prepare, counts[index + 1],
-                                                  (index + 1) % 2)
+                                                  ahead_slot)
                 self._timed_update(batches, count)
                 self._completed += count
         finally:
             if ahead is not None:
                 wait_for_futures([ahead])  # nothing may read the memory after the epoch
+                if ahead.exception() is None:
+                    self._discard(ahead_slot)
 
     def _timed_prepare(self, count: int, slot: int) -> Any:
         wall, cpu = time.perf_counter(), time.thread_time()

@@ -123,13 +123,14 @@ def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
     clock.now = 10.0
     report(progress, 1000)  # 1000 steps in 10 s of acting; not due yet
     pause(progress, clock, "evaluation", 100.0)
-    assert stream.getvalue() == ""  # a pause prints nothing by itself
+    # A pause only says that it starts, so that a log tells why the progress lines stop.
+    assert stream.getvalue() == "evaluation at step 1000\n"
     report(progress, 1000)  # t = 110: due; 1000 steps / (110 - 100) s = 100 steps/s
     assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 100 steps/s training | ")
     clock.now = 140.0
     report(progress, 4000)  # 4000 steps / (140 - 100) s = 100 steps/s
     assert last_line(stream).startswith("step 4000/1000000 (0.4%) | 100 steps/s training | ")
-    assert len(stream.getvalue().splitlines()) == 2
+    assert len(stream.getvalue().splitlines()) == 3
 
 
 def test_the_eta_counts_the_pauses_to_come_at_their_measured_cost():

@@ -245,7 +245,7 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
     (RUN_FAST_DQN, ["--timesteps=-1"], None, "--timesteps must be at least 1"),
     (RUN_FAST_DQN, ["--timesteps=400"], None,
      "is at step 500 and --timesteps is 400; a resume only extends a run"),
-    (RUN_FAST_DQN, ["--timesteps=500"], None, "give --timesteps above 500"),
+    (RUN_FAST_DQN, ["--timesteps=500"], None, "manifest.json: 'updates' is missing"),
     (RUN_DQN, [], None, "was trained by fast_dqn, not dqn"),
     (RUN_FAST_DQN, [], lambda d: shutil.rmtree(d / CHECKPOINT), "has no complete checkpoint"),
     (RUN_FAST_DQN, [], lambda d: (d / "config.json").unlink(), "no readable config.json"),
@@ -253,7 +253,7 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
      "checkpoint format 99, expected 2"),
     (RUN_FAST_DQN, [], lambda d: corrupt_manifest(d, '{"step": '), "manifest"),
     (RUN_FAST_DQN, [], edit_manifest, "manifest.json is damaged"),
-], ids=["other-flag", "other-flags", "bad-timesteps", "fewer-timesteps", "same-timesteps",
+], ids=["other-flag", "other-flags", "bad-timesteps", "fewer-timesteps", "state-incomplete",
         "wrong-entry-point", "no-checkpoint", "no-config", "format-version", "torn-manifest",
         "edited-manifest"])
 def test_bad_resume_is_one_line_with_status_2(saved_run, tmp_path, script, args, prepare,
@@ -385,7 +385,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert original.counters.updates > 0 and original.evaluator.count >= 1
 
     resumed_config = launch.prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN)
-    checkpoint, manifest = launch.verified_checkpoint(resumed_config)
+    checkpoint, manifest = launch.verified_checkpoint(resumed_config, ALGO_FAST_DQN)
     restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, RunLogs(run_dir),
                                     initial_step=step_of(manifest))
     try:
@@ -615,18 +615,29 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     tape = Tape()
     network = StoppedAfterTwoUpdates(tape)
     checkpoints = []
-    stopped = resumed(400, saved, tape, stop, network, save_checkpoint=checkpoints.append)
+    stopped = resumed(400, saved, tape, stop, network,
+                      save_checkpoint=lambda loop: checkpoints.append(
+                          (loop.memory.state_dict(), loop.state())))
     stopped.run()
     assert [event[1] for event in tape.main_thread()] == ["train", "train"]
-    assert checkpoints == []  # the checkpoint resumed from stays the latest
     assert stopped.counters.updates == (300 - 100) // 4 - 3
     assert network.target_version == 0 and stopped.counters.step == 300
+    # The stop's checkpoint holds the two updates made; the three owed stay owed.
+    assert len(checkpoints) == 1
+    assert checkpoints[0][1]["counters"]["updates"] == (300 - 100) // 4 - 3
 
     never_stopped_tape, again_tape = Tape(), Tape()
     never_stopped = resumed(400, saved, never_stopped_tape)
     never_stopped.act_and_learn()
-    again = resumed(400, saved, again_tape)
+    restored_network = RecordingNetwork(again_tape)
+    restored_network.online_version = 2  # as the stop's checkpoint holds it
+    again = resumed(400, checkpoints[0], again_tape, network=restored_network)
     again.act_and_learn()
-    assert again_tape.main_thread() == never_stopped_tape.main_thread()
+    made_up = [event[1] for event in never_stopped_tape.main_thread()]
+    assert made_up[:6] == ["train"] * 5 + ["sync"]
+    # Two of the five made before the stop, the other three after the second resume, and
+    # from there the same run.
+    assert again_tape.main_thread() == never_stopped_tape.main_thread()[2:]
+    assert again.counters.updates == never_stopped.counters.updates
     for name, array in never_stopped.memory.state_dict().items():
         np.testing.assert_array_equal(again.memory.state_dict()[name], array, err_msg=name)
