@@ -210,6 +210,7 @@ class TrainingLoop:
         """Time that the progress line leaves out of the rate and counts in the ETA."""
         if self.progress is None:
             return contextlib.nullcontext()
+        self.update_progress()  # the pause is announced at the step reached
         return self.progress.paused(kind)
 
     def update_progress(self) -> None:
@@ -491,6 +492,7 @@ class FastDQN(TrainingLoop):
                                              counters.updates_due(end)))
             self.update_progress_now_and_then()
         self._stage_acted()
+        self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
             # On a stop request the rest of the epoch's updates are abandoned.
             counters.updates += self.trainer.wait(abandon_if=lambda: bool(self.stop))

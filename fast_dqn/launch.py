@@ -13,6 +13,7 @@ that names the file and the checkpoint to resume from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import io
@@ -456,9 +457,11 @@ def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
         except WriteFailed as error:
             if message is None:  # the first failure is the one to report
                 message, status = write_failed_line(error, loop, run_log.run_dir), 1
-    if message is not None:
-        print(message, file=sys.stderr)
     steps_per_second, _ = loop.counters.rates()
-    print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the replay "
-          f"start, {loop.counters.updates} updates; files in {run_log.run_dir}", flush=True)
+    with contextlib.suppress(OSError):  # a terminal hung up: the files say it all
+        if message is not None:
+            print(message, file=sys.stderr)
+        print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the "
+              f"replay start, {loop.counters.updates} updates; files in {run_log.run_dir}",
+              flush=True)
     return status

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import threading
 import time
 
@@ -69,11 +70,12 @@ class StopRequest:
 def _leave_lost_terminal() -> None:
     """Points stdout and stderr at /dev/null where they are a terminal: after a hang-up a
     write to it fails (EIO), and the run's last lines must not stop it from saving itself.
-    Files and pipes are kept: a log still gets every line."""
+    A hung-up terminal no longer answers `isatty`, so any character device counts. Files and
+    pipes are kept: a log still gets every line."""
     null = None
     try:
         for fd in (1, 2):
-            if os.isatty(fd):
+            if stat.S_ISCHR(os.fstat(fd).st_mode):
                 if null is None:
                     null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, fd)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,9 +31,6 @@ TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
 STOP_SECONDS = 20  # a signalled run must be gone within this
-
-
-
 
 
 @dataclasses.dataclass
@@ -63,11 +62,17 @@ class Running:
                         self.log.with_suffix(".err").read_text(), seconds)
 
 
-def start(script: Path, args: list[str], log: Path) -> Running:
-    """Starts an entry point from the repository root (files, not pipes, take its output)."""
+def start(script: Path, args: list[str], log: Path, ignore: tuple[int, ...] = ()) -> Running:
+    """Starts an entry point from the repository root (files, not pipes, take its output),
+    with the signals in `ignore` ignored (as `nohup` ignores SIGHUP)."""
+    def ignore_signals() -> None:
+        for signum in ignore:
+            signal.signal(signum, signal.SIG_IGN)
+
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, env=ENV,
-                                   stdout=out, stderr=err)
+                                   stdout=out, stderr=err,
+                                   preexec_fn=ignore_signals if ignore else None)
     return Running(process, log, time.monotonic())
 
 
@@ -88,6 +93,29 @@ def wait_for(run: Running, path: Path, timeout: float = 90) -> None:
             run.finish(10)
             pytest.fail(f"{path} did not appear within {timeout} s")
         time.sleep(0.1)
+
+
+def wait_for_line(run: Running, text: str, timeout: float = 90) -> None:
+    """Waits until the run's stdout holds `text`."""
+    out = run.log.with_suffix(".out")
+    deadline = time.monotonic() + timeout
+    while text not in out.read_text():
+        if run.process.poll() is not None or time.monotonic() > deadline:
+            run.process.kill()
+            result = run.finish(10)
+            pytest.fail(f"{text!r} did not appear (exit {result.returncode}):\n"
+                        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        time.sleep(0.05)
+
+
+def run_bytes(run_dir: Path) -> dict[str, str]:
+    """The digests `scripts/same_bytes.py` takes of a run: its CSVs without the wall-clock
+    column, its checkpoint's network tensors and its replay arrays."""
+    spec = importlib.util.spec_from_file_location("same_bytes", REPO / "scripts" / "same_bytes.py")
+    same_bytes = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, same_bytes)  # its dataclasses look themselves up there
+    spec.loader.exec_module(same_bytes)
+    return same_bytes.file_digests(run_dir)
 
 
 def interrupt(script: Path, args: list[str], run_dir: Path, signum: int) -> Finished:

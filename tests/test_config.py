@@ -193,3 +193,40 @@ def test_a_flag_given_beside_a_preset_wins_and_is_named():
 def test_nature_runs_name_no_overrides_unless_a_protocol_setting_was_changed():
     assert config_module.protocol_overrides(Config()) == []
     assert config_module.protocol_overrides(Config(sticky_actions=0.25)) == ["sticky_actions"]
+
+
+@pytest.mark.parametrize("algo", [ALGO_DQN, ALGO_FAST_DQN])
+def test_every_boolean_flag_is_true_bare_false_negated_and_keeps_its_spellings(algo):
+    """Regression: `--double` alone answered "expected one argument", though the README
+    writes it so."""
+    names = [field.name for field in dataclasses.fields(Config) if field.type in ("bool", bool)
+             and (algo == ALGO_FAST_DQN or not field.metadata["fast_only"])]
+    assert {"double", "dueling", "refill_replay", "checkpoint_replay"} <= set(names)
+    parser = make_parser(algo, "test")
+    for name in names:
+        flag = "--" + name.replace("_", "-")
+        negated = "--no-" + name.replace("_", "-")
+        assert vars(parser.parse_args([flag]))[name] is True, flag
+        assert vars(parser.parse_args([negated]))[name] is False, negated
+        assert vars(parser.parse_args([f"{flag}=false"]))[name] is False, flag
+        assert vars(parser.parse_args([f"{flag}=yes"]))[name] is True, flag
+        assert vars(parser.parse_args([]))[name] is None, flag  # not given: the default
+        assert negated in parser.format_help()
+
+
+def test_the_fast_trainer_announces_periods_it_cannot_keep():
+    """Regression: --evaluate and --checkpoint-every below --target-update were rounded up to
+    sync points without a word. The steps are those of the issue's example, by hand: sync
+    points at 1,996 (the replay start) and every 1,000 steps after it."""
+    from fast_dqn.launch import sync_point_note
+
+    config = Config(replay_start=1996, replay_capacity=8000, target_update=1000,
+                    evaluate=2000, workers=4, timesteps=8000)
+    note = sync_point_note(config, ALGO_FAST_DQN)
+    assert note.startswith("note: evaluations and checkpoints come at sync points only")
+    assert "--evaluate=2000 acts at step 2,996, 4,996, 6,996, ..." in note
+    assert "checkpoint-every" not in note  # 1,000,000: none before the end
+    assert sync_point_note(config, ALGO_DQN) is None  # the serial trainer keeps them all
+    assert sync_point_note(Config(), ALGO_FAST_DQN) is None  # Nature's periods fit
+    every_2000 = sync_point_note(Config(checkpoint_every=2000), ALGO_FAST_DQN)
+    assert "--checkpoint-every=2000 acts at step 10,000, 20,000, 30,000, ..." in every_2000

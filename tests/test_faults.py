@@ -30,22 +30,10 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
 from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.run_dir import write_failure
 from tests.cli_runs import (FAST, RUN_FAST_DQN, Running, assert_no_traceback, read_csv,
-                            run_cli, snapshot, start, step_of, summary, wait_for)
+                            run_cli, snapshot, start, step_of, summary, wait_for,
+                            wait_for_line)
 
 STOP_WITHIN = 10.0  # seconds from a signal to the exit, when no checkpoint of size is due
-
-
-def wait_for_line(run: Running, text: str, timeout: float = 90) -> None:
-    """Waits until the run's stdout holds `text`."""
-    out = run.log.with_suffix(".out")
-    deadline = time.monotonic() + timeout
-    while text not in out.read_text():
-        if run.process.poll() is not None or time.monotonic() > deadline:
-            run.process.kill()
-            result = run.finish(10)
-            pytest.fail(f"{text!r} did not appear (exit {result.returncode}):\n"
-                        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-        time.sleep(0.05)
 
 
 def signal_and_finish(run: Running, signum: int, timeout: float = 60):

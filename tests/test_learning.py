@@ -453,3 +453,24 @@ def test_dqn_orchestration_tape():
     assert adds_before_train == list(range(start + config.train_freq, config.timesteps + 1,
                                            config.train_freq))
     assert loop.memory.size == config.timesteps
+
+
+
+def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
+    """What `Trainer` relies on to take back the draws of a call it never made: after
+    `discard`, the memory draws again the minibatches that were discarded."""
+    from fast_dqn.learner import Learner
+    from fast_dqn.replay_memory import ReplayMemory, acted_transitions
+
+    memory = ReplayMemory(200, np.random.default_rng(5))
+    frames = np.arange(150, dtype=np.uint8)[:, None, None] * np.ones((1, 84, 84), np.uint8)
+    memory.add_many(acted_transitions(frames, np.zeros(150, np.uint8),
+                                      np.zeros(150, np.float32), np.zeros(150, bool),
+                                      np.zeros(150, bool)))
+    learner = Learner(memory, network=None, batch_size=4, updates_per_call=2)
+    learner.prepare(2, buffer=0)
+    discarded = learner.prepare(2, buffer=1).states.copy()
+    learner.discard(1)
+    np.testing.assert_array_equal(learner.prepare(2, buffer=1).states, discarded)
+    # Without a discard the next draws are others (frames tell the slots apart).
+    assert not np.array_equal(learner.prepare(2, buffer=1).states, discarded)

@@ -180,3 +180,28 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
     assert 0.05 <= times.prepare_cpu_seconds < 0.08
     assert times.prepare_seconds >= 0.05
     assert times.cpu_seconds == times.update_cpu_seconds + times.prepare_cpu_seconds
+
+
+def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
+    """Regression: an abandoned epoch left the draws of the call prepared ahead in the
+    replay memory's generator, so the updates a resume made drew other minibatches than the
+    run never stopped."""
+    prepared, made, discarded = [], [], []
+    abandon = threading.Event()
+
+    def prepare(count: int, slot: int) -> int:
+        prepared.append(slot)
+        return slot
+
+    def update(slot: int, count: int) -> None:
+        made.append(slot)
+        time.sleep(0.05)  # the next call is prepared meanwhile
+        abandon.set()
+
+    trainer = Trainer(update, prepare=prepare, updates_per_call=1, discard=discarded.append)
+    trainer.start_epoch(100)
+    abandon.wait(5)
+    assert trainer.wait(abandon_if=lambda: True) == len(made)
+    trainer.close()
+    # Every call prepared was either made or discarded, the discarded one last.
+    assert prepared == made + discarded and len(discarded) == 1

@@ -1,0 +1,195 @@
+"""Every run can be finished (docs/checkpoints.md): a stop in a run's final window, a closed
+terminal, a resume without a saved replay memory, tried on the real entry points.
+
+The final window runs from a run's last agent step to its exit: the updates its last epoch
+still owes, its final evaluation, its final checkpoint and summary. A stop there leaves a
+checkpoint at the last step that owes work; a resume does exactly that work, and the run then
+holds the bytes of the same run never stopped (`scripts/same_bytes.py`'s digests). A resume
+of a finished run changes nothing and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Running,
+                            assert_no_traceback, run_bytes, run_cli, snapshot, start, step_of,
+                            summary, wait_for, wait_for_line)
+
+pytestmark = pytest.mark.slow
+
+# A fast run whose last epoch is 800 steps (200 updates, seconds on a CPU) after a 400-step
+# random start: its acting ends long before its trainer does.
+FINAL_EPOCH = [*FAST, "--target-update=800", "--timesteps=1200", "--evaluate=0",
+               "--xla=off", "--progress-every=0.05"]
+# A serial run that evaluates 4 Freeway games (2,048 steps each) at its last step.
+FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=400",
+                    "--target-update=400", "--timesteps=600", "--evaluate=600",
+                    "--eval-episodes=4", "--seed=0", "--xla=off", "--progress-every=0.05"]
+
+
+def stop_at(script: Path, args: list[str], run_dir: Path, line: str, signum: int) -> Finished:
+    run = start(script, [*args, f"--logdir={run_dir}"], run_dir.parent / f"{run_dir.name}-1")
+    wait_for_line(run, line)
+    run.process.send_signal(signum)
+    return run.finish(timeout=60)
+
+
+def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
+    return run_cli(script, ["--resume", str(run_dir), *extra], run_dir.parent / log,
+                   timeout=180)
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory) -> dict[str, Path]:
+    """The two runs of this file, each run to its end without a stop."""
+    root = tmp_path_factory.mktemp("never-stopped")
+    runs = {"fast": (RUN_FAST_DQN, FINAL_EPOCH), "serial": (RUN_DQN, FINAL_EVALUATION)}
+    started = {name: start(script, [*args, f"--logdir={root / name}"], root / f"{name}-log")
+               for name, (script, args) in runs.items()}
+    for name, run in started.items():
+        result = run.finish(timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return {name: root / name for name in runs}
+
+
+def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_bytes(
+        never_stopped, tmp_path):
+    """Regression: the checkpoint at step == --timesteps with updates owed was refused by
+    every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever."""
+    run_dir = tmp_path / "run"
+    stopped = stop_at(RUN_FAST_DQN, FINAL_EPOCH, run_dir, "step 1200/1200", signal.SIGTERM)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    manifest = read_manifest(run_dir / CHECKPOINT)
+    assert step_of(manifest) == 1200
+    assert manifest["counters"]["updates"] < (1200 - 400) // 4  # stopped inside the window
+    # The epoch's 800, after the rows each of the 4 samplers carried from the last flush (the
+    # last transition of a game still running, and its 3 frames of context).
+    assert 800 <= manifest["unstored_transitions"] <= 800 + 4 * 4
+    assert summary(run_dir)["finished"] is False
+
+    resumed = resume(RUN_FAST_DQN, run_dir, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_no_traceback(resumed)
+    assert summary(run_dir)["finished"] is True
+    assert summary(run_dir)["updates"] == (1200 - 400) // 4
+    assert run_bytes(run_dir) == run_bytes(never_stopped["fast"])
+
+    before = snapshot(run_dir)
+    again = resume(RUN_FAST_DQN, run_dir, "again")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is finished" in again.stdout and again.stderr == ""
+    assert snapshot(run_dir) == before
+
+
+def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_path):
+    """Regression: a stop in the last evaluation left a checkpoint at the last step that no
+    resume would take; the serial trainer's run, here."""
+    run_dir = tmp_path / "run"
+    stopped = stop_at(RUN_DQN, FINAL_EVALUATION, run_dir, "evaluation at step 600",
+                      signal.SIGINT)
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    manifest = read_manifest(run_dir / CHECKPOINT)
+    assert step_of(manifest) == 600 and manifest["evaluator"]["evaluations"] == 0
+
+    resumed = resume(RUN_DQN, run_dir, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert summary(run_dir)["finished"] is True
+    assert run_bytes(run_dir) == run_bytes(never_stopped["serial"])
+
+
+def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path):
+    """A finished run's resume (a requeued job, a sweep run again) exits 0 and changes
+    nothing; a finished run extended by --timesteps goes on."""
+    run_dir = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
+    before = snapshot(run_dir)
+    for extra in ([], ["--timesteps=600"]):
+        again = resume(RUN_DQN, run_dir, "again", *extra)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert again.stdout.strip().endswith("(a larger --timesteps extends it)")
+        assert snapshot(run_dir) == before
+    shorter = resume(RUN_DQN, run_dir, "shorter", "--timesteps=599")
+    assert shorter.returncode == 2 and "a resume only extends a run" in shorter.stderr
+
+
+def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path):
+    """Regression: the resumed fast run first trained on the empty memory (`ValueError: high
+    <= 0`, a traceback, exit 1); now it refills it for --replay-start steps, as the serial
+    trainer does, and the updates an epoch owed at the checkpoint are not made."""
+    run_dir = tmp_path / "run"
+    first = run_cli(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
+                                   "--evaluate=0",
+                                   "--checkpoint-replay=false", f"--logdir={run_dir}"],
+                    tmp_path / "first", timeout=180)
+    assert first.returncode == 0, first.stderr[-3000:]
+    updates = summary(run_dir)["updates"]
+    resumed = resume(RUN_FAST_DQN, run_dir, "resume", "--timesteps=2000")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert_no_traceback(resumed)
+    assert "refills it for 400 steps" in resumed.stderr
+    # Learning pauses from 1000 to 1400 (the refill), then 600 steps of 1 update per 4.
+    assert summary(run_dir)["updates"] == updates + (2000 - 1000 - 400) // 4
+
+
+def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path):
+    """Regression: SIGHUP (the terminal closed) killed the run with status 129 and no
+    checkpoint or summary. The run writes to a terminal that is then hung up, as a closed
+    window leaves it."""
+    run_dir = tmp_path / "run"
+    main, terminal = os.openpty()
+    with open(tmp_path / "hup.err", "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, str(RUN_FAST_DQN), *FAST, "--timesteps=20000", "--evaluate=0",
+             "--checkpoint-every=400", f"--logdir={run_dir}"],
+            cwd=REPO, env=ENV, stdin=terminal, stdout=terminal, stderr=err)
+    os.close(terminal)
+    window_open = threading.Event()
+    window_open.set()
+    reader = threading.Thread(target=show_terminal, args=(main, window_open))
+    reader.start()
+    running = Running(process, tmp_path / "hup", 0.0)
+    (tmp_path / "hup.out").write_text("")
+    wait_for(running, run_dir / CHECKPOINT / MANIFEST)
+    window_open.clear()  # the window closes: writes to the terminal now fail
+    reader.join()
+    os.close(main)
+    process.send_signal(signal.SIGHUP)
+    assert process.wait(timeout=60) == 128 + signal.SIGHUP
+    done = summary(run_dir)
+    assert done["stopped_by_signal"] == signal.SIGHUP and done["finished"] is False
+    assert step_of(read_manifest(run_dir / CHECKPOINT)) == done["steps"]
+    assert "Traceback" not in (tmp_path / "hup.err").read_text()
+
+    # Under nohup (SIGHUP ignored), a hang-up changes nothing; SIGTERM still stops it.
+    ignored = tmp_path / "nohup"
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+                               "--checkpoint-every=400", f"--logdir={ignored}"],
+                tmp_path / "nohup-log", ignore=(signal.SIGHUP,))
+    wait_for(run, ignored / CHECKPOINT / MANIFEST)
+    run.process.send_signal(signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run.process.wait(timeout=3)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.finish(timeout=60).returncode == 128 + signal.SIGTERM
+
+
+def show_terminal(main: int, window_open: threading.Event) -> None:
+    """Reads what the run writes to its terminal while the window is open (a terminal whose
+    output nobody reads blocks the writer once its buffer is full)."""
+    while window_open.is_set():
+        ready, _, _ = select.select([main], [], [], 0.05)
+        if ready:
+            try:
+                os.read(main, 65536)
+            except OSError:
+                return
