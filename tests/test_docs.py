@@ -68,11 +68,3 @@ def test_the_link_check_finds_a_broken_link_and_anchor(tmp_path):
 
 def test_the_readme_is_a_front_page():
     assert len((REPO / "README.md").read_text().splitlines()) <= README_MAX_LINES
-
-
-MODULE_MAX_LINES = 450  # a module a reader holds in mind at once
-
-
-@pytest.mark.parametrize("module", sorted((REPO / "fast_dqn").glob("*.py")), ids=lambda p: p.name)
-def test_no_module_is_longer_than_a_reader_holds_at_once(module):
-    assert len(module.read_text().splitlines()) <= MODULE_MAX_LINES
