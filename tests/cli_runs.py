@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -62,18 +63,25 @@ class Running:
                         self.log.with_suffix(".err").read_text(), seconds)
 
 
-def start(script: Path, args: list[str], log: Path, ignore: tuple[int, ...] = ()) -> Running:
+def start(script: Path, args: list[str], log: Path,
+          signals: dict[int, Any] | None = None) -> Running:
     """Starts an entry point from the repository root (files, not pipes, take its output),
-    with the signals in `ignore` ignored (as `nohup` ignores SIGHUP)."""
-    def ignore_signals() -> None:
-        for signum in ignore:
-            signal.signal(signum, signal.SIG_IGN)
-
+    with the signal handlers in `signals` (e.g. SIGHUP ignored, as under `nohup`)."""
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, env=ENV,
                                    stdout=out, stderr=err,
-                                   preexec_fn=ignore_signals if ignore else None)
+                                   preexec_fn=with_handlers(signals) if signals else None)
     return Running(process, log, time.monotonic())
+
+
+def with_handlers(signals: dict[int, Any]) -> Callable[[], None]:
+    """A child's set-up that installs `signals` (signal -> SIG_IGN or SIG_DFL) before it runs:
+    a test run under `nohup` would otherwise pass SIGHUP on to its runs ignored."""
+    def install() -> None:
+        for signum, handler in signals.items():
+            signal.signal(signum, handler)
+
+    return install
 
 
 def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:

@@ -23,7 +23,7 @@ import pytest
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
 from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Running,
                             assert_no_traceback, run_bytes, run_cli, snapshot, start, step_of,
-                            summary, wait_for, wait_for_line)
+                            summary, wait_for, wait_for_line, with_handlers)
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +151,8 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
         process = subprocess.Popen(
             [sys.executable, str(RUN_FAST_DQN), *FAST, "--timesteps=20000", "--evaluate=0",
              "--checkpoint-every=400", f"--logdir={run_dir}"],
-            cwd=REPO, env=ENV, stdin=terminal, stdout=terminal, stderr=err)
+            cwd=REPO, env=ENV, stdin=terminal, stdout=terminal, stderr=err,
+            preexec_fn=with_handlers({signal.SIGHUP: signal.SIG_DFL}))
     os.close(terminal)
     window_open = threading.Event()
     window_open.set()
@@ -159,12 +160,14 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
     reader.start()
     running = Running(process, tmp_path / "hup", 0.0)
     (tmp_path / "hup.out").write_text("")
-    wait_for(running, run_dir / CHECKPOINT / MANIFEST)
-    window_open.clear()  # the window closes: writes to the terminal now fail
-    reader.join()
-    os.close(main)
+    try:
+        wait_for(running, run_dir / CHECKPOINT / MANIFEST)
+    finally:
+        window_open.clear()  # the window closes: writes to the terminal now fail
+        reader.join()
+        os.close(main)
     process.send_signal(signal.SIGHUP)
-    assert process.wait(timeout=60) == 128 + signal.SIGHUP
+    assert running.finish(timeout=60).returncode == 128 + signal.SIGHUP
     done = summary(run_dir)
     assert done["stopped_by_signal"] == signal.SIGHUP and done["finished"] is False
     assert step_of(read_manifest(run_dir / CHECKPOINT)) == done["steps"]
@@ -174,7 +177,7 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
     ignored = tmp_path / "nohup"
     run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
                                "--checkpoint-every=400", f"--logdir={ignored}"],
-                tmp_path / "nohup-log", ignore=(signal.SIGHUP,))
+                tmp_path / "nohup-log", signals={signal.SIGHUP: signal.SIG_IGN})
     wait_for(run, ignored / CHECKPOINT / MANIFEST)
     run.process.send_signal(signal.SIGHUP)
     with pytest.raises(subprocess.TimeoutExpired):
