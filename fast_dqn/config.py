@@ -210,7 +210,7 @@ def _add_bool_flag(parser: argparse.ArgumentParser, field: dataclasses.Field) ->
 
 
 def _negated_flag(field_name: str) -> str:
-    return "--no-" + field_name.replace("_", "-")
+    return "--no-" + flag_name(field_name).removeprefix("--")
 
 
 def make_parser(algo: str, description: str) -> OneLineErrorParser:

@@ -89,6 +89,12 @@ def next_target_sync(step: int, config: Config) -> int:
     return config.replay_start + (done_periods + 1) * config.target_update
 
 
+def final_step(config: Config, num_envs: int) -> int:
+    """The agent step a run of `timesteps` ends at, stepping `num_envs` envs per round: the
+    fast trainer's last round may end past --timesteps."""
+    return round_up(config.timesteps, num_envs)
+
+
 def epoch_end(step: int, learning_from: int, config: Config, num_envs: int) -> int:
     """The agent step at which the fast scheme's epoch that starts at `step` ends (a sync
     point): before `learning_from` (the replay start, or a refill's end) every
@@ -98,7 +104,7 @@ def epoch_end(step: int, learning_from: int, config: Config, num_envs: int) -> i
         end = min(step + config.target_update, learning_from)
     else:
         end = next_target_sync(step, config)
-    return min(end, round_up(config.timesteps, num_envs))
+    return min(end, final_step(config, num_envs))
 
 
 def steps_at_sync_points(period: int, config: Config, count: int,
@@ -108,7 +114,7 @@ def steps_at_sync_points(period: int, config: Config, count: int,
     at or after each multiple of it. They are the multiples themselves where `period` and
     the replay start are multiples of `target_update`."""
     found: list[int] = []
-    step, last = 0, round_up(config.timesteps, config.workers)
+    step, last = 0, final_step(config, config.workers)
     while period > 0 and len(found) < count and step < last:
         end = epoch_end(step, config.replay_start, config, config.workers)
         if (end < last or at_last_step) and period_passed(period, step, end):

@@ -7,8 +7,8 @@ exit status 2; so does a run directory held by another process, and a checkpoint
 its checks (`--resume`), which is verified whole before the run's files are touched. A run
 stopped by SIGINT/SIGTERM/SIGHUP writes its checkpoint and summary and exits with 130/143/129
 while it has work left, and 0 once all its work is done (a resume of such a run does nothing
-and exits 0); a diverged run, or one that cannot write its files (a full disk), exits with 1 and one line
-that names the file and the checkpoint to resume from.
+and exits 0); a diverged run, or one that cannot write its files (a full disk), exits with 1
+and one line that names the file and the checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_
                               default_run_dir, disk_space_warning, write_json_atomic)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
-from fast_dqn.counters import round_up, steps_at_sync_points
+from fast_dqn.counters import final_step, steps_at_sync_points
 from fast_dqn.saved_state import StateError, integer, section
 from fast_dqn.stop_request import StopRequest
 
@@ -235,9 +235,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         if config.resume:
             try:
                 checkpoint, manifest = verified_checkpoint(config, algo)
-                finished = saved_run_finished(config, manifest, replay_in(checkpoint, manifest))
-            except StateError as error:  # a ValueError: first
-                return _refuse(f"{checkpoint / MANIFEST}: {error}")
+                finished = checkpoint_finished(config, checkpoint, manifest)
             except (ValueError, CheckpointError) as error:
                 return _refuse(error)
             if finished:
@@ -362,18 +360,23 @@ def verified_checkpoint(config: Config, algo: str) -> tuple[Path, dict]:
         step = checkpoint_step(manifest)
     except StateError as error:
         raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-    if last_step(config, algo) < step:
+    num_envs = config.workers if algo == ALGO_FAST_DQN else 1
+    if final_step(config, num_envs) < step:
         raise ValueError(f"{run_dir} is at step {step} and --timesteps is {config.timesteps}; "
                          f"a resume only extends a run: give --timesteps above {step}")
     return checkpoint, manifest
 
 
-def last_step(config: Config, algo: str) -> int:
-    """The agent step a run of `config.timesteps` ends at: the fast trainer steps its W
-    envs in rounds, so its last round may end past --timesteps."""
-    if algo == ALGO_FAST_DQN:
-        return round_up(config.timesteps, config.workers)
-    return config.timesteps
+def checkpoint_finished(config: Config, checkpoint: Path, manifest: dict) -> bool:
+    """Whether a verified checkpoint holds all the work of `config.timesteps`.
+
+    Raises:
+        CheckpointError: the manifest's state is incomplete or out of range.
+    """
+    try:
+        return saved_run_finished(config, manifest, replay_in(checkpoint, manifest))
+    except StateError as error:
+        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
 
 
 def extend_config(config: Config, run_dir: Path) -> None:

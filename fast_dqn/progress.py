@@ -80,6 +80,7 @@ class Progress:
         self._rate_step, self._rate_time, self._rate_paused = initial_step, now, 0.0
         self._shown_step, self._shown_time = initial_step, now  # last line drawn (or start)
         self._bar = self._make_bar(initial_step) if _isatty(self._stream) else None
+        self._output_lost = False  # a write failed (a terminal hung up): nothing more shown
         self._period = self.REDRAW_SECONDS if self._bar is not None else every_seconds
 
     # -- what the training loop calls ------------------------------------------------------
@@ -211,17 +212,17 @@ class Progress:
             # The terminal was hung up (EIO) as the line was drawn: the run goes on to save
             # itself (SIGHUP stops it), and a line that cannot be shown is not shown.
             self._bar = None
-            self._period = math.inf
+            self._output_lost = True
         self._shown_step, self._shown_time = self._step, now
 
     def _write_line(self, text: str) -> None:
-        if self._period == math.inf:
-            return  # the output is gone (`_show`)
+        if self._output_lost:
+            return
         try:
             self._stream.write(text + "\n")
             self._stream.flush()
         except OSError:
-            self._period = math.inf
+            self._output_lost = True
 
     def _make_bar(self, initial_step: int):
         from tqdm import tqdm
