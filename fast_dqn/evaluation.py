@@ -17,7 +17,7 @@ from fast_dqn import saved_state
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.config import Config
 from fast_dqn.counters import period_passed
-from fast_dqn.samplers import EnvPool
+from fast_dqn.samplers import EnvPool, PoolStopped
 from fast_dqn.saved_state import StateError
 
 GreedyFn = Callable[[np.ndarray], np.ndarray]
@@ -46,6 +46,10 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
     return scores.tolist()
 
 
+def _never() -> bool:
+    return False
+
+
 class EvaluationLog(Protocol):
     """What evaluations write (see `fast_dqn.run_logs.RunLogs`)."""
 
@@ -57,13 +61,19 @@ class EvaluationLog(Protocol):
 class Evaluator:
     """Evaluations on the schedule: one every `evaluate` agent steps, in a pool of
     `eval_episodes` envs made on first use. An evaluation skipped by an interruption is made
-    up when the run resumes."""
+    up when the run resumes.
 
-    def __init__(self, config: Config, make_pool: Callable[[], EnvPool] | None,
+    `make_pool(should_stop)` may raise `PoolStopped` when `should_stop()` turns true while it
+    makes or resets the envs (hundreds of them take a minute); the pool's later resets may
+    too. Either cuts the evaluation short."""
+
+    def __init__(self, config: Config,
+                 make_pool: Callable[[Callable[[], bool]], EnvPool] | None,
                  run_log: EvaluationLog):
         self.config = config
         self._make_pool = make_pool
         self._pool: EnvPool | None = None
+        self._should_stop: Callable[[], bool] = _never  # the running evaluation's
         self._run_log = run_log
         self.count = 0
         self.evaluated_at = 0  # the agent step of the last evaluation
@@ -78,17 +88,26 @@ class Evaluator:
         neither logged nor counted, so a resumed run plays it again, whole."""
         if self._make_pool is None or (should_stop is not None and should_stop()):
             return  # building and resetting 30 games takes seconds: not for a stopping run
-        if self._pool is None:
-            self._pool = self._make_pool()
+        self._should_stop = _never if should_stop is None else should_stop
         seed = self.config.seed + 1_000_003 * (self.count + 1)
-        returns = evaluate(self._pool, greedy, epsilon=self.config.eval_epsilon, seed=seed,
-                           rng=np.random.default_rng(seed), should_stop=should_stop)
+        try:
+            if self._pool is None:
+                self._pool = self._make_pool(self._asked_to_stop)
+            returns = evaluate(self._pool, greedy, epsilon=self.config.eval_epsilon,
+                               seed=seed, rng=np.random.default_rng(seed),
+                               should_stop=should_stop)
+        except PoolStopped:
+            return
         if returns is None:
             return
         self.count += 1
         self.evaluated_at = step
         self.last = self._run_log.log_evaluation(step, returns, hours)
         self._run_log.log_scalars(step, {"eval/mean_return": float(np.mean(returns))})
+
+    def _asked_to_stop(self) -> bool:
+        """What the pool asks between two groups of envs: the running evaluation's request."""
+        return self._should_stop()
 
     def last_mean(self) -> float | None:
         return self.last["mean"] if self.last else None

@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes
 from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
                               default_run_dir, disk_space_warning, write_json_atomic)
 from fast_dqn.run_logs import RunLogs, check_logs_match
-from fast_dqn.samplers import SERIAL, EnvPool, make_env_pool
+from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
 from fast_dqn.counters import final_step, steps_at_sync_points
 from fast_dqn.saved_state import StateError, integer, section
 from fast_dqn.stop_request import StopRequest
@@ -54,6 +54,8 @@ DESCRIPTIONS = {
 }
 RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resume
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
+# Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
+EVAL_GROUP_SIZE = 8
 
 
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
@@ -122,10 +124,15 @@ def eval_backend(config: Config) -> str:
     return "vector" if config.interp == "area" else "threads"
 
 
-def make_eval_pool(config: Config) -> EnvPool:
-    """One env per evaluation game, each cut off after 5 minutes of play by default."""
-    return make_pool(config, config.eval_episodes, eval_backend(config), config.seed,
-                     max_episode_steps=config.eval_max_episode_steps)
+def make_eval_pool(config: Config, should_stop: Callable[[], bool]) -> EnvPool:
+    """One env per evaluation game, each cut off after 5 minutes of play by default; made and
+    reset in groups of EVAL_GROUP_SIZE, so that a stop waits for one group at most
+    (`GroupedPool`: env i is seeded as in one pool)."""
+    def make_group(first: int, num_envs: int) -> EnvPool:
+        return make_pool(config, num_envs, eval_backend(config), config.seed + first,
+                         max_episode_steps=config.eval_max_episode_steps)
+
+    return GroupedPool(make_group, config.eval_episodes, EVAL_GROUP_SIZE, should_stop)
 
 
 def checkpoint_bytes(config: Config) -> int:
@@ -187,7 +194,8 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
                         periods={"evaluation": config.evaluate,
                                  "checkpoint": config.checkpoint_every})
     parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
-                      make_eval_pool=lambda: make_eval_pool(config), run_log=run_log,
+                      make_eval_pool=lambda should_stop: make_eval_pool(config, should_stop),
+                      run_log=run_log,
                       rng=np.random.default_rng(seeds[1]), progress=progress,
                       save_checkpoint=save, stop=stop)
     loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN

@@ -55,7 +55,7 @@ class LoopParts(NamedTuple):
     network: QFunction
     memory: ReplayMemory
     pool: EnvPool
-    make_eval_pool: Callable[[], EnvPool] | None
+    make_eval_pool: Callable[[Callable[[], bool]], EnvPool] | None  # (should_stop)
     run_log: RunLog
     rng: np.random.Generator
     progress: object | None = None  # fast_dqn.progress.Progress

@@ -71,7 +71,7 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
     network = RecordingNetwork()
     pools = []
 
-    def make_pool() -> ScriptedPool:
+    def make_pool(should_stop) -> ScriptedPool:
         pools.append(ScriptedPool([5, 6, 9]))
         return pools[-1]
 
@@ -99,7 +99,7 @@ def test_the_runs_evaluation_pool_cuts_games_off_at_the_evaluation_cap():
     --eval-max-episode-steps, not at the 27,000-step training cap. A Pong player that never
     moves loses its game after about 800 steps, so a cap of 60 cuts every game."""
     config = Config(game="pong", eval_episodes=2, eval_max_episode_steps=60, seed=3)
-    pool = make_eval_pool(config)
+    pool = make_eval_pool(config, should_stop=lambda: False)
     rounds = [0]
 
     def greedy(states: np.ndarray) -> np.ndarray:
@@ -133,8 +133,32 @@ def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
 
     log, pools = FakeRunLog(), []
     evaluator = Evaluator(Config(eval_episodes=2),
-                          lambda: pools.append(ScriptedPool([4500, 4500])) or pools[-1], log)
+                          lambda should_stop: pools.append(ScriptedPool([4500, 4500])) or pools[-1],
+                          log)
     evaluator.run(250_000, greedy, hours=1.0, should_stop=lambda: True)
     assert (evaluator.count, evaluator.evaluated_at, log.evaluations) == (0, 0, [])
     assert pools == []  # 30 games take seconds to build and reset: not for a stopping run
     assert evaluator.due(250_000)  # played again, whole, after a resume
+
+
+def test_an_evaluation_whose_pool_is_stopped_while_made_is_not_counted():
+    """`make_pool` (a `GroupedPool`) raises PoolStopped when the request comes between two
+    groups of envs; the evaluation is then cut short like one stopped during its games."""
+    from fast_dqn.evaluation import Evaluator
+    from fast_dqn.samplers import PoolStopped
+
+    stopping = [False]
+    asked = []
+
+    def make_pool(should_stop):
+        stopping[0] = True  # the signal comes while the first group is made
+        asked.append(should_stop())
+        raise PoolStopped("stopped between two groups of environments")
+
+    log = FakeRunLog()
+    evaluator = Evaluator(Config(eval_episodes=256), make_pool, log)
+    greedy = lambda states: np.zeros(len(states), dtype=np.int64)  # noqa: E731
+    evaluator.run(250_000, greedy, hours=1.0, should_stop=lambda: stopping[0])
+    assert asked == [True]  # the pool asks the running evaluation's request
+    assert (evaluator.count, log.evaluations) == (0, [])
+    assert evaluator.due(250_000)

@@ -444,7 +444,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
         return FastDQN(LoopParts(
             config=config, network=RecordingNetwork(Tape()),
             memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)), pool=pool,
-            make_eval_pool=lambda: CorridorPool(2), run_log=FakeRunLog(),
+            make_eval_pool=lambda should_stop: CorridorPool(2), run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
 
     class StoppingPool(CorridorPool):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fast_dqn.atari import AtariStep, GameSettings
-from fast_dqn.samplers import (ALE_SEEDS, PoolStep, ThreadEnvPool, VectorEnvPool, ale_seeds,
-                               make_env_pool)
+from fast_dqn.samplers import (ALE_SEEDS, GroupedPool, PoolStep, PoolStopped, ThreadEnvPool,
+                               VectorEnvPool, ale_seeds, make_env_pool)
 
 DEADLINE_S = 60.0  # a call that takes longer than this counts as a hang
 
@@ -329,3 +329,70 @@ def test_a_pool_closed_with_a_round_under_way_closes():
         pool.send(np.zeros(2, np.int64))
         finishes(pool.close)
     assert not sampler_threads()
+
+
+# -- a pool made and reset in groups (the evaluation's) -------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["vector", "threads"])
+def test_a_grouped_pool_plays_as_one_pool_of_its_envs(backend):
+    """Env i of a grouped pool is env i of one pool with the same seed: the same frames,
+    rewards and flags for the same actions (with the no-ops and sticky actions, which draw
+    from each env's seed)."""
+    settings = GameSettings("pong", noop_max=30, sticky_actions=0.25, max_episode_steps=40)
+    whole = make_env_pool(backend, settings, 5, seed=11)
+    grouped = GroupedPool(lambda first, n: make_env_pool(backend, settings, n, seed=11 + first),
+                          5, 2, should_stop=lambda: False)
+    try:
+        np.testing.assert_array_equal(grouped.reset(11), whole.reset(11))
+        rng = np.random.default_rng(0)
+        for _ in range(60):  # through the 40-step cap
+            actions = rng.integers(0, whole.n_actions, size=5)
+            for name, a, b in zip(PoolStep._fields, grouped.step(actions), whole.step(actions)):
+                np.testing.assert_array_equal(a, b, err_msg=name)
+    finally:
+        grouped.close()
+        whole.close()
+
+
+class CountedPool:
+    """A pool that only records that it was made, reset and closed."""
+
+    def __init__(self, first: int, num_envs: int, events: list):
+        self.first, self.num_envs, self.n_actions, self.events = first, num_envs, 3, events
+        events.append(("made", first))
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.events.append(("reset", self.first, seed))
+        return np.zeros((self.num_envs, 84, 84), np.uint8)
+
+    def close(self) -> None:
+        self.events.append(("closed", self.first))
+
+
+def test_a_grouped_pool_stops_between_two_groups_and_closes_what_it_made():
+    """Regression: an evaluation of 256 games made and reset its envs in one call each (54
+    and 25 s here), and a stop waited for them. Now a stop waits for one group."""
+    events: list = []
+    stop_after = {"made": 2}
+
+    def should_stop() -> bool:
+        return sum(event[0] == "made" for event in events) >= stop_after["made"]
+
+    with pytest.raises(PoolStopped):
+        GroupedPool(lambda first, n: CountedPool(first, n, events), 10, 4, should_stop)
+    assert events == [("made", 0), ("made", 4), ("closed", 0), ("closed", 4)]
+
+    events.clear()
+    stop_after["made"] = 99
+    pool = GroupedPool(lambda first, n: CountedPool(first, n, events), 10, 4, should_stop)
+    assert [event for event in events if event[0] == "made"] == [("made", 0), ("made", 4),
+                                                                  ("made", 8)]
+    events.clear()
+    stop_after["made"] = 0  # asked to stop from now on: the first reset already stops
+    with pytest.raises(PoolStopped):
+        pool.reset(100)
+    assert events == []
+    stop_after["made"] = 99
+    assert pool.reset(100).shape == (10, 84, 84)
+    assert events == [("reset", 0, 100), ("reset", 4, 104), ("reset", 8, 108)]
