@@ -4,8 +4,13 @@
 What it does: trains one small, fast run of run_fast_dqn.py (breakout, W = 4, a 5,000-
 transition memory, a checkpoint every 400 agent steps, an evaluation every 800) and, cycle
 after cycle, starts it (a new run the first time, `--resume` afterwards), waits a random time,
-sends it a random one of SIGKILL, SIGTERM and SIGINT and waits for its exit, until N signals
-have been sent. The waits are uniform over the first WAIT_SECONDS after the run takes its lock
+sends it a random one of SIGKILL, SIGTERM, SIGINT and SIGHUP and waits for its exit, until N
+signals have been sent. About one resume in FINAL_WINDOW_SHARE is a final-window cycle: it
+gets a --timesteps the run reaches within seconds, and its signal comes at a random moment
+of its final window (the last epoch's updates, the final evaluation, the final checkpoint),
+timed by the lines the run prints; the next cycle, when that left work, resumes the run
+without extending it and lets it finish its work. With --without-replay the run is made
+with --checkpoint-replay=false, so every resume refills the memory. The waits are uniform over the first WAIT_SECONDS after the run takes its lock
 (the first cycle: after its first checkpoint, without which there is nothing to resume), so
 kills land in the start-up (checking the checkpoint, importing TensorFlow, restoring), while it
 acts, in evaluations and while a checkpoint is written. Before the lock nothing is written and
@@ -19,14 +24,15 @@ run holds its directory. Last, the run is resumed once more and left to finish.
 Run it from the repository root (20 kills take about 15 minutes on 2 cores):
 
     python scripts/soak.py --kills 20 --seed 0 --out /tmp/soak1
+    python scripts/soak.py --kills 6 --seed 2 --without-replay --out /tmp/soak2
 
 --seed fixes the waits, the signals and the second-writer cycles (not the machine's timing).
 The run is OUT/run; every launch's stdout and stderr are kept in OUT/logs.
 
 What it checks (the first failure stops it, with the trainer's stderr tail):
 
-- every exit: status -9 after SIGKILL, 143 after SIGTERM, 130 after SIGINT (0 if the run
-  finished first); no "Traceback" on stderr; a signalled run gone within STOP_SECONDS;
+- every exit: status -9 after SIGKILL, 143 after SIGTERM, 130 after SIGINT, 129 after
+  SIGHUP (0 if the run finished first, or if its work was done when the signal came); no "Traceback" on stderr; a signalled run gone within STOP_SECONDS;
 - after every exit: a complete checkpoint that `verify_checkpoint` passes, not older than the
   one the run started from; CSVs that agree with it (`check_logs_match` with its step, games
   and evaluations); the CSV rows up to the step the run started from, unchanged (but for the
@@ -35,10 +41,13 @@ What it checks (the first failure stops it, with the trainer's stderr tail):
   stopped before it began, its config.json, CSVs and checkpoint unchanged);
 - a second writer: exit 2 within SECOND_WRITER_SECONDS, one stderr line "is in use by another
   process" naming the holder's pid; the holder still running and holding the lock;
+- a resume that finishes a run's final work: exit 0, summary.json "finished", at the step
+  the run had;
 - at the end: exit 0 and summary.json "finished"; episodes.csv numbered 1..n without gaps or
   repeats, its timesteps non-decreasing; evaluations.csv at distinct multiples of the
   evaluation period, none missing up to the final step; the final checkpoint verifies and
-  agrees with the CSVs; its replay memory, read back, passes `ReplayMemory.check_valid`.
+  agrees with the CSVs; its replay memory, read back, passes `ReplayMemory.check_valid`
+  (unless --without-replay).
 
 Output: a row per cycle as it ends (the phase is the one seen from outside when the signal
 went: start-up, acting, evaluation, checkpoint), a summary line, and last one JSON line with
@@ -82,13 +91,14 @@ REPLAY_CAPACITY = 5000
 RUN_FLAGS = ("--game=breakout", "--workers=4", f"--replay-capacity={REPLAY_CAPACITY}",
              "--replay-start=400", "--target-update=400", f"--evaluate={EVALUATE}",
              "--eval-episodes=2", "--eval-max-episode-steps=300", "--max-episode-steps=400",
-             "--checkpoint-every=400", "--seed=0")
+             "--checkpoint-every=400", "--seed=0", "--progress-every=0.2")
+WITHOUT_REPLAY = "--checkpoint-replay=false"
 # The CPU only and TensorFlow's logs short, as in the tests (tests/cli_runs.py).
 TRAINER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
-SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXPECTED_STATUS = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 128 + signal.SIGTERM,
-                   signal.SIGINT: 128 + signal.SIGINT}
+                   signal.SIGINT: 128 + signal.SIGINT, signal.SIGHUP: 128 + signal.SIGHUP}
 # About 5 s of start-up (TensorFlow's import alone takes 3) and then ~200 steps/s on 2 cores:
 # an evaluation every ~4 s, a checkpoint every ~2 s. 16 s puts a third of the kills in the
 # start-up and the rest over several periods of acting, evaluating and checkpointing.
@@ -101,6 +111,10 @@ STEPS_PER_SECOND_BOUND = 250.0
 FIRST_CHECKPOINT_STEP = 400  # the first cycle's wait starts at its first checkpoint
 STEP_GRAIN = 800  # --timesteps is a multiple of the evaluation and checkpoint periods and W
 SECOND_WRITER_SHARE = 6  # about one cycle in this many gets a second writer
+FINAL_WINDOW_SHARE = 4  # about one resume in this many is a final-window cycle
+# A final-window cycle's signal comes this long at most after the run's last step (its last
+# epoch's 100 updates, an evaluation of 2 games and a small checkpoint take seconds here).
+FINAL_WINDOW_SECONDS = 4.0
 STOP_SECONDS = 30.0  # a signalled run must be gone within this
 LOCK_SECONDS = 120.0  # generous: the machine is shared
 FIRST_CHECKPOINT_SECONDS = 300.0
@@ -130,6 +144,8 @@ class Draw:
     signum: signal.Signals
     second_writer: bool
     writer_at: float  # when the second writer starts, as a fraction of `wait`
+    final_window: bool  # the signal comes in the run's final window, `window_at` s into it
+    window_at: float
 
 
 @dataclasses.dataclass
@@ -161,6 +177,7 @@ class Tally:
     failures: int = 0
     final_step: int | None = None
     steps_per_second: float = STEPS_PER_SECOND_BOUND  # see timesteps_for
+    without_replay: bool = False  # the run's setting (--without-replay), not a figure
 
 
 @dataclasses.dataclass
@@ -198,8 +215,15 @@ def launch(args: Sequence[str], log: Path) -> Launch:
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen([sys.executable, str(TRAINER), *args], cwd=REPO,
                                    env={**os.environ, **TRAINER_ENV}, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=err, start_new_session=True)
+                                   stdout=out, stderr=err, start_new_session=True,
+                                   preexec_fn=hang_up_stops)
     return Launch(process, log, time.monotonic(), time.time())
+
+
+def hang_up_stops() -> None:
+    """A run started by a soak under `nohup` would inherit SIGHUP ignored, and the soak's
+    SIGHUP would then not stop it: the run gets the default, as from a terminal."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def kill_if_running(run: Launch) -> None:
@@ -339,15 +363,19 @@ def compare_kept(before: Rows, after: Rows, due_evaluation: int | None) -> tuple
 # -- one cycle ---------------------------------------------------------------------------------
 
 
-def draw_cycle(rng: random.Random, second_writer: bool) -> Draw:
+def draw_cycle(rng: random.Random, second_writer: bool, first: bool) -> Draw:
     return Draw(wait=rng.uniform(0.0, WAIT_SECONDS), signum=rng.choice(SIGNALS),
-                second_writer=second_writer, writer_at=rng.random())
+                second_writer=second_writer, writer_at=rng.random(),
+                final_window=not first and rng.randrange(FINAL_WINDOW_SHARE) == 0,
+                window_at=rng.uniform(0.0, FINAL_WINDOW_SECONDS))
 
 
-def launch_args(run_dir: Path, first: bool, timesteps: int) -> list[str]:
+def launch_args(run_dir: Path, first: bool, timesteps: int,
+                without_replay: bool = False) -> list[str]:
     """A new run the first time; afterwards --resume, with --timesteps only to extend."""
     if first:
-        return [*RUN_FLAGS, f"--timesteps={timesteps}", f"--logdir={run_dir}"]
+        replay = [WITHOUT_REPLAY] if without_replay else []
+        return [*RUN_FLAGS, *replay, f"--timesteps={timesteps}", f"--logdir={run_dir}"]
     extend = [f"--timesteps={timesteps}"] if timesteps != saved_timesteps(run_dir) else []
     return ["--resume", str(run_dir), *extend]
 
@@ -446,19 +474,25 @@ def check_after(run_dir: Path, run: Launch, cycle: Cycle, kept: Rows | None,
 
 
 def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) -> None:
-    """Launches the run, signals it after the drawn wait, and checks what it left."""
+    """Launches the run, signals it after the drawn wait (or in its final window), and checks
+    what it left."""
     first = number == 1
     start = None if first else latest_manifest(run_dir)
     before = None if start is None else step_of(start)
     kept = None if first else rows_up_to(run_dir, before)
     due = before if start is not None and stopped_in_evaluation(start) else None
-    timesteps = (timesteps_for(FIRST_CHECKPOINT_STEP, 0, draw.wait, tally.steps_per_second)
-                 if first else timesteps_for(before, saved_timesteps(run_dir), draw.wait,
-                                             tally.steps_per_second))
+    if first:
+        timesteps = timesteps_for(FIRST_CHECKPOINT_STEP, 0, draw.wait, tally.steps_per_second)
+    elif draw.final_window:
+        timesteps = max(saved_timesteps(run_dir), -(-(before + 1) // STEP_GRAIN) * STEP_GRAIN)
+    else:
+        timesteps = timesteps_for(before, saved_timesteps(run_dir), draw.wait,
+                                  tally.steps_per_second)
     cycle = Cycle(f"cycle {number}", draw.signum.name, timesteps, before,
                   files={} if first else snapshot(run_dir))
     tally.cycles.append(cycle)
-    run = launch(launch_args(run_dir, first, timesteps), logs / f"cycle{number:02d}")
+    run = launch(launch_args(run_dir, first, timesteps, tally.without_replay),
+                 logs / f"cycle{number:02d}")
     tally.resumes += not first
     try:
         # The wait counts from the lock: before it no file is touched and the trainer may not
@@ -468,17 +502,25 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
         if first:  # a new run killed before its first checkpoint leaves nothing to resume
             zero = wait_until((run_dir / CHECKPOINT / MANIFEST).is_file, run,
                               FIRST_CHECKPOINT_SECONDS, "its first checkpoint")
-        if draw.second_writer:
-            sleep_until(zero + draw.writer_at * draw.wait, run)
-            if run.running():
-                tally.second_writers += 1
-                seconds = check_second_writer(run_dir, run, logs / f"cycle{number:02d}-second")
-                tally.refusals += 1
-                cycle.second_writer = f"refused {seconds:.1f}s"
-        sleep_until(zero + draw.wait, run)
-        signal_and_wait(run_dir, run, cycle, draw.signum, tally)
+        if draw.final_window:
+            window = wait_for_final_window(run, timesteps)
+            sleep_until(window + draw.window_at, run)
+        else:
+            if draw.second_writer:
+                sleep_until(zero + draw.writer_at * draw.wait, run)
+                if run.running():
+                    tally.second_writers += 1
+                    seconds = check_second_writer(run_dir, run,
+                                                  logs / f"cycle{number:02d}-second")
+                    tally.refusals += 1
+                    cycle.second_writer = f"refused {seconds:.1f}s"
+            sleep_until(zero + draw.wait, run)
+        signal_and_wait(run_dir, run, cycle, draw.signum, tally,
+                        extend_if_finished=not draw.final_window)
     finally:
         kill_if_running(run)
+    if draw.final_window and cycle.signalled_at is not None:
+        cycle.phase = "final window"
     check_exit(run_dir, run, cycle, draw.signum)
     manifest = check_after(run_dir, run, cycle, kept, due, tally)
     if cycle.phase == "acting" and cycle.status == 128 + draw.signum \
@@ -486,9 +528,67 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
         cycle.phase = "evaluation"
 
 
+def wait_for_final_window(run: Launch, timesteps: int) -> float:
+    """Waits until the run's stdout shows its last step (the progress line at it, or the
+    evaluation or checkpoint it starts there), or its exit; returns the moment."""
+    marks = (f"step {timesteps}/{timesteps} ", f"evaluation at step {timesteps}\n",
+             f"checkpoint at step {timesteps}\n")
+    deadline = time.monotonic() + FINAL_SECONDS
+    while run.running() and not any(mark in run.stdout() for mark in marks):
+        if time.monotonic() > deadline:
+            raise SoakFailure(f"the run did not reach step {timesteps} within "
+                              f"{FINAL_SECONDS:.0f} s", run.stderr_tail())
+        time.sleep(POLL_SECONDS)
+    return time.monotonic()
+
+
+def run_owes_final_work(run_dir: Path) -> bool:
+    """Whether the latest checkpoint is at the run's last step, and summary.json does not say
+    finished: a stop in its final window (or a kill just after it) left it so."""
+    try:
+        finished = json.loads((run_dir / SUMMARY_FILE).read_text()).get("finished") is True
+    except (OSError, ValueError):
+        finished = False
+    return not finished and step_of(latest_manifest(run_dir)) >= saved_timesteps(run_dir)
+
+
+def finish_cycle(number: int, run_dir: Path, logs: Path, tally: Tally) -> None:
+    """Resumes a run that owes the work of its final window, without extending it, and lets
+    it finish: exit 0, finished, at the same step, every row kept."""
+    start = latest_manifest(run_dir)
+    before = step_of(start)
+    kept = rows_up_to(run_dir, before)
+    due = before if stopped_in_evaluation(start) else None
+    cycle = Cycle(f"cycle {number}", "-", saved_timesteps(run_dir), before, phase="finish")
+    tally.cycles.append(cycle)
+    run = launch(launch_args(run_dir, False, cycle.timesteps), logs / f"cycle{number:02d}")
+    tally.resumes += 1
+    try:
+        run.process.wait(timeout=FINAL_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise SoakFailure(f"{cycle.name}: the run did not finish its final work within "
+                          f"{FINAL_SECONDS:.0f} s", run.stderr_tail()) from None
+    finally:
+        kill_if_running(run)
+    cycle.alive, cycle.status = time.monotonic() - run.started, run.process.returncode
+    said_finished = "is finished" in run.stdout()
+    summary = read_summary(run_dir, run.started_wall)
+    if cycle.status != 0 or "Traceback" in run.stderr() or not (
+            said_finished or summary.get("finished") is True):
+        raise SoakFailure(f"{cycle.name}: the resume that finishes the run's final work exited "
+                          f"with status {cycle.status}, finished: "
+                          f"{said_finished or summary.get('finished')}", run.stderr_tail())
+    check_after(run_dir, run, cycle, kept, due, tally)
+    if cycle.after != before:
+        raise SoakFailure(f"{cycle.name}: finishing the final work moved the run from step "
+                          f"{before} to {cycle.after}")
+
+
 def signal_and_wait(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Signals,
-                    tally: Tally) -> None:
-    """Sends the signal (unless the run has finished) and waits STOP_SECONDS for the exit."""
+                    tally: Tally, extend_if_finished: bool = True) -> None:
+    """Sends the signal (unless the run has finished) and waits STOP_SECONDS for the exit.
+    A run that finished first shows this machine faster than the bound, unless it was meant
+    to reach its end (a final-window cycle)."""
     cycle.phase = phase_now(run_dir, run, resumed=cycle.before is not None)
     if run.running():
         run.process.send_signal(signum)
@@ -496,7 +596,8 @@ def signal_and_wait(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Sig
         tally.kills[signum.name] += 1
     else:
         cycle.phase = "finished"
-        tally.steps_per_second *= 2  # this machine is faster than the bound
+        if extend_if_finished:
+            tally.steps_per_second *= 2
     try:
         run.process.wait(timeout=STOP_SECONDS)
     except subprocess.TimeoutExpired:
@@ -550,7 +651,8 @@ def check_final(run_dir: Path, manifest: dict, timesteps: int, tally: Tally) -> 
         raise SoakFailure(f"a finished run left {', '.join(leftovers)} behind")
     check_episodes(run_dir, tally)
     check_evaluations(run_dir, step, tally)
-    check_replay(latest_checkpoint(run_dir))
+    if not tally.without_replay:
+        check_replay(latest_checkpoint(run_dir))
 
 
 def check_episodes(run_dir: Path, tally: Tally) -> None:
@@ -613,10 +715,17 @@ def soak(kills: int, seed: int, run_dir: Path, logs: Path, tally: Tally) -> None
     number = 0
     while sum(tally.kills.values()) < kills:
         number += 1
-        if number > 2 * kills + 5:  # a run that keeps finishing before its signal
+        if number > 3 * kills + 5:  # a run that keeps finishing before its signal
             raise SoakFailure(f"{number - 1} cycles sent only {sum(tally.kills.values())} "
                               "signals")
-        run_cycle(number, run_dir, logs, draw_cycle(rng, number in writers), tally)
+        if number > 1 and run_owes_final_work(run_dir):
+            finish_cycle(number, run_dir, logs, tally)
+        else:
+            run_cycle(number, run_dir, logs, draw_cycle(rng, number in writers, number == 1),
+                      tally)
+        print_row(tally.cycles[-1])
+    if run_owes_final_work(run_dir):
+        finish_cycle(number + 1, run_dir, logs, tally)
         print_row(tally.cycles[-1])
     final_run(run_dir, logs, tally)
     print_row(tally.cycles[-1])
@@ -649,6 +758,7 @@ def figures(tally: Tally, seconds: float, passed: bool) -> dict:
             "second_writers": tally.second_writers, "refusals": tally.refusals,
             "rows_lost": tally.rows_lost, "rows_repeated": tally.rows_repeated,
             "failures": tally.failures, "final_step": tally.final_step,
+            "without_replay": tally.without_replay,
             "wall_seconds": round(seconds, 1)}
 
 
@@ -667,6 +777,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the waits, signals and second writers (default 0)")
     parser.add_argument("--out", required=True, help="directory for the run and the logs")
+    parser.add_argument("--without-replay", action="store_true",
+                        help="make the run with --checkpoint-replay=false: every resume "
+                             "refills its replay memory")
     options = parser.parse_args(argv)
     if options.kills < 1:
         parser.error("--kills must be 1 or more")
@@ -688,8 +801,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     run_dir, logs = Path(options.out) / "run", Path(options.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    tally, started, status = Tally(), time.monotonic(), 0
-    print(f"soak: {options.kills} kills, seed {options.seed}, run in {run_dir}", flush=True)
+    tally, started, status = Tally(without_replay=options.without_replay), time.monotonic(), 0
+    replay = ", without a saved replay memory" if options.without_replay else ""
+    print(f"soak: {options.kills} kills, seed {options.seed}, run in {run_dir}{replay}",
+          flush=True)
     print_header()
     try:
         soak(options.kills, options.seed, run_dir, logs, tally)

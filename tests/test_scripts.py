@@ -556,6 +556,43 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     assert "median" in summary.stdout
 
 
+@pytest.mark.slow
+def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(tmp_path):
+    """Regression: a Ctrl-C after a run's last step (its last epoch's updates still running)
+    left a checkpoint at --timesteps that every rerun of the sweep reported as FAILED. Now
+    the rerun resumes it, the run does its owed work, and the sweep succeeds."""
+    out = tmp_path / "sweep"
+    args = ["bash", str(ALL_GAMES), "--games", "breakout", "--seeds", "0", "--jobs", "1",
+            "--out", str(out), "--python", PY, "--", "--timesteps=1200", "--replay-start=400",
+            "--replay-capacity=5000", "--target-update=800", "--evaluate=0", "--workers=4",
+            "--max-episode-steps=400", "--xla=off", "--progress-every=0.05"]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="3")
+    log = out / "breakout-seed0.log"
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (log.exists() and "step 1200/1200 " in log.read_text()):
+            assert process.poll() is None and time.monotonic() < deadline, \
+                "the run did not reach its last step"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C while the last updates run
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0
+    run_dir = out / "breakout-seed0"
+    manifest = json.loads((run_dir / "checkpoint" / "manifest.json").read_text())
+    assert manifest["counters"]["step"] == 1200
+    assert manifest["counters"]["updates"] < (1200 - 400) // 4  # stopped in the window
+
+    again = run(args, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr + log.read_text()[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and summary["updates"] == (1200 - 400) // 4
+
+
 # ------------------------------------------------------------------------------- linting
 
 
