@@ -9,4 +9,4 @@ from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.launch import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:], ALGO_FAST_DQN))
+    sys.exit(main(sys.argv[1:], ALGO_FAST_DQN, exiting=True))

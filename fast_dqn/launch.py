@@ -213,11 +213,13 @@ def report_crashes() -> None:
         pass  # no stderr file descriptor (an embedding host): nothing to write to
 
 
-def main(argv: Sequence[str] | None, algo: str) -> int:
+def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
     """Runs one entry point; returns the exit status.
 
     The stop request is installed first, so that a signal during the start (TensorFlow's
-    import, reading a 7 GB checkpoint) stops the run as soon as it can act on it.
+    import, reading a 7 GB checkpoint) stops the run as soon as it can act on it. With
+    `exiting` (the run scripts, whose process ends with the status) a stop signal after the
+    run is over is ignored; else the caller's handlers come back.
     """
     stop = StopRequest()
     stop.install()
@@ -228,7 +230,7 @@ def main(argv: Sequence[str] | None, algo: str) -> int:
         print("interrupted twice: stopping at once", file=sys.stderr)
         return 128 + signal.SIGINT
     finally:
-        stop.uninstall()
+        stop.uninstall(ignore_later=exiting)
 
 
 def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:

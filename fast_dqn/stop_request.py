@@ -52,9 +52,12 @@ class StopRequest:
             self._previous[signum] = signal.signal(signum, self._handle)
         return True
 
-    def uninstall(self) -> None:
+    def uninstall(self, ignore_later: bool = False) -> None:
+        """Gives the signals back their previous handlers or, with `ignore_later`, ignores
+        them: a process whose run is over and only exits (TensorFlow's teardown takes a
+        second) must not die of a late stop signal with another status than the run's."""
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if ignore_later else handler)
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:

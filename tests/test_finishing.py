@@ -216,3 +216,15 @@ def test_a_stop_while_a_large_evaluation_makes_its_games_is_prompt(tmp_path):
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert result.seconds < 10
     assert read_csv(run_dir / "evaluations.csv") == []  # cut short: played again on resume
+
+
+def test_a_stop_signal_while_a_finished_run_exits_leaves_its_status_0(never_stopped, tmp_path):
+    """Regression (found by the soak): a SIGINT after the last line, while the interpreter
+    shut down, killed a finished run (status -2), which the sweep counted as failed."""
+    run_dir = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
+    run = start(RUN_DQN, ["--resume", str(run_dir), "--timesteps=610"], tmp_path / "late")
+    wait_for_line(run, "done: ")
+    run.process.send_signal(signal.SIGINT)
+    result = run.finish(timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
