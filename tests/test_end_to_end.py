@@ -89,9 +89,13 @@ def test_fast_dqn_variants_run(tmp_path, flags):
 
 
 def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
-    """Same seed, same run; in the second, the trainer and the samplers' rounds are slowed by
-    random sleeps, so the two threads interleave differently."""
-    argv = TINY + ["--workers=4", "--timesteps=2400"]
+    """Same seed, same run; in the second, the trainer's updates and the calls of the acting
+    loop's rounds (the pool's send and receive, which the fast loop makes) are slowed by
+    random sleeps, so the two threads interleave differently. (Flushing the epoch's
+    transitions before waiting for the trainer, so that it samples a memory being written,
+    made this test fail.) One minibatch per trainer call, so that the trainer draws from the
+    memory all through each epoch, not only in the first moments of it."""
+    argv = TINY + ["--workers=4", "--timesteps=2400", "--updates-per-call=1"]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
@@ -105,7 +109,8 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
         return slow
 
     monkeypatch.setattr(QNetwork, "update_many", slowed(QNetwork.update_many, 0.02))
-    monkeypatch.setattr(VectorEnvPool, "step", slowed(VectorEnvPool.step, 0.002))
+    monkeypatch.setattr(VectorEnvPool, "send", slowed(VectorEnvPool.send, 0.002))
+    monkeypatch.setattr(VectorEnvPool, "receive", slowed(VectorEnvPool.receive, 0.002))
     assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
 
     for name in ("episodes.csv", "evaluations.csv"):
