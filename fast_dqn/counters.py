@@ -97,13 +97,17 @@ def final_step(config: Config, num_envs: int) -> int:
 
 def epoch_end(step: int, learning_from: int, config: Config, num_envs: int) -> int:
     """The agent step at which the fast scheme's epoch that starts at `step` ends (a sync
-    point): before `learning_from` (the replay start, or a refill's end) every
-    `target_update` steps and at `learning_from` itself; then at the target syncs; and at
-    the run's last round in any case."""
-    if step < learning_from:
-        end = min(step + config.target_update, learning_from)
+    point): before the replay start every `target_update` steps and at the replay start;
+    then at the target syncs; at `learning_from` too, where a refill (after a resume without
+    the replay memory) ends, so that no epoch with updates starts before it; and at the
+    run's last round in any case. The periodic sync points stay where they are, and with them
+    the evaluations and checkpoints."""
+    if step < config.replay_start:
+        end = min(step + config.target_update, config.replay_start)
     else:
         end = next_target_sync(step, config)
+    if step < learning_from:
+        end = min(end, learning_from)
     return min(end, final_step(config, num_envs))
 
 

@@ -134,6 +134,28 @@ def test_next_target_sync():
     assert next_target_sync(65_000, NATURE) == 70_000
 
 
+def test_the_fast_schemes_epochs_end_at_the_sync_points_and_where_a_refill_ends():
+    """By hand, for a replay start of 400 and target syncs every 400 steps (W = 4): the
+    random start in epochs of 400 steps; then every 400 steps from 400; a refill resumed at
+    step 8,484 (a stop's checkpoint, between two sync points) ends at 8,884, and the sync
+    points stay at 8,800 and 9,200. Regression (the soak): the refill's epochs moved every
+    later sync point, so an evaluation due at 8,800 came at 8,884."""
+    config = Config(replay_start=400, target_update=400, replay_capacity=5000,
+                    timesteps=10_000, workers=4)
+
+    def ends(step: int, learning_from: int, until: int) -> list[int]:
+        found = []
+        while step < until:
+            step = counters.epoch_end(step, learning_from, config, num_envs=4)
+            found.append(step)
+        return found
+
+    assert ends(0, 400, 1200) == [400, 800, 1200]
+    assert ends(8484, 8884, 9600) == [8800, 8884, 9200, 9600]
+    assert ends(9900, 400, 10_000) == [10_000]  # the run's last round, not 10,000 + 400
+    assert counters.epoch_end(9_996, 400, config.replace(timesteps=9_999), 4) == 10_000
+
+
 def test_period_passed():
     assert period_passed(250_000, 249_999, 250_000)
     assert period_passed(250_000, 240_000, 260_000)
