@@ -12,9 +12,9 @@ from typing import NamedTuple
 import numpy as np
 
 from fast_dqn.config import HISTORY, Config
-from fast_dqn.counters import epsilons_at, final_epsilon_step
+from fast_dqn.schedule import epsilons_at, final_epsilon_step
 from fast_dqn.host_arrays import aligned_zeros
-from fast_dqn.replay_memory import FRAME_SHAPE, Transitions, acted_transitions
+from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
 from fast_dqn.samplers import EnvPool
 
 

@@ -8,41 +8,50 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `fast_dqn.learner` (on the main thread for DQN, on the trainer thread for FastDQN); the
-sync-point sequence in `TrainingLoop.at_sync_point`; the counters and the schedule in
-`fast_dqn.counters`; a resume in `TrainingLoop.resume_from`. Acting itself
-(frame stacks, epsilon-greedy, game scores) is in `fast_dqn.acting`; what a loop is built
-from, in `fast_dqn.loop_parts`.
+in `fast_dqn.trainer` (on the main thread for DQN, on the trainer thread for FastDQN); the
+sync-point sequence in `TrainingLoop.at_sync_point`; the counters in `fast_dqn.counters`
+and the schedule in `fast_dqn.schedule`. Acting itself (frame stacks, epsilon-greedy, game
+scores) is in `fast_dqn.acting`; what a loop is built from, in `fast_dqn.loop_parts`; a
+resume, in `fast_dqn.launch.restore_loop`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Any, ContextManager, Mapping
 
 import numpy as np
 
 from fast_dqn import saved_state
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
-from fast_dqn.checkpoints import (MANIFEST, CheckpointError, network_prefix, read_replay_into,
-                                  read_unstored, replay_in)
 from fast_dqn.config import ALGO_FAST_DQN, Config
-from fast_dqn.counters import (RunCounters, epoch_end, epsilon_at, learning_started,
-                               period_passed, round_up, target_sync_due)
+from fast_dqn.counters import RunCounters
+from fast_dqn.schedule import (epoch_end, epsilon_at, learning_started, period_passed, round_up,
+                               target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.learner import Learner, check_loss_finite
-from fast_dqn.replay_memory import Transitions, concatenate
+from fast_dqn.transitions import Transitions, concatenate
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import SamplerBuffer, StagingArea
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.trainer import Trainer
+from fast_dqn.trainer import Trainer, TrainerThread
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training diverged: the loss is NaN or infinite."""
+
+
+def check_loss_finite(loss: float, count: int, step: int) -> None:
+    """The NaN guard, where the losses are read at a sync point (`log_training`): stops a
+    diverged run before it logs or saves anything more."""
+    if count and not np.isfinite(loss):
+        raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
+                            f"{count} minibatches is {loss}; try a smaller --lr")
 
 
 class TrainingLoop:
@@ -64,7 +73,7 @@ class TrainingLoop:
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        self.learner = Learner(self.memory, self.network, self.config.batch_size,
+        self.trainer = Trainer(self.memory, self.network, self.config.batch_size,
                                self.config.updates_per_call)
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
@@ -104,7 +113,7 @@ class TrainingLoop:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`; with `stoppable`, or until a stop is requested."""
         while self.counters.updates < updates and not (stoppable and self.stop):
-            self.learner.update_now()
+            self.trainer.update_now()
             self.counters.updates += 1
 
     def start_acting(self) -> None:
@@ -182,7 +191,7 @@ class TrainingLoop:
             return
         with self._paused("checkpoint"):
             self.run_log.flush()  # the events up to the checkpoint are on disk with it
-            self._save_checkpoint(self)
+            self._save_checkpoint(self.state(), self.unstored_transitions())
         self._saved = self._checkpoint_position()
 
     def _checkpoint_position(self) -> tuple[int, int, int]:
@@ -251,7 +260,7 @@ class TrainingLoop:
         unstored = self.unstored_transitions()
         return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
                 "rng": self.rng.bit_generator.state,
-                "replay_rng": self.memory.rng.bit_generator.state,
+                "replay_rng": self.memory.generator_state(),
                 "unstored_transitions": 0 if unstored is None else len(unstored.frames)}
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -265,49 +274,19 @@ class TrainingLoop:
         self.counters.restore(saved_state.section(state, "counters"))
         self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
-        self.memory.rng.bit_generator.state = replay_rng_state
+        self.memory.restore_generator(replay_rng_state)
         self.env_seed = self.config.seed + self.counters.step
         self._saved = self._checkpoint_position()
 
-    def resume_from(self, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
-        """Restores everything from a checkpoint that `verify_checkpoint` passed, in this
-        order: networks and optimizer slots; the replay memory's arrays; the loop's own state;
-        then the transitions held apart from the memory (or, without a saved memory, a refill
-        started from the restored counters); last, a check of the memory's invariants. Only
-        memory is changed. Returns whether the checkpoint held the replay memory.
-
-        Raises:
-            CheckpointError: a file or a value does not fit this run, or the memory read
-                back breaks an invariant.
-        """
-        try:
-            self.network.restore(network_prefix(checkpoint))
-        except ValueError as error:
-            raise CheckpointError(str(error)) from None
-        replay_restored = replay_in(checkpoint, manifest)
-        unstored = None
-        if replay_restored:
-            read_replay_into(checkpoint, self.memory)
-            unstored = read_unstored(checkpoint, unstored_count(manifest))
-        try:
-            self.restore(manifest)
-        except StateError as error:
-            raise CheckpointError(f"{Path(checkpoint) / MANIFEST}: {error}") from None
-        if replay_restored:
-            self.hold_unstored(unstored)
-        else:  # the updates an epoch still owed go with the memory they were to sample
-            self.counters.start_refill()
-        try:
-            self.memory.check_valid()
-        except ValueError as error:
-            raise CheckpointError(f"{checkpoint}: {error}") from None
-        return replay_restored
-
     def hold_unstored(self, transitions: Transitions | None) -> None:
         """Takes back transitions a checkpoint held apart from the memory (only FastDQN
-        makes any)."""
+        makes any).
+
+        Raises:
+            StateError: this loop holds none.
+        """
         if transitions is not None:
-            raise CheckpointError(f"{self.algo} holds no transitions apart from its memory")
+            raise StateError(f"{self.algo} holds no transitions apart from its memory")
 
 
 def work_done(config: Config, counters: RunCounters, evaluator: Evaluator,
@@ -377,11 +356,9 @@ class FastDQN(TrainingLoop):
         super().__init__(parts)
         num_envs = self.actor.pool.num_envs
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
-        self.trainer: Trainer | None = None
+        self.trainer_thread: TrainerThread | None = None
         if self.config.concurrent:
-            self.trainer = Trainer(self.learner.update, prepare=self.learner.prepare,
-                                   name="trainer", updates_per_call=self.config.updates_per_call,
-                                   discard=self.learner.discard)
+            self.trainer_thread = TrainerThread(self.trainer)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one
@@ -428,8 +405,8 @@ class FastDQN(TrainingLoop):
                 self.update_progress()
             self.update_progress()
         finally:
-            if self.trainer is not None:
-                self.trainer.close()
+            if self.trainer_thread is not None:
+                self.trainer_thread.close()
 
     def _epoch_done(self, end: int) -> bool:
         """Whether the epoch ending at `end` has taken all its steps and made all its updates."""
@@ -480,14 +457,14 @@ class FastDQN(TrainingLoop):
         counters = self.counters
         counters.mark_learning_start()
         epoch_updates = counters.updates_due(end) - counters.updates
-        in_background = self.trainer is not None and epoch_updates > 0
+        in_background = self.trainer_thread is not None and epoch_updates > 0
         if in_background:
-            self.trainer.start_epoch(epoch_updates)
+            self.trainer_thread.start_epoch(epoch_updates)
         self._staging.clear()
         exploration = self._next_round(counters.step, end)
         while exploration is not None:
             exploration = self._act_round(exploration, end)
-            if self.trainer is None:  # the epoch's updates due by now
+            if self.trainer_thread is None:  # the epoch's updates due by now
                 self.update_inline_until(min(counters.updates_due(counters.step),
                                              counters.updates_due(end)))
             self.update_progress_now_and_then()
@@ -495,14 +472,14 @@ class FastDQN(TrainingLoop):
         self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
             # On a stop request the rest of the epoch's updates are abandoned.
-            counters.updates += self.trainer.wait(abandon_if=lambda: bool(self.stop))
+            counters.updates += self.trainer_thread.wait(abandon_if=lambda: bool(self.stop))
 
     def _next_round(self, step: int, end: int) -> Exploration | None:
         """The draws of the round to take at `step`, or None where the epoch's acting stops
         there: at its end, on a stop request, or once the trainer has failed. The draws are
         made only for a round that is then taken, so the generator's state (a checkpoint
         holds it) counts exactly the rounds taken."""
-        trainer_failed = self.trainer is not None and self.trainer.failed
+        trainer_failed = self.trainer_thread is not None and self.trainer_thread.failed
         if step >= end or self.stop or trainer_failed:
             return None
         return self.epsilon_greedy.draw(step)

@@ -30,15 +30,14 @@ from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
                              Config, OneLineErrorParser, validate)
-from fast_dqn.counters import round_up
-from fast_dqn.launch import make_device_frames, make_pool
-from fast_dqn.learner import Learner
+from fast_dqn.schedule import round_up
+from fast_dqn.launch import make_frame_store, make_pool
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import (Batch, ReplayMemory, SlotBatch, Transitions,
-                                    empty_batch)
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.transitions import SlotBatch, Transitions
 from fast_dqn.run_logs import NullRunLog
 from fast_dqn.samplers import SERIAL
-from fast_dqn.trainer import TrainerTimes
+from fast_dqn.trainer import Trainer, TrainerTimes
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -101,8 +100,8 @@ def bench_replay_device(args: argparse.Namespace) -> str:
 def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> ReplayMemory:
     """A replay memory with its frames where the run's --replay-device puts them, its pages
     already in memory (see `touch_pages`)."""
-    device_frames, _ = make_device_frames(config.replace(replay_capacity=capacity))
-    memory = ReplayMemory(capacity, rng, device_frames=device_frames)
+    frames, _ = make_frame_store(config.replace(replay_capacity=capacity))
+    memory = ReplayMemory(capacity, rng, frames=frames)
     touch_pages(memory)
     return memory
 
@@ -117,11 +116,9 @@ def touch_pages(memory: ReplayMemory) -> None:
     frames, one measurement), so they are written once too."""
     for column in memory.store:
         column.fill(0)
-    frames = memory.device_frames
-    if frames is not None:
-        chunk = np.zeros((min(memory.capacity, 10_000), FRAME_SIZE, FRAME_SIZE), np.uint8)
-        for start in range(0, memory.capacity, len(chunk)):
-            frames.put_rows(start, chunk[:memory.capacity - start])
+    chunk = np.zeros((min(memory.capacity, 10_000), FRAME_SIZE, FRAME_SIZE), np.uint8)
+    for start in range(0, memory.capacity, len(chunk)):
+        memory.frames.put_rows(start, chunk[:memory.capacity - start])
 
 
 def bench_xla(args: argparse.Namespace) -> str:
@@ -162,14 +159,6 @@ def make_network(args: argparse.Namespace, n_actions: int, config: Config):
     return make_simulated_q_network(config, n_actions, gpu)
 
 
-def zero_batch(rows: int) -> Batch:
-    """A minibatch of `rows` all-zero transitions, with the memory's own shapes and types."""
-    batch = empty_batch(rows)
-    for array in batch:
-        array.fill(0)
-    return batch
-
-
 def zero_slots(rows: int) -> SlotBatch:
     """`rows` minibatch rows that all gather slot 0, with the memory's own types."""
     slots = np.zeros((rows, HISTORY), np.int32)
@@ -183,11 +172,9 @@ def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,
     """Traces the network's functions so that no compilation falls in a measured window."""
     for count in sorted({1, updates_per_call}):
         rows = batch_size * count
-        if memory.device_frames is None:
-            network.update_many(zero_batch(rows), count)
-        else:
-            network.update_from_slots(memory.device_frames.variable, zero_slots(rows), count)
-    states = zero_batch(max(num_envs, 1)).states
+        frames = memory.frames
+        frames.update(network, frames.gather(zero_slots(rows)), count)
+    states = np.zeros((max(num_envs, 1), HISTORY, FRAME_SIZE, FRAME_SIZE), np.uint8)
     network.greedy_actions(states, use_target=True)
     network.greedy_actions(states, use_target=False)
     network.take_train_stats()
@@ -207,8 +194,8 @@ class LearningWindow:
         loop.counters.on_learning_start.append(self.start)
 
     def _readings(self) -> tuple[float, TrainerTimes, float, float]:
-        trainer = getattr(self._loop, "trainer", None)
-        times = dataclasses.replace(trainer.times) if trainer is not None else TrainerTimes()
+        thread = getattr(self._loop, "trainer_thread", None)
+        times = dataclasses.replace(thread.times) if thread is not None else TrainerTimes()
         simulated = getattr(self._loop.network, "simulated_seconds", 0.0)
         return time.thread_time(), times, simulated, time.process_time()
 
@@ -318,13 +305,13 @@ def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) ->
         sampleable=np.ones(count, dtype=bool)))
     network = make_network(args, n_actions, config)
     per_call = config.updates_per_call
-    learner = Learner(memory, network, config.batch_size, per_call)
+    trainer = Trainer(memory, network, config.batch_size, per_call)
     for _ in range(3):  # compile and warm up
-        learner.update_now(per_call)
+        trainer.update_now(per_call)
     network.take_train_stats()
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
-        learner.update_now(per_call)
+        trainer.update_now(per_call)
         updates += per_call
     network.take_train_stats()  # waits for the device to finish
     return updates / (time.perf_counter() - start)

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from fast_dqn.replay_memory import TRANSITION_COLUMNS, Transitions
 from fast_dqn.run_dir import fsync_dir, write_failure
+from fast_dqn.transitions import TRANSITION_COLUMNS, Transitions
 
 if TYPE_CHECKING:
     from fast_dqn.replay_memory import ReplayMemory
@@ -48,8 +48,8 @@ REPLAY = "replay"
 UNSTORED = "unstored_"  # the name prefix of the transitions held apart from the memory
 FORMAT_VERSION = 2
 _CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
-# Bytes of device frames copied to or from the host at a time: a checkpoint of a memory on
-# the device never holds more of it in host memory than this.
+# Bytes of streamed rows (a frame store on the device) copied to or from the host at a time:
+# a checkpoint of a memory on the device never holds more of it in host memory than this.
 DEVICE_CHUNK_BYTES = 64 * 1024 * 1024
 
 
@@ -74,7 +74,9 @@ def save_checkpoint(run_dir: Path, state: Mapping[str, Any],
     Args:
         state: JSON-able state of the run's parts (counters, generators, averages).
         write_network: writes the networks to a path prefix (TensorFlow's checkpoint format).
-        arrays: named arrays to store as .npy files (the replay memory), or None.
+        arrays: named arrays to store as .npy files (the replay memory), or None; an
+            entry may instead hand out its rows a chunk at a time (`chunks`, `shape`,
+            `dtype`: `FrameStore.saved_rows`).
 
     Raises:
         WriteFailed: the write failed (e.g. a full disk), naming the file; the previous
@@ -131,7 +133,7 @@ def _write_arrays(staging: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, 
         try:
             with open(path, "wb") as file:
                 writer = _ChecksummingWriter(file)
-                if hasattr(array, "chunks"):  # rows that live on the device (FrameRows)
+                if hasattr(array, "chunks"):  # rows streamed from where they live
                     _save_in_chunks(writer, array)
                 else:
                     # np.save streams the array through the checksum: no second copy.
@@ -338,11 +340,11 @@ def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
     if extent["capacity"] != memory.capacity:
         raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs from "
                               f"{memory.capacity}")
-    for name, column in memory.store._asdict().items():
-        if name == "frames" and memory.device_frames is not None:
-            rows = _read_npy_to_device(directory / f"{name}.npy", memory.device_frames)
+    for name, target in memory.restore_targets().items():
+        if isinstance(target, np.ndarray):
+            rows = _read_npy_into(directory / f"{name}.npy", target)
         else:
-            rows = _read_npy_into(directory / f"{name}.npy", column)
+            rows = _read_npy_in_chunks(directory / f"{name}.npy", target)
         if rows != extent["size"]:  # the filled slots, or all of them once wrapped
             raise CheckpointError(f"{directory / name}.npy holds {rows} rows for a memory of "
                                   f"{extent['size']} transitions")
@@ -402,19 +404,20 @@ def _read_npy_into(path: Path, target: np.ndarray) -> int:
         raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
-def _read_npy_to_device(path: Path, frames: Any) -> int:
-    """Reads a .npy file of frames into the leading rows of the memory's device frames
-    (`put_rows`), a chunk at a time; returns how many rows."""
-    shape = (frames.capacity, *frames.frame_shape)
+def _read_npy_in_chunks(path: Path, sink: Any) -> int:
+    """Reads a .npy file into the leading rows of a sink that takes them a chunk at a time
+    (`put_rows(start, rows)`, `shape`, `dtype`: a frame store on the device); returns how
+    many rows."""
+    shape, dtype = tuple(sink.shape), np.dtype(sink.dtype)
     try:
         with open(path, "rb") as file:
-            rows = _read_npy_header(file, path, shape, np.dtype(np.uint8))
-            step = _rows_per_chunk(shape, np.uint8)
-            buffer = np.empty((min(step, max(rows, 1)), *shape[1:]), np.uint8)
+            rows = _read_npy_header(file, path, shape, dtype)
+            step = _rows_per_chunk(shape, dtype)
+            buffer = np.empty((min(step, max(rows, 1)), *shape[1:]), dtype)
             for start in range(0, rows, step):
                 chunk = buffer[:min(step, rows - start)]
                 _read_exactly(file, path, chunk)
-                frames.put_rows(start, chunk)
+                sink.put_rows(start, chunk)
             return rows
     except (OSError, ValueError) as error:
         raise CheckpointError(f"cannot read {path}: {error}") from error

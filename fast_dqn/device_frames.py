@@ -1,4 +1,5 @@
-"""The replay memory's frames in a TensorFlow variable on the training device.
+"""The replay memory's frames in a TensorFlow variable on the training device: the second
+place of the frame store (fast_dqn/frame_store.py), and the choice between the two.
 
 On a GPU, gathering a minibatch's 2 x 32 states of 4 frames on the host (about 900 KB) and
 copying them over is the largest host cost of an update, and it holds the interpreter lock.
@@ -15,12 +16,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import Iterator
 
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE
 from fast_dqn.direct_calls import borrowed_tensor
+from fast_dqn.frame_store import UpdatingNetwork
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.transitions import Batch, SlotBatch
 
 with quiet_tensorflow_start():
     import tensorflow as tf
@@ -37,7 +41,8 @@ class DeviceFrames:
 
     Rows 0 .. capacity - 1 are the memory's slots; the last row stays zero, the frame that
     a state's padding gathers (`q_network.gather_states`), which spares the update a pass
-    that would zero the padded frames after the gather.
+    that would zero the padded frames after the gather. Its minibatches are slots
+    (`SlotBatch`, a few KB), which the update gathers into states on the device.
 
     Thread use: written only at sync points (the trainer is drained) and by checkpoint
     reads, read by the trainer's update during an epoch, like the host store.
@@ -46,20 +51,22 @@ class DeviceFrames:
     def __init__(self, capacity: int, device: str | None = None):
         self.capacity = capacity
         self.frame_shape = (FRAME_SIZE, FRAME_SIZE)
+        self.shape = (capacity, *self.frame_shape)  # the rows a checkpoint holds
+        self.dtype = np.dtype(np.uint8)
         shape = (capacity + 1, *self.frame_shape)
         # Created by an initializer that runs on the device: no host copy of the zeros.
         with tf.device(device or _training_device()):
             self.variable = tf.Variable(lambda: tf.zeros(shape, tf.uint8), trainable=False,
                                         name="replay_frames")
 
-    def write(self, slots: np.ndarray, frames: np.ndarray) -> None:
-        """frames[slots] = frames in one scatter (the slots may wrap around the end).
+    def write(self, start: int, frames: np.ndarray) -> None:
+        """One scatter of whole rows from `start` on (around the end of the ring).
 
         The frames are lent to TensorFlow, not copied (a flush moves 70 MB); the row read
         after the scatter returns only once the scatter, and any copy of its input to a
         GPU, is done, so the caller may then change `frames`.
         """
-        slots = np.asarray(slots)
+        slots = (start + np.arange(len(frames))) % self.capacity
         # A scatter of whole rows: 4-5 times faster on the CPU than a sliced assignment or
         # scatter_nd_update, measured with 10,000 frames.
         self.variable.scatter_update(tf.IndexedSlices(borrowed_tensor(frames),
@@ -71,7 +78,36 @@ class DeviceFrames:
         return self.variable.sparse_read(tf.range(start, stop)).numpy()
 
     def put_rows(self, start: int, frames: np.ndarray) -> None:
-        self.write(np.arange(start, start + len(frames)), frames)
+        self.write(start, frames)
+
+    def minibatch_buffers(self, rows: int) -> None:
+        return None  # slots are small, made fresh per call
+
+    def gather(self, slots: SlotBatch, out: Batch | None = None) -> SlotBatch:
+        return slots  # the update gathers the states on the device
+
+    def update(self, network: UpdatingNetwork, minibatches: SlotBatch, count: int) -> None:
+        network.update_from_slots(self.variable, minibatches, count)
+
+    def saved_rows(self, size: int) -> "DeviceRows":
+        return DeviceRows(self, size)
+
+    def restore_target(self) -> "DeviceFrames":
+        return self  # takes the rows a chunk at a time (`put_rows`)
+
+
+class DeviceRows:
+    """A device's frame rows 0 .. size - 1 as a checkpoint writes them: a chunk at a time,
+    so that saving them never holds a second full copy in host memory."""
+
+    def __init__(self, frames: DeviceFrames, size: int):
+        self._frames = frames
+        self.shape = (size, *frames.frame_shape)
+        self.dtype = frames.dtype
+
+    def chunks(self, rows_per_chunk: int) -> Iterator[np.ndarray]:
+        for start in range(0, self.shape[0], rows_per_chunk):
+            yield self._frames.rows(start, min(start + rows_per_chunk, self.shape[0]))
 
 
 def has_gpu() -> bool:

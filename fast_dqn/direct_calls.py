@@ -16,7 +16,7 @@ the direct path is lost.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -58,6 +58,47 @@ class DirectCall:
             return self._atomic.call_flat(*self._leading, *tensors, *self._captured) or ()
         outputs = self._concrete(*self._variables, *tensors)
         return () if outputs is None else tf.nest.flatten(outputs)
+
+
+Dispatch = Callable[[str, DirectCall, list], Sequence[tf.Tensor]]
+
+
+def _run(purpose: str, call: DirectCall, tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+    return call(*tensors)
+
+
+class DirectCalls:
+    """A network's hot calls, each traced once per purpose and input shapes and then called
+    directly: the samplers query once per round and the trainer updates once per K
+    updates, and the general call's argument matching and checks cost more host time than
+    the rest of the call (docs/throughput.md).
+
+    `dispatch(purpose, call, tensors)` runs a call on its inputs; the benchmark's simulated
+    GPU passes one that times the device's work from there.
+    """
+
+    def __init__(self, dispatch: Dispatch = _run):
+        self._dispatch = dispatch
+        self.calls: dict[tuple, DirectCall] = {}
+
+    def call(self, purpose: str, function: Any, arrays: list[np.ndarray],
+             variables: Sequence[tf.Variable] = (), any_count: bool = False,
+             borrow: bool = False) -> Sequence[tf.Tensor]:
+        """function(*variables, *arrays) by its trace for arrays of these shapes (with
+        `any_count`, of any length along their first axis). With `borrow` the arrays are
+        lent, not copied (`borrowed_tensor`): only for a caller that reads the outputs
+        before it changes them. Returns the flat outputs."""
+        shapes = [(None, *array.shape[1:]) if any_count else array.shape for array in arrays]
+        key = (purpose, *(variable.ref() for variable in variables),
+               *((shape, array.dtype.str) for shape, array in zip(shapes, arrays)))
+        call = self.calls.get(key)
+        if call is None:
+            specs = [tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+                     for shape, array in zip(shapes, arrays)]
+            call = DirectCall(function, *specs, variables=variables)
+            self.calls[key] = call
+        to_tensor = borrowed_tensor if borrow else tf.constant
+        return self._dispatch(purpose, call, [to_tensor(array) for array in arrays])
 
 
 def borrowed_tensor(array: np.ndarray) -> tf.Tensor:

@@ -16,7 +16,7 @@ import numpy as np
 from fast_dqn import saved_state
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.config import Config
-from fast_dqn.counters import period_passed
+from fast_dqn.schedule import period_passed
 from fast_dqn.samplers import EnvPool, PoolStopped
 from fast_dqn.saved_state import StateError
 

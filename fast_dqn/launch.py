@@ -22,28 +22,30 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, TrainingLoop, saved_run_finished
+from fast_dqn.agents import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
+                             unstored_count)
 from fast_dqn.atari import GameSettings, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
-                                  replay_in, save_checkpoint, unstored_arrays,
-                                  verify_checkpoint)
+                                  network_prefix, read_replay_into, read_unstored, replay_in,
+                                  save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
-from fast_dqn.learner import NonFiniteLoss
+from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
-from fast_dqn.replay_memory import ReplayMemory, check_memory_for, replay_bytes
+from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
                               default_run_dir, disk_space_warning, write_json_atomic)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
-from fast_dqn.counters import final_step, steps_at_sync_points
 from fast_dqn.saved_state import StateError, integer, section
+from fast_dqn.schedule import final_step, steps_at_sync_points
 from fast_dqn.stop_request import StopRequest
+from fast_dqn.transitions import Transitions, replay_bytes
 
 DESCRIPTIONS = {
     ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "
@@ -73,6 +75,36 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     if not Path(config.logdir).is_dir():  # an existing one is checked once it is locked
         check_run_dir_writable(Path(config.logdir))
     return config
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo; elsewhere the physical memory; None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory_for(capacity: int, headroom_bytes: int = 2 * 1024**3) -> None:
+    """Raises ValueError if this machine cannot hold a replay memory of `capacity`.
+
+    numpy allocates lazily, so an oversized memory would fail hours into a run; this check
+    runs before anything is allocated.
+    """
+    needed = replay_bytes(capacity)
+    available = available_memory_bytes()
+    if available is not None and needed + headroom_bytes > available:
+        raise ValueError(
+            f"--replay-capacity {capacity} needs {needed / 1e9:.1f} GB of memory (plus "
+            f"{headroom_bytes / 1e9:.0f} GB headroom) but only {available / 1e9:.1f} GB is "
+            f"available; lower --replay-capacity")
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
@@ -141,9 +173,9 @@ def checkpoint_bytes(config: Config) -> int:
     return replay + NETWORK_CHECKPOINT_BYTES
 
 
-def make_device_frames(config: Config) -> tuple[Any, str]:
-    """The replay memory's frames on the training device, or None for the host store; and
-    the device line's words on the choice (`--replay-device`)."""
+def make_frame_store(config: Config) -> tuple[FrameStore, str]:
+    """Where the replay memory's frames live (`--replay-device`), and the device line's
+    words on the choice."""
     from fast_dqn.device_frames import (DeviceFrames, ResourceExhausted, choose_replay_device,
                                         frames_bytes, gpu_free_bytes, has_gpu)
 
@@ -152,7 +184,7 @@ def make_device_frames(config: Config) -> tuple[Any, str]:
     on_device, line = choose_replay_device(config.replay_device, config.replay_capacity, gpu,
                                            free)
     if not on_device:
-        return None, line
+        return HostFrames(config.replay_capacity), line
     try:
         return DeviceFrames(config.replay_capacity), line
     except ResourceExhausted as error:
@@ -168,7 +200,7 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
-    device_frames, replay_line = make_device_frames(config)
+    frames, replay_line = make_frame_store(config)
     device = f"{device}; {replay_line}"
     print(device, flush=True)
     if algo == ALGO_FAST_DQN:
@@ -178,16 +210,15 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     network = make_q_network(config, pool.n_actions)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
-                          device_frames=device_frames)
+                          frames=frames)
 
-    def save(loop: TrainingLoop) -> None:
+    def save(state: dict, unstored: Transitions | None) -> None:
         arrays = None
         if config.checkpoint_replay:
             arrays = memory.state_dict()
-            unstored = loop.unstored_transitions()
             if unstored is not None:
                 arrays.update(unstored_arrays(unstored))
-        save_checkpoint(run_log.run_dir, loop.state(), network.checkpoint().write, arrays)
+        save_checkpoint(run_log.run_dir, state, network.checkpoint().write, arrays)
 
     progress = Progress(config.timesteps, initial_step=initial_step,
                         every_seconds=config.progress_every,
@@ -396,8 +427,43 @@ def extend_config(config: Config, run_dir: Path) -> None:
         write_json_atomic(run_dir / CONFIG_FILE, {**saved, "timesteps": config.timesteps})
 
 
+def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
+    """Restores a built loop from a checkpoint that `verify_checkpoint` passed, in this order:
+    networks and optimizer slots; the replay memory's arrays; the loop's own state; then the
+    transitions held apart from the memory (or, without a saved memory, a refill started from
+    the restored counters); last, a check of the memory's invariants. Only memory is changed.
+    Returns whether the checkpoint held the replay memory.
+
+    Raises:
+        CheckpointError: a file or a value does not fit this run, or the memory read back
+            breaks an invariant.
+    """
+    try:
+        loop.network.restore(network_prefix(checkpoint))
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    replay_restored = replay_in(checkpoint, manifest)
+    unstored = None
+    if replay_restored:
+        read_replay_into(checkpoint, loop.memory)
+        unstored = read_unstored(checkpoint, unstored_count(manifest))
+    try:
+        loop.restore(manifest)
+        if replay_restored:
+            loop.hold_unstored(unstored)
+    except StateError as error:
+        raise CheckpointError(f"{Path(checkpoint) / MANIFEST}: {error}") from None
+    if not replay_restored:  # the updates an epoch still owed go with the memory they sampled
+        loop.counters.start_refill()
+    try:
+        loop.memory.check_valid()
+    except ValueError as error:
+        raise CheckpointError(f"{checkpoint}: {error}") from None
+    return replay_restored
+
+
 def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
-    """Continues a run from its verified checkpoint (`TrainingLoop.resume_from`), then checks
+    """Continues a run from its verified checkpoint (`restore_loop`), then checks
     that the CSVs hold what the checkpoint counted. Only memory is changed here; the run's
     files are changed after it succeeds.
 
@@ -405,7 +471,7 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
         CheckpointError: a file or a value does not fit this run.
         ValueError: the CSVs disagree with the checkpoint.
     """
-    if not loop.resume_from(checkpoint, manifest):
+    if not restore_loop(loop, checkpoint, manifest):
         print("warning: the checkpoint holds no replay memory; the resumed run refills it "
               f"for {loop.config.replay_start} steps before it learns again", file=sys.stderr)
     check_logs_match(Path(loop.config.logdir), loop.counters.step,

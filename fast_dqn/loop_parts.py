@@ -7,23 +7,22 @@ tests' recording fakes stand in for the real parts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
 
 from fast_dqn.config import Config
 from fast_dqn.evaluation import EvaluationLog
-from fast_dqn.replay_memory import Batch, ReplayMemory, SlotBatch
+from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.samplers import EnvPool
 from fast_dqn.stop_request import StopRequest
-
-if TYPE_CHECKING:
-    from fast_dqn.agents import TrainingLoop
+from fast_dqn.transitions import Batch, SlotBatch, Transitions
 
 
 class QFunction(Protocol):
-    """What the loops need of a Q-network (and `fast_dqn.learner` of its updates)."""
+    """What the loops need of a Q-network (and `fast_dqn.trainer`, through the frame store,
+    of its updates)."""
 
     n_actions: int
 
@@ -59,5 +58,7 @@ class LoopParts(NamedTuple):
     run_log: RunLog
     rng: np.random.Generator
     progress: object | None = None  # fast_dqn.progress.Progress
-    save_checkpoint: Callable[["TrainingLoop"], None] | None = None
+    # Saves the loop's state (JSON-able) and the transitions it holds apart from the memory,
+    # with the networks and the memory the entry point built.
+    save_checkpoint: Callable[[dict[str, Any], Transitions | None], None] | None = None
     stop: StopRequest | None = None  # installed by the entry point before the run is built

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from fast_dqn.config import FRAME_SIZE, HISTORY, Config
-from fast_dqn.direct_calls import DirectCall, borrowed_tensor
-from fast_dqn.replay_memory import Batch, SlotBatch
+from fast_dqn.direct_calls import DirectCall, DirectCalls, borrowed_tensor
+from fast_dqn.transitions import Batch, SlotBatch
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 
 # TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
@@ -195,9 +195,9 @@ class QNetwork:
             True: tf.function(self._greedy_target, jit_compile=xla, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
         }
-        # The hot calls' traces, called directly (fast_dqn/direct_calls.py), by what they
-        # are for and their shapes.
-        self._direct_calls: dict[tuple, DirectCall] = {}
+        # The hot calls' traces, called directly (fast_dqn/direct_calls.py).
+        self.direct_calls = DirectCalls(
+            dispatch=lambda purpose, call, tensors: self._dispatch(purpose, call, tensors))
 
     def sync_target(self) -> None:
         for target_var, online_var in zip(self.target.variables, self.online.variables):
@@ -219,24 +219,7 @@ class QNetwork:
     def _call_directly(self, purpose: str, function: Any, arrays: list[np.ndarray],
                        variables: tuple[tf.Variable, ...] = (),
                        any_count: bool = False, borrow: bool = False) -> Sequence[tf.Tensor]:
-        """function(*variables, *arrays) by its trace for arrays of these shapes (with
-        `any_count`, of any length along their first axis), called directly: the samplers
-        query once per round and the trainer updates once per K updates, and the general
-        call's argument matching and checks cost more host time than the rest of the call
-        (the query: 108 against 41 us in one process). With `borrow` the arrays are lent,
-        not copied (`borrowed_tensor`): only for a caller that reads the outputs before
-        it changes them. Returns the flat outputs."""
-        shapes = [(None, *array.shape[1:]) if any_count else array.shape for array in arrays]
-        key = (purpose, *(variable.ref() for variable in variables),
-               *((shape, array.dtype.str) for shape, array in zip(shapes, arrays)))
-        call = self._direct_calls.get(key)
-        if call is None:
-            specs = [tf.TensorSpec(shape, tf.as_dtype(array.dtype))
-                     for shape, array in zip(shapes, arrays)]
-            call = DirectCall(function, *specs, variables=variables)
-            self._direct_calls[key] = call
-        to_tensor = borrowed_tensor if borrow else tf.constant
-        return self._dispatch(purpose, call, [to_tensor(array) for array in arrays])
+        return self.direct_calls.call(purpose, function, arrays, variables, any_count, borrow)
 
     def _dispatch(self, purpose: str, call: DirectCall,
                   tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:

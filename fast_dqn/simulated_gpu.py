@@ -16,7 +16,7 @@ from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
 from fast_dqn.q_network import SLOT_UPDATES, QNetwork, gather_states, q_network_settings
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
-from fast_dqn.replay_memory import Batch, SlotBatch
+from fast_dqn.transitions import Batch, SlotBatch
 
 with quiet_tensorflow_start():
     import tensorflow as tf

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 from fast_dqn.config import FRAME_SIZE, HISTORY
-from fast_dqn.counters import round_up
+from fast_dqn.schedule import round_up
 from fast_dqn.host_arrays import TENSOR_ALIGNMENT
-from fast_dqn.replay_memory import Transitions, concatenate, select, zero_transitions
+from fast_dqn.transitions import Transitions, concatenate, select, zero_transitions
 
 # The fewest frames whose bytes end on a TensorFlow-aligned boundary (4 frames of 84 x 84).
 _ALIGNED_FRAMES = TENSOR_ALIGNMENT // math.gcd(FRAME_SIZE * FRAME_SIZE, TENSOR_ALIGNMENT)

@@ -1,9 +1,19 @@
-"""The background trainer thread of the fast scheme (docs/design.md §2).
+"""The trainer: the update path from the replay memory to the network, and the background
+thread that runs it in the fast scheme (docs/design.md §2).
 
-The main thread hands it a number of minibatch updates per epoch and, at the next sync point,
-waits until they are done. The first exception raised on the trainer thread is stored and
-re-raised in the main thread by `wait` (or `check`), so a failing trainer stops the run
-instead of hanging it.
+`Trainer` draws minibatches and makes the network's updates: DQN's loop calls
+`Trainer.update_now` on the main thread. `TrainerThread` runs an epoch's updates in the
+background for FastDQN: the main thread hands it a number of updates per epoch and, at the
+next sync point, waits until they are done. A call makes k updates (k is at most
+`updates_per_call`): the memory is frozen during an epoch, so k minibatches can be drawn at
+once and trained in one call, paying the host's per-call cost once. The first exception
+raised on the thread is stored and re-raised in the main thread by `wait` (or `check`), so a
+failing trainer stops the run instead of hanging it.
+
+Where the memory's frames live decides what a minibatch is (fast_dqn/frame_store.py): on
+the host, `prepare` gathers its states into a buffer; on the device, it draws only their
+slots and masks and the update gathers the states inside its compiled step. Both draw the
+same slots from the same generator, so the updates are the same.
 """
 
 from __future__ import annotations
@@ -14,19 +24,80 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.transitions import Batch, SlotBatch
+
+if TYPE_CHECKING:
+    from fast_dqn.loop_parts import QFunction
 
 _POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
 
 _STOP = None  # sentinel that ends the thread
 
 
-def _nothing_to_prepare(count: int, slot: int) -> None:
-    return None
+class Trainer:
+    """The update path: draws minibatches from `memory` into its two buffers and makes the
+    network's updates on them (the update itself is `QNetwork`'s minibatch step: TD targets
+    from the target network, the summed Huber loss, one centred RMSProp step).
+
+    Thread use: `prepare(k, buffer)` and `update(minibatches, k)` may run on two threads at
+    once as long as they use different buffers (`TrainerThread`); `update_now` runs alone.
+    """
+
+    def __init__(self, memory: ReplayMemory, network: QFunction, batch_size: int,
+                 updates_per_call: int = 1):
+        self.memory = memory
+        self.network = network
+        self.batch_size = batch_size
+        self.updates_per_call = updates_per_call
+        rows = batch_size * updates_per_call
+        # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
+        self._buffers = (memory.frames.minibatch_buffers(rows),
+                         memory.frames.minibatch_buffers(rows))
+        # The memory's generator state before each buffer's draws, for `discard`.
+        self._drawn_from: list[dict | None] = [None, None]
+
+    def prepare(self, count: int, buffer: int) -> Batch | SlotBatch:
+        """`count` minibatches drawn from the memory (into buffer 0 or 1, where the frame
+        store gathers into buffers)."""
+        self._drawn_from[buffer] = self.memory.generator_state()
+        out = self._buffers[buffer]
+        if out is not None:
+            rows = count * self.batch_size
+            out = Batch(*(array[:rows] for array in out))
+        return self.memory.sample_many(count, self.batch_size, out=out)
+
+    def discard(self, buffer: int) -> None:
+        """Takes back the draws of the minibatches in `buffer`, prepared but never trained
+        on (the thread's epoch was abandoned after the draws ahead): the memory's generator
+        is again where those draws began, so a checkpoint holds the state of the updates
+        made, and the run resumed from it draws those minibatches for its next updates."""
+        state = self._drawn_from[buffer]
+        if state is not None:
+            self.memory.restore_generator(state)
+            self._drawn_from[buffer] = None
+
+    def update(self, minibatches: Batch | SlotBatch, count: int) -> None:
+        """`count` updates, one per minibatch, in one call."""
+        self.memory.frames.update(self.network, minibatches, count)
+
+    def update_now(self, count: int = 1) -> None:
+        """Draws and makes `count` updates on the calling thread."""
+        self.update(self.prepare(count, buffer=0), count)
 
 
-def _nothing_to_discard(slot: int) -> None:
-    return None
+class UpdateCalls(Protocol):
+    """What `TrainerThread` runs (a `Trainer`; the tests' fakes)."""
+
+    updates_per_call: int
+
+    def prepare(self, count: int, buffer: int) -> Any: ...
+
+    def update(self, minibatches: Any, count: int) -> None: ...
+
+    def discard(self, buffer: int) -> None: ...
 
 
 @dataclasses.dataclass
@@ -49,36 +120,30 @@ class TrainerTimes:
         return self.prepare_cpu_seconds + self.update_cpu_seconds
 
 
-class Trainer:
-    """Runs an epoch's n minibatch updates on a named background thread.
+class TrainerThread:
+    """Runs an epoch's n minibatch updates of a `Trainer` on a named background thread.
 
-    The work of one call is split in two: `prepare(k, slot)` draws k minibatches from the
-    replay memory into buffer `slot` (0 or 1, alternating), and `update(batches, k)` makes
-    the k updates. A second thread prepares the next call while the trainer thread runs the
+    The work of one call is split in two: `trainer.prepare(k, buffer)` draws k minibatches
+    from the replay memory into buffer 0 or 1 (alternating), and `trainer.update(batches, k)`
+    makes the k updates. A second thread prepares the next call while this thread runs the
     current one, so sampling overlaps the network's update (on a GPU, its kernels; in the
     benchmark's stub, its wait); the two threads never use the same buffer at once. The
     calls are prepared one after another in the epoch's order, so the minibatches do not
     depend on timing. A call prepared but never made (the epoch was abandoned) is handed to
-    `discard(slot)`, so that its draws can be taken back: the next update, after a resume,
-    draws the minibatch this one would have. k is at most `updates_per_call`: the replay memory is frozen during an
-    epoch, so k minibatches can be drawn and trained at once, paying the per-call host cost
-    once for k updates.
+    `trainer.discard(buffer)`, so that its draws are taken back: the next update, after a
+    resume, draws the minibatch this one would have.
 
     Ownership: during an epoch only these two threads touch the replay memory (reading) and
     the online network; the main thread touches neither until `wait` returns, and `wait`
     returns only when no preparation is in flight.
     """
 
-    def __init__(self, update: Callable[[Any, int], None],
-                 prepare: Callable[[int, int], Any] = _nothing_to_prepare,
-                 name: str = "trainer", updates_per_call: int = 1,
-                 discard: Callable[[int], None] = _nothing_to_discard):
-        if updates_per_call < 1:
-            raise ValueError(f"updates_per_call must be at least 1; got {updates_per_call}")
-        self._update = update
-        self._prepare = prepare
-        self._discard = discard
-        self._updates_per_call = updates_per_call
+    def __init__(self, trainer: UpdateCalls, name: str = "trainer"):
+        if trainer.updates_per_call < 1:
+            raise ValueError(f"updates_per_call must be at least 1; got "
+                             f"{trainer.updates_per_call}")
+        self._trainer = trainer
+        self._updates_per_call = trainer.updates_per_call
         self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-prepare")
         self._work: queue.Queue[int | None] = queue.Queue()
         self._done = threading.Semaphore(0)
@@ -86,7 +151,7 @@ class Trainer:
         self._abandon = threading.Event()  # ends the running epoch early
         self._error: BaseException | None = None
         self._pending = 0
-        self._completed = 0  # updates done; written by the trainer thread, read after `wait`
+        self._completed = 0  # updates done; written by this thread, read after `wait`
         self._collected = 0  # the part of `_completed` that `wait` has returned
         self.times = TrainerTimes()  # each field written by one thread only
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -147,7 +212,7 @@ class Trainer:
         counts = [min(self._updates_per_call, updates - done)
                   for done in range(0, updates, self._updates_per_call)]
         ahead: Future | None = None
-        ahead_slot = 0
+        ahead_buffer = 0
         try:
             for index, count in enumerate(counts):
                 if self._stop.is_set() or self._abandon.is_set():
@@ -157,21 +222,21 @@ class Trainer:
                 batches = ahead.result()
                 ahead = None
                 if index + 1 < len(counts):
-                    ahead_slot = (index + 1) % 2
+                    ahead_buffer = (index + 1) % 2
                     ahead = self._preparer.submit(self._timed_prepare, counts[index + 1],
-                                                  ahead_slot)
+                                                  ahead_buffer)
                 self._timed_update(batches, count)
                 self._completed += count
         finally:
             if ahead is not None:
                 wait_for_futures([ahead])  # nothing may read the memory after the epoch
                 if ahead.exception() is None:
-                    self._discard(ahead_slot)
+                    self._trainer.discard(ahead_buffer)
 
-    def _timed_prepare(self, count: int, slot: int) -> Any:
+    def _timed_prepare(self, count: int, buffer: int) -> Any:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            return self._prepare(count, slot)
+            return self._trainer.prepare(count, buffer)
         finally:
             self.times.prepare_cpu_seconds += time.thread_time() - cpu
             self.times.prepare_seconds += time.perf_counter() - wall
@@ -179,7 +244,7 @@ class Trainer:
     def _timed_update(self, batches: Any, count: int) -> None:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            self._update(batches, count)
+            self._trainer.update(batches, count)
         finally:
             self.times.update_cpu_seconds += time.thread_time() - cpu
             self.times.update_seconds += time.perf_counter() - wall

@@ -35,19 +35,18 @@ def peak_gb() -> float:
 def make_memory(capacity: int, replay_device: str):
     """The memory a run builds with --replay-capacity and --replay-device."""
     from fast_dqn.config import Config
-    from fast_dqn.launch import make_device_frames
+    from fast_dqn.launch import make_frame_store
     from fast_dqn.q_network import configure_device
     from fast_dqn.replay_memory import ReplayMemory
 
     configure_device()
-    device_frames, _ = make_device_frames(Config(replay_capacity=capacity,
-                                                 replay_device=replay_device))
-    return ReplayMemory(capacity, np.random.default_rng(0), device_frames=device_frames)
+    frames, _ = make_frame_store(Config(replay_capacity=capacity, replay_device=replay_device))
+    return ReplayMemory(capacity, np.random.default_rng(0), frames=frames)
 
 
 def save(out: Path, capacity: int, replay_device: str) -> dict:
     from fast_dqn.checkpoints import save_checkpoint
-    from fast_dqn.replay_memory import acted_transitions
+    from fast_dqn.transitions import acted_transitions
 
     memory = make_memory(capacity, replay_device)
     after_allocation = peak_gb()

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fast_dqn.replay_memory import Batch
+from fast_dqn.transitions import Batch
 from fast_dqn.samplers import OneCallStep, PoolStep
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from fast_dqn.acting import Exploration
 from fast_dqn.agents import FastDQN
-from fast_dqn.counters import epsilon_at
+from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
 
 NATURE = Config()
@@ -93,7 +93,7 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
                                                    initial_epsilon=0.9, final_epsilon=0.01),
                                     Config(replay_start=0, exploration_steps=0)])
 def test_vectorized_schedule_equals_the_scalar_one_bit_for_bit(config):
-    from fast_dqn.counters import epsilons_at
+    from fast_dqn.schedule import epsilons_at
     steps = np.concatenate([np.arange(0, 2_000, 7), np.arange(1_040_000, 1_060_000, 333)])
     expected = np.array([epsilon_at(int(step), config) for step in steps])
     np.testing.assert_array_equal(epsilons_at(steps, config), expected)

@@ -136,7 +136,5 @@ def test_the_benchmark_memory_is_built_empty(replay_device):
     memory = benchmark.make_memory(Config(replay_device=replay_device, xla="off"), capacity,
                                    np.random.default_rng(0))
     assert memory.size == 0 and memory.cursor == 0
-    frames = (memory.store.frames if memory.device_frames is None
-              else memory.device_frames.rows(0, capacity))
-    assert not frames.any()
+    assert not memory.frames.rows(0, capacity).any()
     assert not any(column.any() for column in memory.store)

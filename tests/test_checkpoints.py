@@ -24,7 +24,8 @@ from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHEC
                                   OLD_CHECKPOINT, CheckpointError, latest_checkpoint,
                                   network_prefix, read_manifest, read_replay_into, replay_in,
                                   save_checkpoint, verify_checkpoint)
-from fast_dqn.replay_memory import ReplayMemory, acted_transitions
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.transitions import acted_transitions
 from fast_dqn.run_dir import WriteFailed
 
 CAPACITY = 8
@@ -139,7 +140,7 @@ def test_read_replay_into_without_replay(tmp_path):
     path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), None)
     memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
     assert read_replay_into(path, memory) is False
-    assert not memory.store.frames.any() and memory.size == 0
+    assert not memory.frames.array.any() and memory.size == 0
 
 
 @pytest.mark.parametrize("name, saved, message", [

@@ -14,7 +14,7 @@ from fast_dqn.acting import FrameHistory
 from fast_dqn.direct_calls import DirectCall, borrowed_tensor
 from fast_dqn.q_network import configure_device, make_q_network
 from fast_dqn.device_frames import DeviceFrames
-from fast_dqn.replay_memory import Batch, SlotBatch
+from fast_dqn.transitions import Batch, SlotBatch
 
 N_ACTIONS = 6
 
@@ -88,7 +88,7 @@ def test_the_networks_calls_equal_the_ordinary_calls_bit_for_bit(xla):
         direct.greedy_actions(states, use_target=True),
         ordinary._greedy_fns[True](tf.constant(states)).numpy())
     assert direct.take_train_stats() == ordinary.take_train_stats()
-    assert all(call.direct for call in direct._direct_calls.values())
+    assert all(call.direct for call in direct.direct_calls.calls.values())
 
 
 def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
@@ -107,7 +107,7 @@ def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
     ordinary._update_many_slots_fn(frames.variable, *(
         tf.constant(column.reshape(4, 32, *column.shape[1:])) for column in minibatches))
     assert_same_networks(direct, ordinary)
-    assert all(call.direct for call in direct._direct_calls.values())
+    assert all(call.direct for call in direct.direct_calls.calls.values())
 
 
 def at_offset(array: np.ndarray, offset: int) -> np.ndarray:

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
-from fast_dqn.counters import epsilon_at, updates_due
+from fast_dqn.schedule import epsilon_at, updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import Batch, ReplayMemory, acted_transitions
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.transitions import Batch, acted_transitions
 from fast_dqn.staging import SamplerBuffer
 from fast_dqn.samplers import PoolStep
 from tests.fakes import FakeRunLog, RecordingNetwork, Tape
@@ -126,7 +127,7 @@ def test_fast_dqn_learns_the_optimal_q_values():
 def device_memory(capacity: int, rng: np.random.Generator) -> ReplayMemory:
     """A replay memory whose frames live in a TensorFlow variable (--replay-device=device)."""
     from fast_dqn.device_frames import DeviceFrames
-    return ReplayMemory(capacity, rng, device_frames=DeviceFrames(capacity))
+    return ReplayMemory(capacity, rng, frames=DeviceFrames(capacity))
 
 
 def memory_arrays(memory: ReplayMemory) -> dict[str, np.ndarray]:
@@ -334,7 +335,7 @@ def test_the_loops_generator_draws_for_the_rounds_taken_and_no_more(concurrent):
 
 def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
     """The loop reads the trainer's failure before each round it draws; without that it
-    would act to the epoch's end (100 rounds here) before `Trainer.wait` raised it."""
+    would act to the epoch's end (100 rounds here) before `TrainerThread.wait` raised it."""
     import time
 
     class FailingNetwork(RecordingNetwork):
@@ -457,20 +458,21 @@ def test_dqn_orchestration_tape():
 
 
 def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
-    """What `Trainer` relies on to take back the draws of a call it never made: after
+    """What `TrainerThread` relies on to take back the draws of a call it never made: after
     `discard`, the memory draws again the minibatches that were discarded."""
-    from fast_dqn.learner import Learner
-    from fast_dqn.replay_memory import ReplayMemory, acted_transitions
+    from fast_dqn.trainer import Trainer
+    from fast_dqn.replay_memory import ReplayMemory
+    from fast_dqn.transitions import acted_transitions
 
     memory = ReplayMemory(200, np.random.default_rng(5))
     frames = np.arange(150, dtype=np.uint8)[:, None, None] * np.ones((1, 84, 84), np.uint8)
     memory.add_many(acted_transitions(frames, np.zeros(150, np.uint8),
                                       np.zeros(150, np.float32), np.zeros(150, bool),
                                       np.zeros(150, bool)))
-    learner = Learner(memory, network=None, batch_size=4, updates_per_call=2)
-    learner.prepare(2, buffer=0)
-    discarded = learner.prepare(2, buffer=1).states.copy()
-    learner.discard(1)
-    np.testing.assert_array_equal(learner.prepare(2, buffer=1).states, discarded)
+    trainer = Trainer(memory, network=None, batch_size=4, updates_per_call=2)
+    trainer.prepare(2, buffer=0)
+    discarded = trainer.prepare(2, buffer=1).states.copy()
+    trainer.discard(1)
+    np.testing.assert_array_equal(trainer.prepare(2, buffer=1).states, discarded)
     # Without a discard the next draws are others (frames tell the slots apart).
-    assert not np.array_equal(learner.prepare(2, buffer=1).states, discarded)
+    assert not np.array_equal(trainer.prepare(2, buffer=1).states, discarded)

@@ -19,7 +19,7 @@ from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
                                 configure_device, dueling_q_values, huber, make_q_network)
 from fast_dqn.simulated_gpu import SimulatedGpu, make_simulated_q_network  # noqa: E402
-from fast_dqn.replay_memory import Batch  # noqa: E402
+from fast_dqn.transitions import Batch  # noqa: E402
 
 keras = tf.keras
 N_ACTIONS = 6
@@ -534,7 +534,7 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     `device_work_ms` of clock) done within them, or later when that gather takes longer."""
     from fast_dqn import simulated_gpu
     from fast_dqn.device_frames import DeviceFrames
-    from fast_dqn.replay_memory import SlotBatch
+    from fast_dqn.transitions import SlotBatch
     network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
                                        SimulatedGpu(update_ms=20.0, query_ms=10.0))
     rng = np.random.default_rng(0)
@@ -567,11 +567,11 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given():
     """The simulated GPU keeps the real gather (its host-visible cost): what it keeps of the
     last update's states is the pixel of the frames its slots name, worked out by hand."""
     from fast_dqn.device_frames import DeviceFrames
-    from fast_dqn.replay_memory import SlotBatch
+    from fast_dqn.transitions import SlotBatch
     network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
                                        SimulatedGpu(update_ms=0.0, query_ms=0.0))
     frames = DeviceFrames(64)
-    frames.write(np.arange(64), np.arange(1, 65, dtype=np.uint8)[:, None, None]
+    frames.write(0, np.arange(1, 65, dtype=np.uint8)[:, None, None]
                  * np.ones((1, 84, 84), np.uint8))  # slot i holds i + 1 everywhere
     slots = np.zeros((2 * 32, 4), np.int32)
     next_slots = np.zeros((2 * 32, 4), np.int32)

@@ -15,9 +15,10 @@ import pytest
 
 from fast_dqn.config import HISTORY
 from fast_dqn.acting import FrameHistory
-from fast_dqn.replay_memory import (BYTES_PER_TRANSITION, FRAME_SHAPE, ReplayMemory, Transitions,
-                                    acted_transitions, check_memory_for, clip_reward,
-                                    concatenate, zero_transitions)
+from fast_dqn.launch import check_memory_for
+from fast_dqn.replay_memory import ReplayMemory, clip_reward
+from fast_dqn.transitions import (BYTES_PER_TRANSITION, FRAME_SHAPE, Transitions,
+                                  acted_transitions, concatenate, zero_transitions)
 from fast_dqn.staging import SamplerBuffer, StagingArea
 
 # ------------------------------------------------------------------------------- helpers
@@ -68,7 +69,7 @@ def slot_of(frame_id: int, capacity: int) -> int:
 
 def valid_ids(memory: ReplayMemory) -> set[int]:
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
-    return {int(memory.store.frames[slot, 0, 0]) for slot in slots}
+    return {int(memory.frames.array[slot, 0, 0]) for slot in slots}
 
 
 # ------------------------------------------------------------------- table-driven cases
@@ -154,7 +155,7 @@ def test_rebuilt_states(case: Case):
     memory = memory_from(case.steps, case.capacity)
     for frame_id, expected in case.states.items():
         slot = slot_of(frame_id, case.capacity)
-        assert memory.store.frames[slot, 0, 0] == frame_id, "table names an overwritten id"
+        assert memory.frames.array[slot, 0, 0] == frame_id, "table names an overwritten id"
         assert ids_of(state_at(memory, slot)) == expected, f"state of id {frame_id}"
         if frame_id in case.valid:
             batch = memory.batch(np.array([slot]))
@@ -477,7 +478,7 @@ def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool
                 np.testing.assert_array_equal(after, ref.next_state)
 
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
-    tags = [tag_of(memory.store.frames[slot]) for slot in slots]
+    tags = [tag_of(memory.frames.array[slot]) for slot in slots]
     assert len(set(tags)) == len(tags), "a transition is sampleable twice"
     expected = {(env, t) for env, reference in enumerate(references)
                 for t in expected_valid(reference, capacity=10**9)}
@@ -514,7 +515,7 @@ def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, syn
     run_samplers(streams, memory, syncs, rng)
     check_fast_memory(memory, streams, wrapped=False)
     # context copies (and the first copy of a carried row) are stored but never sampleable
-    stored = [tag_of(memory.store.frames[slot]) for slot in range(memory.size)]
+    stored = [tag_of(memory.frames.array[slot]) for slot in range(memory.size)]
     assert len(stored) > len(set(stored)), "expected episodes left unfinished across flushes"
     valid = memory.valid(np.arange(memory.size))
     for tag in set(stored):
@@ -629,7 +630,7 @@ def test_capacity_below_one_state_is_rejected():
 
 def test_batch_into_reused_buffers_equals_a_fresh_batch():
     """The trainers reuse one buffer per minibatch (fresh arrays cost page faults)."""
-    from fast_dqn.replay_memory import empty_batch
+    from fast_dqn.transitions import empty_batch
 
     rng = np.random.default_rng(3)
     memory = ReplayMemory(64, np.random.default_rng(0))
@@ -669,7 +670,7 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
 
 def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
     """K updates per call must see the same minibatches as K single updates."""
-    from fast_dqn.replay_memory import empty_batch
+    from fast_dqn.transitions import empty_batch
 
     def filled(seed: int) -> ReplayMemory:
         rng = np.random.default_rng(3)

@@ -466,7 +466,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     # written all the same, so that it counts that evaluation.
     saved = []
     third = make_loop(CorridorPool(2))
-    third._save_checkpoint = lambda loop: saved.append(loop.counters.step)
+    third._save_checkpoint = lambda state, unstored: saved.append(state["counters"]["step"])
     third.restore(first.state())
     third.evaluator.run = _then_stop(third.evaluator.run, third)
     third.run()
@@ -479,7 +479,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     from fast_dqn import launch
     from fast_dqn.run_dir import WriteFailed
 
-    def disk_full(loop):
+    def disk_full(state, unstored):
         raise WriteFailed(Path("run/checkpoint.tmp/replay/frames.npy"),
                           "No space left on device", disk_full=True)
 
@@ -616,8 +616,8 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     network = StoppedAfterTwoUpdates(tape)
     checkpoints = []
     stopped = resumed(400, saved, tape, stop, network,
-                      save_checkpoint=lambda loop: checkpoints.append(
-                          (loop.memory.state_dict(), loop.state())))
+                      save_checkpoint=lambda state, unstored: checkpoints.append(
+                          (stopped.memory.state_dict(), state)))
     stopped.run()
     assert [event[1] for event in tape.main_thread()] == ["train", "train"]
     assert stopped.counters.updates == (300 - 100) // 4 - 3

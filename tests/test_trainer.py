@@ -2,15 +2,32 @@
 
 import threading
 import time
+from typing import Any, Callable
 
 import pytest
 
-from fast_dqn.trainer import Trainer
+from fast_dqn.trainer import TrainerThread
+
+
+class Calls:
+    """The update path a `TrainerThread` runs, as plain functions."""
+
+    def __init__(self, update: Callable[[Any, int], None],
+                 prepare: Callable[[int, int], Any] = lambda count, buffer: None,
+                 updates_per_call: int = 1,
+                 discard: Callable[[int], None] = lambda buffer: None):
+        self.update, self.prepare, self.discard = update, prepare, discard
+        self.updates_per_call = updates_per_call
+
+
+def trainer_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
+                   updates_per_call: int = 1, discard=lambda buffer: None) -> TrainerThread:
+    return TrainerThread(Calls(update, prepare, updates_per_call, discard), name=name)
 
 
 def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
-    trainer = Trainer(lambda _, count: threads.append(threading.current_thread().name))
+    trainer = trainer_thread(lambda _, count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
     first = trainer.wait()
     trainer.start_epoch(3)
@@ -28,7 +45,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
         if len(calls) == 3:
             raise RuntimeError("broken update")
 
-    trainer = Trainer(update)
+    trainer = trainer_thread(update)
     trainer.start_epoch(100)
     with pytest.raises(RuntimeError, match="broken update"):
         trainer.wait()
@@ -41,7 +58,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
 
 def test_a_stop_request_abandons_the_epoch_within_moments():
     """Regression: Ctrl-C while the main thread waited for the trainer waited out the epoch."""
-    trainer = Trainer(lambda _, count: time.sleep(0.01))
+    trainer = trainer_thread(lambda _, count: time.sleep(0.01))
     trainer.start_epoch(10_000)  # 100 s of updates
     requested = time.monotonic() + 0.2
     started = time.monotonic()
@@ -54,7 +71,7 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
 
 
 def test_close_is_idempotent_and_joins_the_thread():
-    trainer = Trainer(lambda _, count: time.sleep(0.001), name="trainer-closed-twice")
+    trainer = trainer_thread(lambda _, count: time.sleep(0.001), name="trainer-closed-twice")
     trainer.start_epoch(1_000_000)  # 1,000 s of updates
     started = time.monotonic()
     trainer.close()
@@ -66,7 +83,7 @@ def test_close_is_idempotent_and_joins_the_thread():
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     calls = []
-    trainer = Trainer(lambda _, count: calls.append(count), updates_per_call=4)
+    trainer = trainer_thread(lambda _, count: calls.append(count), updates_per_call=4)
     trainer.start_epoch(10)
     first = trainer.wait()
     trainer.start_epoch(8)
@@ -78,11 +95,11 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
 
 def test_updates_per_call_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
-        Trainer(lambda _, count: None, updates_per_call=0)
+        trainer_thread(lambda _, count: None, updates_per_call=0)
 
 
 def test_wait_returns_the_updates_made_since_the_last_wait():
-    trainer = Trainer(lambda _, count: None, updates_per_call=3)
+    trainer = trainer_thread(lambda _, count: None, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     assert trainer.wait() == 0  # nothing started since
@@ -113,7 +130,7 @@ def test_the_next_call_is_prepared_while_the_current_one_updates():
             events.append(("update", prepared, count))
         updating.clear()
 
-    trainer = Trainer(update, prepare=prepare, updates_per_call=3)
+    trainer = trainer_thread(update, prepare=prepare, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     trainer.close()
@@ -136,7 +153,7 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
         time.sleep(0.01)
         running.pop()
 
-    trainer = Trainer(lambda _, count: time.sleep(0.005), prepare=prepare)
+    trainer = trainer_thread(lambda _, count: time.sleep(0.005), prepare=prepare)
     trainer.start_epoch(100_000)
     time.sleep(0.1)
     made = trainer.wait(abandon_if=lambda: True)
@@ -150,7 +167,7 @@ def test_an_exception_in_prepare_is_re_raised_by_wait():
         raise RuntimeError("broken sampling")
 
     updates = []
-    trainer = Trainer(lambda _, count: updates.append(count), prepare=prepare)
+    trainer = trainer_thread(lambda _, count: updates.append(count), prepare=prepare)
     trainer.start_epoch(5)
     with pytest.raises(RuntimeError, match="broken sampling"):
         trainer.wait()
@@ -170,7 +187,7 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
         time.sleep(0.02)
         spin_cpu(0.01)
 
-    trainer = Trainer(update, prepare=lambda count, slot: spin_cpu(0.005), updates_per_call=2)
+    trainer = trainer_thread(update, prepare=lambda count, slot: spin_cpu(0.005), updates_per_call=2)
     trainer.start_epoch(20)  # 10 calls
     assert trainer.wait() == 20
     trainer.close()
@@ -198,7 +215,7 @@ def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
         time.sleep(0.05)  # the next call is prepared meanwhile
         abandon.set()
 
-    trainer = Trainer(update, prepare=prepare, updates_per_call=1, discard=discarded.append)
+    trainer = trainer_thread(update, prepare=prepare, updates_per_call=1, discard=discarded.append)
     trainer.start_epoch(100)
     abandon.wait(5)
     assert trainer.wait(abandon_if=lambda: True) == len(made)

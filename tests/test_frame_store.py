@@ -1,6 +1,7 @@
-"""The replay memory's frames on the training device (--replay-device=device), on the CPU:
-the same minibatches and updates as with the frames on the host, checkpoints with the same
-bytes, and the choice that --replay-device=auto makes."""
+"""The frame store in its two places (fast_dqn/frame_store.py), on the CPU: rows written
+around the ring as a naive loop writes them, the same minibatches and updates with the frames
+on the device (--replay-device=device) as on the host, checkpoints with the same bytes, and
+the choice that --replay-device=auto makes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from fast_dqn.checkpoints import latest_checkpoint, read_replay_into, save_check
 from fast_dqn.config import Config
 from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
                                     frames_bytes)
+from fast_dqn.frame_store import HostFrames
 from fast_dqn.q_network import configure_device, gather_states, make_q_network
-from fast_dqn.replay_memory import ReplayMemory, Transitions, acted_transitions, zero_transitions
+from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
+                                  zero_transitions)
 
 CAPACITY = 64
 
@@ -36,21 +40,34 @@ def fill(memory: ReplayMemory, seed: int = 3, count: int = 150) -> ReplayMemory:
     return memory
 
 
+@pytest.mark.parametrize("store_class", [HostFrames, DeviceFrames])
+def test_a_write_goes_around_the_end_of_the_ring(store_class):
+    store = store_class(10)
+    frames = np.stack([np.full((84, 84), value, np.uint8) for value in range(1, 7)])
+    store.write(7, frames)
+    expected = np.zeros((10, 84, 84), np.uint8)
+    for offset, value in enumerate(range(1, 7)):  # slots 7, 8, 9, 0, 1, 2
+        expected[(7 + offset) % 10] = value
+    np.testing.assert_array_equal(store.rows(0, 10), expected)
+    store.put_rows(3, frames[:2])
+    expected[3:5] = frames[:2]
+    np.testing.assert_array_equal(store.rows(0, 10), expected)
+
+
 def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
     host = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed)))
     device = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed),
-                               device_frames=DeviceFrames(CAPACITY)))
+                               frames=DeviceFrames(CAPACITY)))
     return host, device
 
 
 def test_slots_gathered_on_the_device_are_the_host_minibatches():
     host, device = host_and_device()
-    with pytest.raises(ValueError, match="on the device"):
-        device.sample(4)
     for _ in range(3):
         batches = host.sample_many(3, 16)
-        slots = device.sample_slots(3, 16)
-        frames = device.device_frames.variable
+        slots = device.sample_many(3, 16)
+        assert isinstance(batches, Batch) and isinstance(slots, SlotBatch)
+        frames = device.frames.variable
         np.testing.assert_array_equal(
             gather_states(frames, slots.state_slots, slots.state_mask).numpy(), batches.states)
         np.testing.assert_array_equal(
@@ -69,9 +86,8 @@ def test_updates_from_device_slots_equal_updates_from_host_minibatches(xla, coun
     host, device = host_and_device()
     on_host, on_device = make_q_network(config, 6), make_q_network(config, 6)
     for _ in range(2):
-        on_host.update_many(host.sample_many(count, 32), count)
-        on_device.update_from_slots(device.device_frames.variable,
-                                    device.sample_slots(count, 32), count)
+        host.frames.update(on_host, host.sample_many(count, 32), count)
+        device.frames.update(on_device, device.sample_many(count, 32), count)
     for a, b in zip(on_host.optimizer.variables + on_host.online.variables,
                     on_device.optimizer.variables + on_device.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)  # bit for bit
@@ -91,9 +107,9 @@ def test_a_device_memory_saves_the_host_bytes_in_chunks_and_reads_them_back(tmp_
         assert (tmp_path / "device" / path).read_bytes() == (tmp_path / "host" / path).read_bytes()
 
     restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
-                            device_frames=DeviceFrames(CAPACITY))
+                            frames=DeviceFrames(CAPACITY))
     assert read_replay_into(latest_checkpoint(tmp_path / "device"), restored)
-    np.testing.assert_array_equal(restored.device_frames.rows(0, CAPACITY), host.store.frames)
+    np.testing.assert_array_equal(restored.frames.rows(0, CAPACITY), host.frames.array)
     assert (restored.cursor, restored.size) == (host.cursor, host.size)
     restored.check_valid()
 
@@ -102,10 +118,10 @@ def test_a_checkpoint_of_a_memory_that_has_not_wrapped_fills_the_leading_rows(tm
     host = fill(ReplayMemory(CAPACITY, np.random.default_rng(0)), count=40)
     save_checkpoint(tmp_path, {"step": 1}, None, host.state_dict())
     restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
-                            device_frames=DeviceFrames(CAPACITY))
+                            frames=DeviceFrames(CAPACITY))
     assert read_replay_into(latest_checkpoint(tmp_path), restored)
-    np.testing.assert_array_equal(restored.device_frames.rows(0, 40), host.store.frames[:40])
-    assert not restored.device_frames.rows(40, CAPACITY).any()
+    np.testing.assert_array_equal(restored.frames.rows(0, 40), host.frames.array[:40])
+    assert not restored.frames.rows(40, CAPACITY).any()
     assert restored.size == 40
 
 
@@ -158,7 +174,7 @@ def test_frames_written_are_the_devices_own_once_the_write_returns():
     source = zero_transitions(5).frames
     assert source.ctypes.data % 64 == 0  # lent, not copied
     source[...] = np.arange(1, 6, dtype=np.uint8)[:, None, None]
-    frames.write(np.array([6, 7, 0, 1, 2]), source)  # around the end of the ring
+    frames.write(6, source)  # around the end of the ring: slots 6, 7, 0, 1, 2
     source[...] = 99
     rows = frames.rows(0, 8)
     assert rows[[6, 7, 0, 1, 2], 40, 40].tolist() == [1, 2, 3, 4, 5]
@@ -169,8 +185,8 @@ def test_padded_frames_gather_zero_from_a_store_whose_every_slot_is_written():
     """No slot of a full store is zero here, so a padded frame can only come out zero if
     the gather takes it from the store's own zero row, whatever slot the mask covers."""
     frames = DeviceFrames(6)
-    frames.write(np.arange(6), np.full((6, 84, 84), 200, np.uint8))
-    frames.write(np.array([4, 5, 0]), np.full((3, 84, 84), 7, np.uint8))  # around the end
+    frames.write(0, np.full((6, 84, 84), 200, np.uint8))
+    frames.write(4, np.full((3, 84, 84), 7, np.uint8))  # slots 4, 5, 0: around the end
     slots = tf.constant([[5, 0, 1, 2], [3, 4, 5, 0]], tf.int32)
     mask = tf.constant([[0, 1, 1, 1], [0, 0, 1, 1]], tf.uint8)  # as `SlotBatch` holds it
     states = gather_states(frames.variable, slots, mask).numpy()

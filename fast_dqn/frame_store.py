@@ -1,0 +1,125 @@
+"""The replay memory's frames column, in one of two places behind one seam.
+
+The frames are 7,056 of the 7,064 bytes of a transition, and where they live decides how a
+minibatch reaches the network: on the host (`HostFrames`), its states are gathered into a
+`Batch` by NumPy and copied to the device with the update; on the training device
+(`fast_dqn.device_frames.DeviceFrames`), the host sends only the slots the states are made
+of (`SlotBatch`) and the update gathers them where the frames are. Everything else about
+the memory (its other columns, which slots are valid, the generator that draws them) is the
+same in both places, so both draw the same minibatches and make the same updates.
+
+A frame store does four things, and nothing outside it asks where the frames live:
+
+- write rows (a flush's transitions, in ring order);
+- turn a minibatch's slots into what the network's update takes (`gather`), and hand it to
+  the network's update that takes it (`update`);
+- stream its rows out to a checkpoint and back in (`saved_rows`, `restore_target`);
+- hand out host copies of its rows (`rows`, for tests and tools).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from fast_dqn.host_arrays import aligned_zeros
+from fast_dqn.transitions import FRAME_SHAPE, Batch, SlotBatch, empty_batch
+
+
+class UpdatingNetwork(Protocol):
+    """The network updates a frame store hands its minibatches to (`QNetwork`'s)."""
+
+    def update_many(self, batches: Batch, count: int) -> None: ...
+
+    def update_from_slots(self, frames: Any, slots: SlotBatch, count: int) -> None: ...
+
+
+class FrameStore(Protocol):
+    """Frame rows 0 .. capacity - 1 of a replay memory, one 84x84 uint8 frame per slot."""
+
+    capacity: int
+
+    def write(self, start: int, frames: np.ndarray) -> None:
+        """Writes `frames` to rows start, start + 1, ... (around the end of the ring)."""
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows start .. stop - 1 as a host array."""
+
+    def put_rows(self, start: int, frames: np.ndarray) -> None:
+        """Writes host rows from `start` on (no wrap-around; a checkpoint read's chunks)."""
+
+    def minibatch_buffers(self, rows: int) -> Batch | None:
+        """Reusable buffers for `gather` to fill with `rows` transitions, or None where
+        the minibatches it makes need none."""
+
+    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch | SlotBatch:
+        """The minibatches whose states are made of `slots`, as the update takes them."""
+
+    def update(self, network: UpdatingNetwork, minibatches: Batch | SlotBatch,
+               count: int) -> None:
+        """`count` updates of `network`, one per minibatch that `gather` made."""
+
+    def saved_rows(self, size: int) -> Any:
+        """Rows 0 .. size - 1 as a checkpoint writes them: an array, or a source that hands
+        them out a chunk at a time (`chunks(rows_per_chunk)`, `shape`, `dtype`)."""
+
+    def restore_target(self) -> Any:
+        """Where a checkpoint's rows are read to: an array filled in place, or a sink that
+        takes them a chunk at a time (`put_rows`, `shape`, `dtype`)."""
+
+
+class HostFrames:
+    """The frames in host memory, one array of (capacity, 84, 84) uint8.
+
+    Its minibatches are gathered into reused buffers (`Batch`): fresh megabyte-sized arrays
+    per call cost page faults that made sampling 8 times slower.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        # Aligned so that TensorFlow could read it in place, as every host column is.
+        self.array = aligned_zeros((capacity, *FRAME_SHAPE), np.uint8)
+
+    def write(self, start: int, frames: np.ndarray) -> None:
+        count = len(frames)
+        first = min(count, self.capacity - start)
+        self.array[start:start + first] = frames[:first]
+        self.array[:count - first] = frames[first:]
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        return self.array[start:stop].copy()
+
+    def put_rows(self, start: int, frames: np.ndarray) -> None:
+        self.array[start:start + len(frames)] = frames
+
+    def minibatch_buffers(self, rows: int) -> Batch:
+        return empty_batch(rows)
+
+    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch:
+        """The states of `slots` gathered on the host (into `out`'s buffers, when given,
+        which are returned)."""
+        if out is None:
+            out = empty_batch(len(slots.actions))
+        np.take(self.array, slots.state_slots, axis=0, out=out.states, mode="clip")
+        out.states[slots.state_mask == 0] = 0  # frames before the episode's start
+        # The next state shares three frames with the state. For a valid slot, every frame
+        # the state's mask zeroes is zeroed by the next state's mask too, so the masked
+        # frames can be copied; only the newest frame is read from the store again.
+        out.next_states[:, :-1] = out.states[:, 1:]
+        np.take(self.array, slots.next_slots[:, -1], axis=0, out=out.next_states[:, -1],
+                mode="clip")
+        out.next_states[slots.next_mask == 0] = 0
+        out.actions[...] = slots.actions
+        out.rewards[...] = slots.rewards
+        out.terminals[...] = slots.terminals
+        return out
+
+    def update(self, network: UpdatingNetwork, minibatches: Batch, count: int) -> None:
+        network.update_many(minibatches, count)
+
+    def saved_rows(self, size: int) -> np.ndarray:
+        return self.array[:size]  # np.save streams it: no second copy
+
+    def restore_target(self) -> np.ndarray:
+        return self.array  # read straight into: no second copy
