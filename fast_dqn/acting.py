@@ -7,7 +7,7 @@ frame), which its tests check against this one.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -16,6 +16,12 @@ from fast_dqn.schedule import epsilons_at, final_epsilon_step
 from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
 from fast_dqn.samplers import EnvPool
+
+
+class GreedyPolicy(Protocol):
+    """What acting needs of a Q-network (`QNetwork.greedy_actions`)."""
+
+    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray: ...
 
 
 class Exploration(NamedTuple):
@@ -126,6 +132,29 @@ class Actor:
     @property
     def states(self) -> np.ndarray:
         return self.history.states
+
+    def actions(self, exploration: Exploration, network: GreedyPolicy, use_target: bool,
+                one_query: bool = True) -> np.ndarray:
+        """The round's epsilon-greedy actions: env i's random action where it explores, else
+        the greedy action of `network` on its state. One batched query for the W states
+        (`--synchronize`), or with `one_query=False` one per sampler, each in its own
+        thread. No query when every env explores (the random phase, and rounds early in the
+        decay), as its greedy actions would go unused."""
+        if exploration.all_random:
+            greedy = np.zeros(len(exploration.explore), dtype=np.int64)
+        elif one_query:
+            greedy = network.greedy_actions(self.states, use_target=use_target)
+        else:
+            greedy = self._query_each(network, use_target)
+        return exploration.actions(greedy)
+
+    def _query_each(self, network: GreedyPolicy, use_target: bool) -> np.ndarray:
+        states = self.states
+
+        def query_one(env: int) -> int:
+            return int(network.greedy_actions(states[env:env + 1], use_target)[0])
+
+        return np.array(self.pool.run_in_samplers(query_one), dtype=np.int64)
 
     def reset(self, seed: int) -> None:
         self._newest = self.pool.reset(seed=seed)

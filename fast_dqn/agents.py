@@ -58,6 +58,7 @@ class TrainingLoop:
     """What DQN and FastDQN share: acting, score keeping and the sync-point sequence."""
 
     algo = "dqn"
+    one_query = True  # a round's greedy actions from one batched query (else per sampler)
 
     def __init__(self, parts: LoopParts):
         self.config = parts.config
@@ -77,6 +78,7 @@ class TrainingLoop:
                                self.config.updates_per_call)
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
+        self._updates_logged = 0  # the updates whose losses the logs hold
         # The latest checkpoint's `_checkpoint_position`.
         self._saved: tuple[int, int, int] | None = None
 
@@ -84,19 +86,8 @@ class TrainingLoop:
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        return self.actions_for(self.epsilon_greedy.draw(self.counters.step), use_target)
-
-    def actions_for(self, exploration: Exploration, use_target: bool) -> np.ndarray:
-        """The round's actions; no query when every env explores (the random phase, and
-        rounds early in the decay), as its greedy actions would go unused."""
-        if exploration.all_random:
-            greedy = np.zeros(len(exploration.explore), dtype=np.int64)
-        else:
-            greedy = self.query_greedy(use_target)
-        return exploration.actions(greedy)
-
-    def query_greedy(self, use_target: bool) -> np.ndarray:
-        return self.network.greedy_actions(self.actor.states, use_target=use_target)
+        return self.actor.actions(self.epsilon_greedy.draw(self.counters.step), self.network,
+                                  use_target, one_query=self.one_query)
 
     def log_games(self, games: list[FinishedGame]) -> None:
         step, stats = self.counters.step, self.counters.games
@@ -161,7 +152,9 @@ class TrainingLoop:
 
     def log_training(self) -> None:
         """Training scalars over the updates since the last call, after the NaN guard."""
-        loss, mean_q, count = self.network.take_train_stats()
+        count = self.counters.updates - self._updates_logged
+        loss, mean_q = self.network.take_train_stats(count)
+        self._updates_logged = self.counters.updates
         step = self.counters.step
         check_loss_finite(loss, count, step)
         steps_per_second, updates_per_second = self.counters.rates()
@@ -276,6 +269,7 @@ class TrainingLoop:
         self.rng.bit_generator.state = rng_state
         self.memory.restore_generator(replay_rng_state)
         self.env_seed = self.config.seed + self.counters.step
+        self._updates_logged = self.counters.updates  # the network's sums start at zero
         self._saved = self._checkpoint_position()
 
     def hold_unstored(self, transitions: Transitions | None) -> None:
@@ -354,11 +348,12 @@ class FastDQN(TrainingLoop):
 
     def __init__(self, parts: LoopParts):
         super().__init__(parts)
+        self.one_query = self.config.synchronize
         num_envs = self.actor.pool.num_envs
         self.buffers = [SamplerBuffer() for _ in range(num_envs)]
         self.trainer_thread: TrainerThread | None = None
         if self.config.concurrent:
-            self.trainer_thread = TrainerThread(self.trainer)
+            self.trainer_thread = TrainerThread(self.trainer, self.counters)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one
@@ -370,16 +365,6 @@ class FastDQN(TrainingLoop):
 
     def hold_unstored(self, transitions: Transitions | None) -> None:
         self._unstored = transitions
-
-    def query_greedy(self, use_target: bool) -> np.ndarray:
-        if self.config.synchronize:
-            return super().query_greedy(use_target)
-        states = self.actor.states  # each sampler queries the network alone
-
-        def query_one(env: int) -> int:
-            return int(self.network.greedy_actions(states[env:env + 1], use_target)[0])
-
-        return np.array(self.actor.pool.run_in_samplers(query_one), dtype=np.int64)
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
@@ -472,7 +457,7 @@ class FastDQN(TrainingLoop):
         self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
             # On a stop request the rest of the epoch's updates are abandoned.
-            counters.updates += self.trainer_thread.wait(abandon_if=lambda: bool(self.stop))
+            self.trainer_thread.wait(abandon_if=lambda: bool(self.stop))
 
     def _next_round(self, step: int, end: int) -> Exploration | None:
         """The draws of the round to take at `step`, or None where the epoch's acting stops
@@ -491,7 +476,8 @@ class FastDQN(TrainingLoop):
         stacks: the stacks' shift, the last round's transitions into the staging area and
         the next round's draws."""
         counters, num_envs = self.counters, self.actor.pool.num_envs
-        self.actor.send(self.actions_for(exploration, use_target=True))
+        self.actor.send(self.actor.actions(exploration, self.network, use_target=True,
+                                           one_query=self.one_query))
         self._stage_acted()
         exploration = self._next_round(counters.step + num_envs, end)
         self._acted, games = self.actor.receive()

@@ -177,7 +177,7 @@ def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,
     states = np.zeros((max(num_envs, 1), HISTORY, FRAME_SIZE, FRAME_SIZE), np.uint8)
     network.greedy_actions(states, use_target=True)
     network.greedy_actions(states, use_target=False)
-    network.take_train_stats()
+    network.take_train_stats(0)
 
 
 class LearningWindow:
@@ -308,12 +308,12 @@ def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) ->
     trainer = Trainer(memory, network, config.batch_size, per_call)
     for _ in range(3):  # compile and warm up
         trainer.update_now(per_call)
-    network.take_train_stats()
+    network.take_train_stats(0)
     updates, start = 0, time.perf_counter()
     while time.perf_counter() - start < args.trainer_seconds:
         trainer.update_now(per_call)
         updates += per_call
-    network.take_train_stats()  # waits for the device to finish
+    network.take_train_stats(0)  # waits for the device to finish
     return updates / (time.perf_counter() - start)
 
 

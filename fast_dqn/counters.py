@@ -88,8 +88,9 @@ class RunCounters:
     """Agent steps, minibatch updates, finished games and the run's clock.
 
     `step` counts agent steps: one per environment per round (W per round in the fast
-    scheme). `updates` counts minibatch updates applied to the online network. Owned by the
-    main thread; the trainer thread's updates are added when an epoch's work is collected.
+    scheme). `updates` counts minibatch updates applied to the online network, wherever
+    they are made: the main thread adds its own, and during an epoch the trainer thread adds
+    each call's (`TrainerThread`); the main thread reads the epoch's only after waiting for it.
     The clock and the rates span the whole run, earlier processes of a resumed run included.
     """
 

@@ -71,7 +71,7 @@ class DirectCalls:
     """A network's hot calls, each traced once per purpose and input shapes and then called
     directly: the samplers query once per round and the trainer updates once per K
     updates, and the general call's argument matching and checks cost more host time than
-    the rest of the call (docs/throughput.md).
+    the rest of the call (docs/throughput.md, "Figures behind choices in the code").
 
     `dispatch(purpose, call, tensors)` runs a call on its inputs; the benchmark's simulated
     GPU passes one that times the device's work from there.
@@ -104,9 +104,9 @@ class DirectCalls:
 def borrowed_tensor(array: np.ndarray) -> tf.Tensor:
     """A CPU tensor that reads `array`'s memory instead of copying it (through DLPack).
 
-    `tf.constant` copies: for the samplers' 16 states (451 KB) a round paid 35 us for it on
-    a warm cache, and about 115 us more per round in a run, where every round starts with a
-    cold one (measured by alternating the two in one benchmark run). The tensor sees any
+    `tf.constant` copies, once per round for the samplers' states, and in a run every round
+    starts with a cold cache (docs/throughput.md, "Figures behind choices in the code"). The
+    tensor sees any
     later change to `array`, so it is only for a call whose results are read (`.numpy()`)
     before `array` changes; reading them waits for everything the call did with its inputs,
     a GPU's copy included. Arrays that cannot be lent are copied: those not aligned as

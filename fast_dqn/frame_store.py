@@ -73,7 +73,7 @@ class HostFrames:
     """The frames in host memory, one array of (capacity, 84, 84) uint8.
 
     Its minibatches are gathered into reused buffers (`Batch`): fresh megabyte-sized arrays
-    per call cost page faults that made sampling 8 times slower.
+    per call cost page faults (docs/throughput.md).
     """
 
     def __init__(self, capacity: int):

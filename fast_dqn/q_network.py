@@ -121,10 +121,10 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
 
 
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """frames[slots] with the masked frames zero: the states `ReplayMemory.batch` makes on
+    """frames[slots] with the masked frames zero: the states `HostFrames.gather` makes on
     the host, made where the frames are. The masked frames are gathered from `frames`' last
-    row, which is zero (`DeviceFrames`), rather than zeroed after the gather: on the CPU
-    that multiplication added about 60% to the gather's own time (timed alone)."""
+    row, which is zero (`DeviceFrames`), rather than zeroed after the gather, which costs a
+    pass over the states (docs/throughput.md, "Figures behind choices in the code")."""
     zero_slot = tf.cast(tf.shape(frames)[0] - 1, slots.dtype)
     return tf.gather(frames, tf.where(tf.cast(mask, tf.bool), slots, zero_slot))
 
@@ -133,7 +133,7 @@ def in_order(step: Any, count: tf.Tensor) -> None:
     """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another.
 
     A loop rather than `count` copies of the step: one trace serves every count and tracing
-    costs the same for any count (16 unrolled updates took about 5 s to trace on the CPU).
+    costs the same for any count (unrolled copies take several times longer to trace).
     One iteration at a time, so each update reads the weights the one before it wrote.
     """
     def body(k: tf.Tensor) -> tuple[tf.Tensor]:
@@ -172,16 +172,15 @@ class QNetwork:
             learning_rate=lr, rho=rho, epsilon=epsilon, centered=True, momentum=0.0)
         self.optimizer.build(self.online.trainable_variables)
         # Sums over the updates since the last `take_train_stats`, kept on the device so
-        # that an update never waits for a host copy.
+        # that an update never waits for a host copy. The run counts the updates.
         self._loss_sum = tf.Variable(0.0, trainable=False)
         self._q_sum = tf.Variable(0.0, trainable=False)
-        self._updates = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.sync_target()
         self.xla = xla
         self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
         # One trace for every count of updates per call (a loop, see `in_order`). Not with
-        # XLA: it compiles K updates into other floating-point results than K single ones
-        # (and ran slower on the CPU), so update_many then makes K calls.
+        # XLA: it compiles K updates into other floating-point results than K single ones,
+        # so update_many then makes K calls.
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
         # The same two, gathering the states from the replay memory's frames on the device.
         self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
@@ -262,7 +261,6 @@ class QNetwork:
         # Reported per transition, as other tools plot it; the gradient is of the sum.
         self._loss_sum.assign_add(tf.reduce_mean(per_transition))
         self._q_sum.assign_add(tf.reduce_mean(q_taken))
-        self._updates.assign_add(1)
 
     def update(self, batch: Batch) -> None:
         """One minibatch update of the online network."""
@@ -318,18 +316,16 @@ class QNetwork:
         self._call_directly(SLOT_UPDATES[1], self._update_many_slots_fn, stacked,
                             (frames,), any_count=True)
 
-    def take_train_stats(self) -> tuple[float, float, int]:
-        """Mean Huber loss per transition and mean Q(s, a) over the updates since the last
-        call, and the number of updates."""
-        updates = int(self._updates.numpy())
-        if updates == 0:
-            return float("nan"), float("nan"), 0
-        loss = float(self._loss_sum.numpy()) / updates
-        mean_q = float(self._q_sum.numpy()) / updates
+    def take_train_stats(self, updates: int) -> tuple[float, float]:
+        """Mean Huber loss per transition and mean Q(s, a) over the `updates` updates made
+        since the last call (the run counts them: `RunCounters.updates`), NaN for none; the
+        sums start again from zero. Reading them waits for the updates under way."""
+        loss_sum, q_sum = float(self._loss_sum.numpy()), float(self._q_sum.numpy())
         self._loss_sum.assign(0.0)
         self._q_sum.assign(0.0)
-        self._updates.assign(0)
-        return loss, mean_q, updates
+        if updates == 0:
+            return float("nan"), float("nan")
+        return loss_sum / updates, q_sum / updates
 
     def restore(self, prefix: str) -> None:
         """Reads both networks and the optimizer's slots from a checkpoint of `checkpoint()`.

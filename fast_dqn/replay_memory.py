@@ -90,9 +90,8 @@ class ReplayMemory:
         """Stores the pieces one after another, as `add_many` of their concatenation would,
         with one write of frames per piece.
 
-        Not one write of all the pieces: joining them first makes a fresh 70 MB host array
-        per sync point (W = 16), and with the frames on the device the join and its one
-        write took 10x as long as the W writes in the benchmark's run."""
+        Not one write of all the pieces: joining them first makes a fresh host array of
+        the epoch's frames at every sync point (docs/throughput.md)."""
         count = sum(len(piece.frames) for piece in pieces)
         if count == 0:
             return

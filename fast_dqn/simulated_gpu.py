@@ -1,7 +1,7 @@
 """The benchmark's simulated GPU: a QNetwork whose arithmetic takes a GPU's time and no more.
 
 No GPU is at hand on the machines this project is measured on; `SimulatedQNetwork` lets the
-benchmark measure everything the host does around a GPU's work (docs/design.md §7).
+benchmark measure everything the host does around a GPU's work (docs/design.md §6).
 """
 
 from __future__ import annotations
@@ -56,14 +56,17 @@ class SimulatedQNetwork(QNetwork):
         self._update_many_slots_fn = tf.function(self._gather_and_count,
                                                  reduce_retracing=True)
         self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
+        self._updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._dispatched_at: float | None = None  # the current update call's first dispatch
         no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
         self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
 
     def _count_updates(self, states, actions, rewards, next_states, terminals):
+        """The stand-in for an update call's arithmetic: it counts the updates that reached
+        the device (`updates_on_device`, which the tests read)."""
         stacked = len(actions.shape) == 2  # (K, B) for K updates in one call
         count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
-        self._updates.assign_add(count)
+        self._updates_on_device.assign_add(count)
 
     def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
                           actions, rewards, terminals):
@@ -106,6 +109,10 @@ class SimulatedQNetwork(QNetwork):
         if purpose in SLOT_UPDATES and self._dispatched_at is None:
             self._dispatched_at = time.perf_counter()
         return super()._dispatch(purpose, call, tensors)
+
+    @property
+    def updates_on_device(self) -> int:
+        return int(self._updates_on_device.numpy())
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)

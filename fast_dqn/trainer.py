@@ -88,6 +88,12 @@ class Trainer:
         self.update(self.prepare(count, buffer=0), count)
 
 
+class UpdateCount(Protocol):
+    """Where the updates made are counted (the run's `RunCounters`)."""
+
+    updates: int
+
+
 class UpdateCalls(Protocol):
     """What `TrainerThread` runs (a `Trainer`; the tests' fakes)."""
 
@@ -138,11 +144,12 @@ class TrainerThread:
     returns only when no preparation is in flight.
     """
 
-    def __init__(self, trainer: UpdateCalls, name: str = "trainer"):
+    def __init__(self, trainer: UpdateCalls, counters: UpdateCount, name: str = "trainer"):
         if trainer.updates_per_call < 1:
             raise ValueError(f"updates_per_call must be at least 1; got "
                              f"{trainer.updates_per_call}")
         self._trainer = trainer
+        self._counters = counters
         self._updates_per_call = trainer.updates_per_call
         self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-prepare")
         self._work: queue.Queue[int | None] = queue.Queue()
@@ -151,8 +158,6 @@ class TrainerThread:
         self._abandon = threading.Event()  # ends the running epoch early
         self._error: BaseException | None = None
         self._pending = 0
-        self._completed = 0  # updates done; written by this thread, read after `wait`
-        self._collected = 0  # the part of `_completed` that `wait` has returned
         self.times = TrainerTimes()  # each field written by one thread only
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -163,12 +168,11 @@ class TrainerThread:
         self._pending += 1
         self._work.put(updates)
 
-    def wait(self, abandon_if: Callable[[], bool] | None = None) -> int:
-        """Blocks until every started epoch is done and returns the updates made since the
-        last `wait`; re-raises the trainer's exception.
+    def wait(self, abandon_if: Callable[[], bool] | None = None) -> None:
+        """Blocks until every started epoch is done; re-raises the trainer's exception.
 
         If `abandon_if()` becomes true while waiting (a stop was requested), the running
-        epoch ends after its current update, and only the updates made are counted.
+        epoch ends after its current update; the updates made are those counted.
         """
         while self._pending:
             if self._done.acquire(timeout=_POLL_SECONDS):
@@ -176,9 +180,6 @@ class TrainerThread:
             elif abandon_if is not None and abandon_if():
                 self._abandon.set()
         self.check()
-        collected = self._completed - self._collected
-        self._collected = self._completed
-        return collected
 
     def check(self) -> None:
         if self._error is not None:
@@ -226,7 +227,9 @@ class TrainerThread:
                     ahead = self._preparer.submit(self._timed_prepare, counts[index + 1],
                                                   ahead_buffer)
                 self._timed_update(batches, count)
-                self._completed += count
+                # The run's one count: during an epoch only this thread changes it, and the
+                # main thread reads it for the epoch's work only after `wait`.
+                self._counters.updates += count
         finally:
             if ahead is not None:
                 wait_for_futures([ahead])  # nothing may read the memory after the epoch

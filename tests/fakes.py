@@ -84,9 +84,11 @@ class RecordingNetwork:
         self.tape.record("sync", self.online_version)
         self.target_version = self.online_version
 
-    def take_train_stats(self) -> tuple[float, float, int]:
-        count, self._updates_since_stats = self._updates_since_stats, 0
-        return (0.5, 1.0, count) if count else (float("nan"), float("nan"), 0)
+    def take_train_stats(self, updates: int) -> tuple[float, float]:
+        # The loop counts the updates; the fake checks the count against those it made.
+        assert updates == self._updates_since_stats, (updates, self._updates_since_stats)
+        self._updates_since_stats = 0
+        return (0.5, 1.0) if updates else (float("nan"), float("nan"))
 
 
 class ScriptedPool(OneCallStep):

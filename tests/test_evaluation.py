@@ -62,8 +62,8 @@ class RecordingNetwork:
     def sync_target(self) -> None:
         raise AssertionError("an evaluation does not touch the target")
 
-    def take_train_stats(self):
-        return float("nan"), float("nan"), 0
+    def take_train_stats(self, updates: int):
+        return float("nan"), float("nan")
 
 
 def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch):

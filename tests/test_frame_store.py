@@ -91,7 +91,7 @@ def test_updates_from_device_slots_equal_updates_from_host_minibatches(xla, coun
     for a, b in zip(on_host.optimizer.variables + on_host.online.variables,
                     on_device.optimizer.variables + on_device.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)  # bit for bit
-    assert on_host.take_train_stats() == on_device.take_train_stats()
+    assert on_host.take_train_stats(2 * count) == on_device.take_train_stats(2 * count)
 
 
 def test_a_device_memory_saves_the_host_bytes_in_chunks_and_reads_them_back(tmp_path,

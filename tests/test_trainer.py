@@ -20,9 +20,28 @@ class Calls:
         self.updates_per_call = updates_per_call
 
 
+class Counts:
+    updates = 0
+
+
+class CountedThread(TrainerThread):
+    """A TrainerThread counting into its own `Counts`; `wait` returns the updates the
+    thread counted since the last `wait`."""
+
+    def __init__(self, calls: Calls, name: str):
+        self.counts = Counts()
+        self._seen = 0
+        super().__init__(calls, self.counts, name=name)
+
+    def wait(self, abandon_if=None) -> int:
+        super().wait(abandon_if)
+        made, self._seen = self.counts.updates - self._seen, self.counts.updates
+        return made
+
+
 def trainer_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
-                   updates_per_call: int = 1, discard=lambda buffer: None) -> TrainerThread:
-    return TrainerThread(Calls(update, prepare, updates_per_call, discard), name=name)
+                   updates_per_call: int = 1, discard=lambda buffer: None) -> CountedThread:
+    return CountedThread(Calls(update, prepare, updates_per_call, discard), name=name)
 
 
 def test_runs_the_epochs_updates_on_its_own_thread():
