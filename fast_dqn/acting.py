@@ -123,7 +123,6 @@ class Actor:
         self.pool = pool
         self.history = FrameHistory(pool.num_envs)
         self._scores = np.zeros(pool.num_envs, dtype=np.float64)
-        self._lengths = np.zeros(pool.num_envs, dtype=np.int64)
         # The frames the envs last returned, the stacks' newest: the pools return new arrays
         # at every step, so these are kept as they are rather than copied from the stacks.
         self._newest = self.history.states[:, -1].copy()
@@ -160,7 +159,6 @@ class Actor:
         self._newest = self.pool.reset(seed=seed)
         self.history.reset(self._newest)
         self._scores[:] = 0
-        self._lengths[:] = 0
 
     def act(self, actions: np.ndarray) -> tuple[Transitions, list[FinishedGame]]:
         """One round: each env takes its action; returns the W transitions and the games
@@ -182,13 +180,11 @@ class Actor:
         result = self.pool.receive()
         self._newest = result.frames
         self._scores += result.rewards
-        self._lengths += 1
         finished = []
         if result.game_overs.any():  # most rounds end no game
-            finished = [FinishedGame(int(i), int(self._lengths[i]), float(self._scores[i]))
+            finished = [FinishedGame(int(i), int(result.game_lengths[i]), float(self._scores[i]))
                         for i in np.flatnonzero(result.game_overs)]
             self._scores[result.game_overs] = 0
-            self._lengths[result.game_overs] = 0
         self.history.put_newest(result.frames, after_episode_end=result.episode_ends)
         transitions = acted_transitions(frames, actions, result.rewards, result.terminals,
                                         result.episode_ends)

@@ -105,6 +105,7 @@ class AtariStep(NamedTuple):
     terminal: bool  # learning episode over without bootstrap: life lost or game ended
     truncated: bool  # game cut off by the episode cap (and not terminal)
     game_over: bool  # the game itself ended (terminated or truncated); env was reset
+    game_length: int  # the agent steps of the game that ended; 0 if none did
 
 
 class _FireAtReset(gym.Wrapper):
@@ -188,8 +189,10 @@ class AtariEnv:
         terminal = bool(game_terminated) or (life_lost and self._life_loss_terminal)
         capped = self._steps >= self._max_episode_steps or bool(ale_truncated)
         game_over = bool(game_terminated) or capped
+        game_length = self._steps if game_over else 0
         frame = self.reset() if game_over else self._resize(obs)
-        return AtariStep(frame, float(reward), terminal, capped and not terminal, game_over)
+        return AtariStep(frame, float(reward), terminal, capped and not terminal, game_over,
+                         game_length)
 
     def close(self) -> None:
         self._env.close()

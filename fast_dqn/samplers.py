@@ -50,6 +50,9 @@ class PoolStep(NamedTuple):
     terminals: np.ndarray  # (W,) bool, learning episode over without bootstrap
     episode_ends: np.ndarray  # (W,) bool, terminals or truncations
     game_overs: np.ndarray  # (W,) bool, the whole game ended (its score can be logged)
+    # (W,) int64: the agent steps of the game that ended, 0 where none did. The envs count
+    # a game's steps for the episode cap; the loops read its length here.
+    game_lengths: np.ndarray
 
 
 class EnvPool(Protocol):
@@ -159,6 +162,8 @@ class VectorEnvPool:
         self._max_episode_steps = settings.max_episode_steps
         self._episode_frames = np.zeros(num_envs, np.int64)
         self._steps = np.zeros(num_envs, np.int64)  # agent steps since each game's reset
+        self._no_game_over = np.zeros(num_envs, np.int64)
+        self._no_game_over.flags.writeable = False
         self._in_flight = False  # sent and not yet received
 
     def reset(self, seed: int) -> np.ndarray:
@@ -189,11 +194,14 @@ class VectorEnvPool:
         restarted = terminated & (episode_frames <= self._episode_frames)
         game_overs = truncated | (self._steps >= self._max_episode_steps) | restarted
         self._episode_frames = episode_frames
+        game_lengths = self._no_game_over
         if game_overs.any():  # most rounds end no game; an empty masked write still costs
+            game_lengths = np.where(game_overs, self._steps, 0)
             self._steps[game_overs] = 0
         return PoolStep(frames=obs[:, 0], rewards=rewards.astype(np.float32, copy=False),
                         terminals=terminated.astype(bool, copy=False),
-                        episode_ends=terminated | truncated, game_overs=game_overs)
+                        episode_ends=terminated | truncated, game_overs=game_overs,
+                        game_lengths=game_lengths)
 
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]
@@ -476,7 +484,8 @@ def _pool_step(steps: list[AtariStep]) -> PoolStep:
     return PoolStep(frames=np.stack([s.frame for s in steps]),
                     rewards=np.array([s.reward for s in steps], dtype=np.float32),
                     terminals=terminals, episode_ends=terminals | truncations,
-                    game_overs=np.array([s.game_over for s in steps], dtype=bool))
+                    game_overs=np.array([s.game_over for s in steps], dtype=bool),
+                    game_lengths=np.array([s.game_length for s in steps], dtype=np.int64))
 
 
 def _bind(factory: Callable[[int], AtariEnv], index: int) -> Callable[[], AtariEnv]:

@@ -119,9 +119,10 @@ class ScriptedPool(OneCallStep):
         game_overs = self.steps >= self.game_lengths
         life_lost = self.steps % self.life_every == 0
         rewards = np.arange(1, self.num_envs + 1, dtype=np.float32)
+        lengths = np.where(game_overs, self.steps, 0)
         self.steps[game_overs] = 0
         return PoolStep(self._frames(), rewards, game_overs | life_lost,
-                        game_overs | life_lost, game_overs)
+                        game_overs | life_lost, game_overs, lengths)
 
     def run_in_samplers(self, fn):
         return [fn(i) for i in range(self.num_envs)]

@@ -92,10 +92,12 @@ class CorridorPool(OneCallStep):
         terminals = (self.cells == GOAL) | (self.cells == PIT)
         truncated = ~terminals & (self._steps >= self.max_steps)
         episode_ends = terminals | truncated
+        lengths = np.where(episode_ends, self._steps, 0)
         for env in np.flatnonzero(episode_ends):
             self._start(int(env))
         return PoolStep(frames=self._frames(), rewards=rewards, terminals=terminals,
-                        episode_ends=episode_ends, game_overs=episode_ends.copy())
+                        episode_ends=episode_ends, game_overs=episode_ends.copy(),
+                        game_lengths=lengths)
 
     def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]

@@ -64,7 +64,7 @@ class FakeEnv:
         if self.steps == self.fail_at_step:
             raise RuntimeError(f"boom in env {self.index}")
         frame = np.full((84, 84), self.steps % 256, np.uint8)
-        return AtariStep(frame, float(action), False, False, False)
+        return AtariStep(frame, float(action), False, False, False, 0)
 
     def close(self) -> None:
         self.closed = True
@@ -105,6 +105,18 @@ def record(pool, actions: np.ndarray) -> dict[str, np.ndarray]:
     return {name: np.stack([getattr(s, name) for s in steps]) for name in PoolStep._fields}
 
 
+def counted_lengths(game_overs: np.ndarray) -> np.ndarray:
+    """The (rounds, W) game lengths a pool should report, counted round by round: the agent
+    steps since the env's previous game over (or its start) where a game ends, else 0."""
+    lengths = np.zeros(game_overs.shape, np.int64)
+    since = np.zeros(game_overs.shape[1], np.int64)
+    for round_index, ended in enumerate(game_overs):
+        since += 1
+        lengths[round_index] = np.where(ended, since, 0)
+        since[ended] = 0
+    return lengths
+
+
 @pytest.mark.parametrize("steps, max_episode_steps", [(400, 27_000), (120, 25)])
 def test_backends_give_identical_runs(steps, max_episode_steps):
     actions = np.random.default_rng(0).integers(0, 4, size=(steps, 2))
@@ -117,6 +129,7 @@ def test_backends_give_identical_runs(steps, max_episode_steps):
     run = runs["threads"]
     assert (run["terminals"] & ~run["game_overs"]).any(), "the run should lose a life"
     assert run["game_overs"].any(), "the run should end a game"
+    np.testing.assert_array_equal(run["game_lengths"], counted_lengths(run["game_overs"]))
     if max_episode_steps < steps:
         assert (run["episode_ends"] & ~run["terminals"]).any(), "the run should truncate"
 
