@@ -16,6 +16,8 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_nam
                              float_fields)
 from fast_dqn.launch import main, prepare_config
 
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 REPO = Path(__file__).resolve().parents[1]
 
 

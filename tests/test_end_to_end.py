@@ -15,6 +15,8 @@ import pytest
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from fast_dqn.launch import main
 
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--game=breakout", "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
         "--target-update=400", "--evaluate=1000", "--eval-episodes=2",

@@ -33,6 +33,8 @@ from tests.cli_runs import (FAST, RUN_FAST_DQN, Running, assert_no_traceback, re
                             run_cli, snapshot, start, step_of, summary, wait_for,
                             wait_for_line)
 
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 STOP_WITHIN = 10.0  # seconds from a signal to the exit, when no checkpoint of size is due
 
 

@@ -29,6 +29,8 @@ from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Fin
                             assert_no_traceback, interrupt, read_csv, run_cli, snapshot, start,
                             step_of, summary, without_hours)
 
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
 
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
 SPEEDTEST = REPO / "scripts" / "speedtest.sh"
@@ -556,7 +558,6 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     assert "median" in summary.stdout
 
 
-@pytest.mark.slow
 def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(tmp_path):
     """Regression: a Ctrl-C after a run's last step (its last epoch's updates still running)
     left a checkpoint at --timesteps that every rerun of the sweep reported as FAILED. Now

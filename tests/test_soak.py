@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
+
 SOAK = Path(__file__).resolve().parent.parent / "scripts" / "soak.py"
 
 

@@ -1,4 +1,5 @@
-"""The exploration schedule of Nature DQN, checked against the paper and DeepMind's code.
+"""Acting: the exploration schedule of Nature DQN, checked against the paper and DeepMind's
+code; the round's actions (`Actor.actions`); the actors' frame stacks.
 
 Extended Data Table 1: epsilon is annealed linearly from 1.0 to 0.1 over the first
 1,000,000 steps and fixed at 0.1 thereafter; during the 50,000 replay-start steps a uniformly
@@ -11,10 +12,12 @@ max(0, numSteps - learn_start)) / ep_endt)), and so does dopamine's linearly_dec
 import numpy as np
 import pytest
 
-from fast_dqn.acting import Exploration
+from fast_dqn.acting import Actor, Exploration, FrameHistory
 from fast_dqn.agents import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
+
+from tests.test_replay_memory import id_frame, ids_of
 
 NATURE = Config()
 
@@ -97,3 +100,48 @@ def test_vectorized_schedule_equals_the_scalar_one_bit_for_bit(config):
     steps = np.concatenate([np.arange(0, 2_000, 7), np.arange(1_040_000, 1_060_000, 333)])
     expected = np.array([epsilon_at(int(step), config) for step in steps])
     np.testing.assert_array_equal(epsilons_at(steps, config), expected)
+
+
+# ------------------------------------------------------------------ the round's actions
+
+
+class CountingNetwork:
+    """Greedy action 3 for every state; records each query's batch size and network."""
+
+    def __init__(self):
+        self.queries: list[tuple[int, bool]] = []
+
+    def greedy_actions(self, states, use_target=True):
+        self.queries.append((len(states), use_target))
+        return np.full(len(states), 3, dtype=np.int64)
+
+
+def test_a_round_takes_the_random_action_where_an_env_explores_and_else_the_greedy_one():
+    from tests.fakes import ScriptedPool
+    actor, network = Actor(ScriptedPool([50] * 4)), CountingNetwork()
+    exploration = Exploration(np.array([True, False, True, False]), np.array([1, 2, 0, 5]))
+    assert actor.actions(exploration, network, use_target=True).tolist() == [1, 3, 0, 3]
+    assert network.queries == [(4, True)]  # one batched query of the target network
+    assert actor.actions(exploration, network, use_target=False,
+                         one_query=False).tolist() == [1, 3, 0, 3]
+    assert network.queries[1:] == [(1, False)] * 4  # one query per sampler
+
+
+def test_a_round_where_every_env_explores_makes_no_query():
+    from tests.fakes import ScriptedPool
+    actor, network = Actor(ScriptedPool([50] * 3)), CountingNetwork()
+    exploration = Exploration(np.ones(3, bool), np.array([4, 0, 2]))
+    assert actor.actions(exploration, network, use_target=True).tolist() == [4, 0, 2]
+    assert network.queries == []
+
+
+# --------------------------------------------------------------------- frame stacks
+
+
+def test_frame_history_reset_and_starts_per_env():
+    history = FrameHistory(2)
+    history.reset(np.stack([id_frame(1), id_frame(2)]))
+    assert [ids_of(s) for s in history.states] == [[0, 0, 0, 1], [0, 0, 0, 2]]
+    history.push(np.stack([id_frame(3), id_frame(4)]), np.array([False, True]))
+    history.push(np.stack([id_frame(5), id_frame(6)]), np.array([False, False]))
+    assert [ids_of(s) for s in history.states] == [[0, 1, 3, 5], [0, 0, 4, 6]]
