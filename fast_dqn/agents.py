@@ -456,6 +456,8 @@ class FastDQN(TrainingLoop):
         self._stage_acted()
         self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
+            if self.progress is not None:
+                self.progress.phase("waiting for the trainer")
             # On a stop request the rest of the epoch's updates are abandoned.
             self.trainer_thread.wait(abandon_if=lambda: bool(self.stop))
 

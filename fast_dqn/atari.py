@@ -101,7 +101,7 @@ class AtariStep(NamedTuple):
     """What one agent step (4 emulator frames) of an `AtariEnv` returns."""
 
     frame: np.ndarray  # (84, 84) uint8, newest frame; the new game's first at game over
-    reward: float  # raw change of the game score (the learner clips it)
+    reward: float  # raw change of the game score (the replay memory clips it)
     terminal: bool  # learning episode over without bootstrap: life lost or game ended
     truncated: bool  # game cut off by the episode cap (and not terminal)
     game_over: bool  # the game itself ended (terminated or truncated); env was reset

@@ -78,7 +78,7 @@ class HostFrames:
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        # Aligned so that TensorFlow could read it in place, as every host column is.
+        # Aligned as the staging area's frames are, which TensorFlow reads in place.
         self.array = aligned_zeros((capacity, *FRAME_SHAPE), np.uint8)
 
     def write(self, start: int, frames: np.ndarray) -> None:
@@ -97,10 +97,12 @@ class HostFrames:
         return empty_batch(rows)
 
     def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch:
-        """The states of `slots` gathered on the host (into `out`'s buffers, when given,
-        which are returned)."""
+        """The states of `slots` gathered on the host: into the leading rows of `out`'s
+        buffers when given (those rows are returned), else into fresh arrays."""
+        rows = len(slots.actions)
         if out is None:
-            out = empty_batch(len(slots.actions))
+            out = empty_batch(rows)
+        out = Batch(*(array[:rows] for array in out))
         np.take(self.array, slots.state_slots, axis=0, out=out.states, mode="clip")
         out.states[slots.state_mask == 0] = 0  # frames before the episode's start
         # The next state shares three frames with the state. For a valid slot, every frame

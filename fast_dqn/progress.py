@@ -112,6 +112,14 @@ class Progress:
         finally:
             self._close_pause(pause, completed)
 
+    def phase(self, kind: str) -> None:
+        """Marks the start of a phase that is not a pause (e.g. "waiting for the trainer"):
+        off a terminal a line says so ("waiting for the trainer at step N"), as `paused`
+        does, so a log (or a script) can tell what the run is doing; its time stays in the
+        rate."""
+        if self._bar is None:
+            self._write_line(f"{kind} at step {self._step}")
+
     def start_rate(self, step: int | None = None) -> None:
         """Restarts the rate from now: called when learning starts, since the random-action
         steps before the replay start are much faster and would make the ETA optimistic.

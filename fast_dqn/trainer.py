@@ -60,14 +60,10 @@ class Trainer:
         self._drawn_from: list[dict | None] = [None, None]
 
     def prepare(self, count: int, buffer: int) -> Batch | SlotBatch:
-        """`count` minibatches drawn from the memory (into buffer 0 or 1, where the frame
-        store gathers into buffers)."""
+        """`count` minibatches drawn from the memory, as its frame store makes them (into
+        buffer 0 or 1, where it gathers into buffers)."""
         self._drawn_from[buffer] = self.memory.generator_state()
-        out = self._buffers[buffer]
-        if out is not None:
-            rows = count * self.batch_size
-            out = Batch(*(array[:rows] for array in out))
-        return self.memory.sample_many(count, self.batch_size, out=out)
+        return self.memory.sample_many(count, self.batch_size, out=self._buffers[buffer])
 
     def discard(self, buffer: int) -> None:
         """Takes back the draws of the minibatches in `buffer`, prepared but never trained

@@ -106,7 +106,7 @@ from typing import Callable
 
 _HERE = Path(__file__).resolve().parent.parent
 REPO = _HERE if (_HERE / "run_fast_dqn.py").is_file() else Path("/work/main")
-BYTES_PER_TRANSITION = 7_064  # fast_dqn.replay_memory: a checkpoint's replay bytes per slot
+BYTES_PER_TRANSITION = 7_064  # fast_dqn.transitions: a checkpoint's replay bytes per slot
 POLL_SECONDS = 0.02  # the run directory and /proc/PID/task
 WAIT_SECONDS = 0.05  # the main thread's waits
 SLOW_OTHER_SECONDS = 10.0  # a stop should take seconds plus one checkpoint write

@@ -118,6 +118,17 @@ def test_progress_rejects_bad_settings():
 # ---------------------------------------------------------------------------- rate and pauses
 
 
+def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
+    progress, stream, clock = plain(1_000_000, every_seconds=30.0)
+    clock.now = 10.0
+    report(progress, 1000)  # not due yet
+    progress.phase("waiting for the trainer")
+    assert stream.getvalue() == "waiting for the trainer at step 1000\n"
+    clock.now = 40.0
+    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 25 steps/s training | ")
+
+
 def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
     progress, stream, clock = plain(1_000_000, every_seconds=30.0)
     clock.now = 10.0

@@ -129,18 +129,18 @@ def test_wait_returns_the_updates_made_since_the_last_wait():
 
 
 def test_the_next_call_is_prepared_while_the_current_one_updates():
-    """prepare(k, slot) runs one call ahead on its own thread, in the epoch's order, into
-    alternating slots; update gets what was prepared for it."""
+    """prepare(k, buffer) runs one call ahead on its own thread, in the epoch's order, into
+    alternating buffers; update gets what was prepared for it."""
     events, lock = [], threading.Lock()
     overlapped = threading.Event()
     updating = threading.Event()
 
-    def prepare(count: int, slot: int) -> tuple[int, int]:
+    def prepare(count: int, buffer: int) -> tuple[int, int]:
         if updating.is_set():
             overlapped.set()
         with lock:
-            events.append(("prepare", count, slot, threading.current_thread().name))
-        return count, slot
+            events.append(("prepare", count, buffer, threading.current_thread().name))
+        return count, buffer
 
     def update(prepared: tuple[int, int], count: int) -> None:
         updating.set()
@@ -167,7 +167,7 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
     write the replay memory."""
     running = []
 
-    def prepare(count: int, slot: int) -> None:
+    def prepare(count: int, buffer: int) -> None:
         running.append(1)
         time.sleep(0.01)
         running.pop()
@@ -182,7 +182,7 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
 
 
 def test_an_exception_in_prepare_is_re_raised_by_wait():
-    def prepare(count: int, slot: int) -> None:
+    def prepare(count: int, buffer: int) -> None:
         raise RuntimeError("broken sampling")
 
     updates = []
@@ -206,7 +206,7 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
         time.sleep(0.02)
         spin_cpu(0.01)
 
-    trainer = trainer_thread(update, prepare=lambda count, slot: spin_cpu(0.005), updates_per_call=2)
+    trainer = trainer_thread(update, prepare=lambda count, buffer: spin_cpu(0.005), updates_per_call=2)
     trainer.start_epoch(20)  # 10 calls
     assert trainer.wait() == 20
     trainer.close()
@@ -225,12 +225,12 @@ def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
     prepared, made, discarded = [], [], []
     abandon = threading.Event()
 
-    def prepare(count: int, slot: int) -> int:
-        prepared.append(slot)
-        return slot
+    def prepare(count: int, buffer: int) -> int:
+        prepared.append(buffer)
+        return buffer
 
-    def update(slot: int, count: int) -> None:
-        made.append(slot)
+    def update(buffer: int, count: int) -> None:
+        made.append(buffer)
         time.sleep(0.05)  # the next call is prepared meanwhile
         abandon.set()
 
