@@ -34,13 +34,18 @@ import hashlib
 import io
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python scripts/same_bytes.py` puts scripts/ first
+    sys.path.insert(0, str(REPO))
+
+from scripts.entry_point_runs import launch  # noqa: E402
 
 # The tiny run every variant starts from: long enough to learn (replay start 1,000), sync the
 # target network, evaluate twice and checkpoint twice, short enough to take ~30 s on a CPU.
@@ -60,8 +65,8 @@ REPLAY_DIR = Path("checkpoint") / "replay"
 # d7f640c and 04bdeda), and it records which object each tensor belongs to.
 EXCLUDED_TENSORS: frozenset[str] = frozenset()
 
-RUN_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 STDERR_TAIL_LINES = 30
+RUN_HOURS = 2  # a tiny run takes about a minute; longer, it is stuck
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,26 +111,23 @@ def all_runs(extra: Sequence[str] = ()) -> list[Run]:
 
 
 def command_argv(command: Sequence[str], logdir: Path) -> list[str]:
-    """The full argv of one command: the interpreter, and --logdir for a new run."""
+    """The trainer's argv of one command (after the interpreter), with --logdir for a new
+    run."""
     if "{logdir}" in command:
-        return [sys.executable, *(str(logdir) if arg == "{logdir}" else arg for arg in command)]
-    return [sys.executable, *command, f"--logdir={logdir}"]
+        return [str(logdir) if arg == "{logdir}" else arg for arg in command]
+    return [*command, f"--logdir={logdir}"]
 
 
 def execute(run: Run, repo: Path, out: Path) -> float:
     """Executes a run's commands in order; returns its seconds. Raises RunFailed."""
     start = time.monotonic()
-    env = {**os.environ, **RUN_ENV}
     for index, command in enumerate(run.commands):
         argv = command_argv(command, out / run.name)
-        log = out / f"{run.name}.{index}"
-        with open(f"{log}.stdout", "wb") as stdout, open(f"{log}.stderr", "wb") as stderr:
-            code = subprocess.run(argv, cwd=repo, env=env, stdout=stdout, stderr=stderr,
-                                  stdin=subprocess.DEVNULL).returncode
+        launched = launch(argv[0], argv[1:], out / f"{run.name}.{index}", repo=repo)
+        code = launched.finish(timeout=RUN_HOURS * 3600).returncode
         if code != 0:
-            tail = Path(f"{log}.stderr").read_text(errors="replace").splitlines()
             raise RunFailed(f"{run.name}: `{' '.join(argv)}` exited {code}; stderr tail:\n"
-                            + "\n".join(tail[-STDERR_TAIL_LINES:]))
+                            + launched.stderr_tail(STDERR_TAIL_LINES))
     return time.monotonic() - start
 
 
@@ -249,7 +251,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True,
                         help="directory for the runs (must not exist or be empty)")
-    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent,
+    parser.add_argument("--repo", type=Path, default=REPO,
                         help="repository root whose trainers run (default: this script's)")
     parser.add_argument("--verbose", action="store_true", help="also print per-file digests")
     parser.add_argument("--compare", type=Path, metavar="FILE",

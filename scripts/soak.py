@@ -63,7 +63,6 @@ import csv
 import dataclasses
 import json
 import math
-import os
 import random
 import signal
 import subprocess
@@ -84,8 +83,10 @@ from fast_dqn.replay_memory import ReplayMemory  # noqa: E402
 from fast_dqn.run_dir import (CONFIG_FILE, EPISODES_FILE, EVALUATIONS_FILE,  # noqa: E402
                               LOCK_FILE, SUMMARY_FILE)
 from fast_dqn.run_logs import check_logs_match  # noqa: E402
+from scripts.entry_point_runs import RUN_FAST_DQN, Launch  # noqa: E402
+from scripts.entry_point_runs import launch as start_entry_point  # noqa: E402
 
-TRAINER = REPO / "run_fast_dqn.py"
+TRAINER = RUN_FAST_DQN
 EVALUATE = 800  # agent steps between evaluations
 REPLAY_CAPACITY = 5000
 RUN_FLAGS = ("--game=breakout", "--workers=4", f"--replay-capacity={REPLAY_CAPACITY}",
@@ -93,8 +94,6 @@ RUN_FLAGS = ("--game=breakout", "--workers=4", f"--replay-capacity={REPLAY_CAPAC
              "--eval-episodes=2", "--eval-max-episode-steps=300", "--max-episode-steps=400",
              "--checkpoint-every=400", "--seed=0", "--progress-every=0.2")
 WITHOUT_REPLAY = "--checkpoint-replay=false"
-# The CPU only and TensorFlow's logs short, as in the tests (tests/cli_runs.py).
-TRAINER_ENV = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXPECTED_STATUS = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 128 + signal.SIGTERM,
@@ -121,7 +120,6 @@ FIRST_CHECKPOINT_SECONDS = 300.0
 SECOND_WRITER_SECONDS = 10.0
 FINAL_SECONDS = 900.0
 POLL_SECONDS = 0.05
-TAIL_LINES = 30
 IN_USE = "is in use by another process"
 TIMESTEP_COLUMN = {EPISODES_FILE: 1, EVALUATIONS_FILE: 0}  # CSV log: its timestep column
 
@@ -180,50 +178,16 @@ class Tally:
     without_replay: bool = False  # the run's setting (--without-replay), not a figure
 
 
-@dataclasses.dataclass
-class Launch:
-    """The trainer running as a subprocess; stdout and stderr go to LOG.out and LOG.err."""
-
-    process: subprocess.Popen
-    log: Path
-    started: float  # time.monotonic()
-    started_wall: float  # time.time(), to compare with file times
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def stdout(self) -> str:
-        return self.log.with_suffix(".out").read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.log.with_suffix(".err").read_text(errors="replace")
-
-    def stderr_tail(self) -> str:
-        return "\n".join(self.stderr().splitlines()[-TAIL_LINES:])
-
-
 # -- the trainer as a subprocess ---------------------------------------------------------------
 
 
 def launch(args: Sequence[str], log: Path) -> Launch:
-    """Starts run_fast_dqn.py from the repository root, output in files (a full pipe would
-    stall a chatty run), in its own session: only this script's signals reach it."""
-    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
-        process = subprocess.Popen([sys.executable, str(TRAINER), *args], cwd=REPO,
-                                   env={**os.environ, **TRAINER_ENV}, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=err, start_new_session=True,
-                                   preexec_fn=hang_up_stops)
-    return Launch(process, log, time.monotonic(), time.time())
-
-
-def hang_up_stops() -> None:
-    """A run started by a soak under `nohup` would inherit SIGHUP ignored, and the soak's
-    SIGHUP would then not stop it: the run gets the default, as from a terminal."""
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    """Starts run_fast_dqn.py (scripts/entry_point_runs.py) in its own session: only this
+    script's signals reach it. A run started by a soak under `nohup` would inherit SIGHUP
+    ignored, and the soak's SIGHUP would then not stop it: the run gets the default, as
+    from a terminal."""
+    return start_entry_point(TRAINER, args, log, own_session=True,
+                             signals={signal.SIGHUP: signal.SIG_DFL})
 
 
 def kill_if_running(run: Launch) -> None:

@@ -47,19 +47,12 @@ How each phase is recognized, and how sure that is:
 - Random start: the progress line (`--progress-every=1` prints one a second off a terminal)
   shows the step; below C every action is random (epsilon 1) and nothing is learned.
   Certain; checked afterwards: summary.json's step < C and 0 updates.
-- Evaluation: late in the fill (the last progress line at step >= C - max(T, 5 s of
-  filling)) the progress lines stop for 2 s, while they come every second while acting:
-  with these flags the only pause at that point is the sync point at C, where nothing but
-  the evaluation is due (no trainer before C, no checkpoint until C+T). The evaluation
-  pool's creation is also seen as new threads in /proc/PID/task (ale-py's vector env starts
-  its C++ threads part-way through making its 30 envs: 2 more threads than while filling);
-  the signal goes --eval-delay (1 s) after that (or 9 s after the last progress line, if
-  no new thread is seen). Very likely (near certain with the new threads);
-  checked afterwards: the checkpoint is at step C, evaluations.csv has no row (the
-  evaluation was cut short, not logged) and the next resume starts by playing it
+- Evaluation: the run says so itself: off a terminal it prints "evaluation at step C" as
+  the evaluation starts (`Progress.paused`); the signal goes --eval-delay (1 s) after that
+  line. Certain; checked afterwards: the checkpoint is at step C, evaluations.csv has no
+  row (the evaluation was cut short, not logged) and the next resume starts by playing it
   (evaluations.csv gets its row then). With the default delay the signal lands while the
-  first evaluation of the process makes its pool of 30 envs or resets them (a few seconds
-  on 2 busy cores, not interruptible): the slowest moment of an evaluation to stop in;
+  evaluation makes or resets its games (in groups of 8, the stop checked between groups);
   once the games are under way the stop is seen within one step (~10 ms). The timeline's
   checkpoint_tmp_appears says how long the stop took to be acted on.
 - Periodic checkpoint write: `checkpoint.tmp/` appearing in the run directory (polled every
@@ -104,10 +97,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # scripts/ is first otherwise
+
+from scripts.entry_point_runs import launch  # noqa: E402
+
 _HERE = Path(__file__).resolve().parent.parent
 REPO = _HERE if (_HERE / "run_fast_dqn.py").is_file() else Path("/work/main")
 BYTES_PER_TRANSITION = 7_064  # fast_dqn.transitions: a checkpoint's replay bytes per slot
-POLL_SECONDS = 0.02  # the run directory and /proc/PID/task
+POLL_SECONDS = 0.02  # the run directory
 WAIT_SECONDS = 0.05  # the main thread's waits
 SLOW_OTHER_SECONDS = 10.0  # a stop should take seconds plus one checkpoint write
 PROGRESS = re.compile(r"^step (\d+)/(\d+) ")
@@ -130,41 +127,50 @@ class Event:
 class Trainer:
     """A trainer process: its output lines and the changes in its run directory, timestamped.
 
-    Three threads: one reads stdout+stderr (each line stamped and written to the log), one
-    waits for the exit (stamped), one polls the run directory and /proc/PID/task every
-    POLL_SECONDS (`checkpoint.tmp`, `checkpoint.old` appearing and going, summary.json
-    rewritten, the thread count). `signal_on_tmp` makes the polling thread send SIGTERM the
-    moment `checkpoint.tmp` appears.
+    Started by the harness the tests use (scripts/entry_point_runs.py: output in NAME.out
+    and NAME.err). Three threads: one follows NAME.out (each line stamped and written to the
+    log), one waits for the exit (stamped), one polls the run directory every POLL_SECONDS
+    (`checkpoint.tmp`, `checkpoint.old` appearing and going, summary.json rewritten).
+    `signal_on_tmp` makes the polling thread send SIGTERM the moment `checkpoint.tmp`
+    appears.
     """
 
     def __init__(self, name: str, argv: list[str], run_dir: Path, log_path: Path,
                  repo: Path):
         self.name, self.argv, self.run_dir = name, argv, run_dir
-        self.command = [sys.executable, str(repo / "run_fast_dqn.py"), *argv]
         self.lines: list[tuple[float, str]] = []
         self.events: list[Event] = []
-        self.threads: list[tuple[float, int]] = []
         self.t_signal: float | None = None
         self.t_exit: float | None = None
         self.returncode: int | None = None
         self.signal_on_tmp = False
         self._lock = threading.Lock()
         self._log = open(log_path, "w", buffering=1)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.t_launch = time.monotonic()
-        self.proc = subprocess.Popen(self.command, cwd=repo, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
+        # Whatever device the machine has: this measures real runs, not the tests' CPU runs.
+        self.launched = launch(repo / "run_fast_dqn.py", argv, log_path.with_suffix(""),
+                               repo=repo, env={"PYTHONUNBUFFERED": "1"})
+        self.proc = self.launched.process
         self._done = threading.Event()
         for target in (self._read, self._wait, self._poll):
             threading.Thread(target=target, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            line = line.rstrip("\n")
-            with self._lock:
-                self.lines.append((now, line))
-            self._log.write(f"{now - self.t_launch:9.3f} {line}\n")
+        """Follows the run's stdout file, a line as soon as it is whole, until the exit."""
+        with open(self.launched.log.with_suffix(".out")) as out:
+            pending = ""
+            while True:
+                exited = self._done.is_set()
+                pending += out.read()
+                *whole, pending = pending.split("\n")
+                now = time.monotonic()
+                for line in whole:
+                    with self._lock:
+                        self.lines.append((now, line))
+                    self._log.write(f"{now - self.t_launch:9.3f} {line}\n")
+                if exited:
+                    return
+                time.sleep(POLL_SECONDS)
 
     def _wait(self) -> None:
         self.returncode = self.proc.wait()
@@ -176,7 +182,6 @@ class Trainer:
         summary = self.run_dir / "summary.json"
         state = {"tmp": tmp.exists(), "old": old.exists()}
         summary_mtime = _mtime(summary)
-        task_dir = f"/proc/{self.proc.pid}/task"
         while not self._done.is_set():
             now = time.monotonic()
             for key, path in (("tmp", tmp), ("old", old)):
@@ -191,12 +196,6 @@ class Trainer:
             if mtime != summary_mtime:
                 summary_mtime = mtime
                 self.events.append(Event(now, "summary"))
-            try:
-                count = len(os.listdir(task_dir))
-            except OSError:
-                count = None
-            if count is not None and (not self.threads or self.threads[-1][1] != count):
-                self.threads.append((now, count))
             time.sleep(POLL_SECONDS)
 
     # -- what the stages ask --------------------------------------------------------------------
@@ -232,9 +231,6 @@ class Trainer:
             if regex.search(line):
                 return t, line
         return None
-
-    def thread_count(self) -> int | None:
-        return self.threads[-1][1] if self.threads else None
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Waits until `predicate()`; StageFailed if the process ends or time runs out."""
@@ -540,38 +536,17 @@ class Procedure:
 
         # 2. Resume 1: the rest of the fill, then the evaluation at step C, stopped.
         trainer = self.resume("resume-1", cold=False)
-        start_step = manifest_counters(self.run_dir).get("step", 0)
-        fill_threads = [0]
-        silence_since: list[float | None] = [None]
+        evaluation_line = re.compile(rf"^evaluation at step {C}$")
 
         def at_evaluation() -> bool:
             progress = trainer.progress()
-            now = time.monotonic()
-            if not progress or progress[-1][1] <= start_step:
-                return False
-            t_last, step = progress[-1]
-            if step > C:
-                raise StageFailed(f"resume-1: at step {step} already: the evaluation at step "
-                                  f"{C} was missed")
-            rate = self.fill_rate or 1000.0
-            near = C - max(T, int(5 * rate))  # the last few seconds of the fill
-            count = trainer.thread_count() or 0
-            if step < near:
-                if now - t_last < 1.5:  # acting: the fill's thread count
-                    fill_threads[0] = max(fill_threads[0], count)
-                return False
-            if now - t_last < 2.0:
-                return False
-            if silence_since[0] is None:
-                silence_since[0] = t_last
-                self.say(f"resume-1: no progress line for 2 s after step {step}: at the sync "
-                         f"point of step {C} (threads {count}, {fill_threads[0]} while filling)")
-            # ale-py's vector env starts its C++ threads (2 here) part-way through making
-            # the evaluation's 30 envs; fall back on the silence alone after 8 s.
-            return count >= fill_threads[0] + 2 or now - t_last > 8.0
+            if progress and progress[-1][1] > C:
+                raise StageFailed(f"resume-1: at step {progress[-1][1]} already: the "
+                                  f"evaluation at step {C} was missed")
+            return trainer.first_line(evaluation_line) is not None
 
         trainer.wait_until(at_evaluation, args.timeout, f"evaluation at step {C}")
-        new_threads = (trainer.thread_count() or 0) - fill_threads[0]
+        self.say(f"resume-1: the run says 'evaluation at step {C}'")
         time.sleep(args.eval_delay)
         rows_before = evaluation_rows(self.run_dir)
 
@@ -580,10 +555,7 @@ class Procedure:
             rows = evaluation_rows(self.run_dir)
             summary = read_json(self.run_dir / "summary.json")
             ok = step == C and rows == 0 and summary.get("evaluations") == 0
-            return ok, [f"{new_threads} new threads (the evaluation's env pool) before the "
-                        "signal" if new_threads > 0 else "no new thread seen (signalled on "
-                        "the silence alone)",
-                        f"checkpoint at step {step} (expected {C})",
+            return ok, [f"checkpoint at step {step} (expected {C})",
                         f"evaluations.csv rows: {rows_before} before, {rows} after (0: cut "
                         "short, not logged)",
                         f"summary.json evaluations: {summary.get('evaluations')}"]
@@ -745,8 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase1-fraction", type=float, default=0.95,
                         help="stop the random start once this fraction of the memory is full")
     parser.add_argument("--eval-delay", type=float, default=1.0,
-                        help="seconds from the evaluation pool's threads appearing to the "
-                             "signal in phase 2 (default 1: during the pool's creation)")
+                        help="seconds from the run's 'evaluation at step C' line to the "
+                             "signal in phase 2 (default 1: while its games are made)")
     parser.add_argument("--no-cold", action="store_true",
                         help="do not evict the full checkpoint from the page cache before "
                              "the second resume")

@@ -1,94 +1,46 @@
 """Running the entry points as subprocesses, for the end-to-end tests of stopping, resuming
-and failing (shared by tests/test_resume.py and tests/test_faults.py).
-
-Runs start from the repository root, on the CPU (where a seed fixes a run bit for bit), with
-stdout and stderr in files rather than pipes (a full pipe would stall a chatty run).
+and failing: the harness the scripts use too (scripts/entry_point_runs.py), and what the
+tests share about such runs.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
+from scripts.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
+                                      launch, with_handlers)
 
-REPO = Path(__file__).resolve().parent.parent
-RUN_FAST_DQN = REPO / "run_fast_dqn.py"
-RUN_DQN = REPO / "run_dqn.py"
-# The CPU only, so that runs are deterministic on any machine; TensorFlow's logs kept short.
-ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+__all__ = ["Finished", "Launch", "RUN_DQN", "RUN_FAST_DQN", "REPO", "with_handlers"]
+
+ENV = {**os.environ, **CPU_ONLY}  # for a test that starts a run itself (a terminal's)
 TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
 STOP_SECONDS = 20  # a signalled run must be gone within this
 
 
-@dataclasses.dataclass
-class Finished:
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float  # from start (or from the signal, for a signalled run) to exit
-
-
-@dataclasses.dataclass
-class Running:
-    """An entry point running as a subprocess; stdout and stderr go to LOG.out and LOG.err."""
-
-    process: subprocess.Popen
-    log: Path
-    started: float
-
-    def finish(self, timeout: float, since: float | None = None) -> Finished:
-        """Waits for the exit (killing the run after `timeout` s) and collects its output."""
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"{self.process.args} did not exit within {timeout} s")
-        seconds = time.monotonic() - (self.started if since is None else since)
-        return Finished(self.process.returncode, self.log.with_suffix(".out").read_text(),
-                        self.log.with_suffix(".err").read_text(), seconds)
-
-
 def start(script: Path, args: list[str], log: Path,
-          signals: dict[int, Any] | None = None) -> Running:
-    """Starts an entry point from the repository root (files, not pipes, take its output),
-    with the signal handlers in `signals` (e.g. SIGHUP ignored, as under `nohup`)."""
-    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
-        process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO, env=ENV,
-                                   stdout=out, stderr=err,
-                                   preexec_fn=with_handlers(signals) if signals else None)
-    return Running(process, log, time.monotonic())
-
-
-def with_handlers(signals: dict[int, Any]) -> Callable[[], None]:
-    """A child's set-up that installs `signals` (signal -> SIG_IGN or SIG_DFL) before it runs:
-    a test run under `nohup` would otherwise pass SIGHUP on to its runs ignored."""
-    def install() -> None:
-        for signum, handler in signals.items():
-            signal.signal(signum, handler)
-
-    return install
+          signals: dict[int, Any] | None = None) -> Launch:
+    """Starts an entry point from the repository root, with the signal handlers in
+    `signals` (e.g. SIGHUP ignored, as under `nohup`)."""
+    return launch(script, args, log, signals=signals)
 
 
 def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:
     return start(script, args, log).finish(timeout)
 
 
-def wait_for(run: Running, path: Path, timeout: float = 90) -> None:
+def wait_for(run: Launch, path: Path, timeout: float = 90) -> None:
     """Waits until `path` exists while the run goes on."""
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -103,7 +55,7 @@ def wait_for(run: Running, path: Path, timeout: float = 90) -> None:
         time.sleep(0.1)
 
 
-def wait_for_line(run: Running, text: str, timeout: float = 90) -> None:
+def wait_for_line(run: Launch, text: str, timeout: float = 90) -> None:
     """Waits until the run's stdout holds `text`."""
     out = run.log.with_suffix(".out")
     deadline = time.monotonic() + timeout

@@ -29,7 +29,7 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
                                   read_manifest, verify_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.run_dir import write_failure
-from tests.cli_runs import (FAST, RUN_FAST_DQN, Running, assert_no_traceback, read_csv,
+from tests.cli_runs import (FAST, RUN_FAST_DQN, Launch, assert_no_traceback, read_csv,
                             run_cli, snapshot, start, step_of, summary, wait_for,
                             wait_for_line)
 
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow  # drives the entry points or scripts as subproces
 STOP_WITHIN = 10.0  # seconds from a signal to the exit, when no checkpoint of size is due
 
 
-def signal_and_finish(run: Running, signum: int, timeout: float = 60):
+def signal_and_finish(run: Launch, signum: int, timeout: float = 60):
     signalled = time.monotonic()
     run.process.send_signal(signum)
     return run.finish(timeout, since=signalled)

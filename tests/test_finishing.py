@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Running,
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
                             assert_no_traceback, read_csv, run_bytes, run_cli, snapshot, start, step_of,
                             summary, wait_for, wait_for_line, with_handlers)
 
@@ -159,7 +159,7 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
     window_open.set()
     reader = threading.Thread(target=show_terminal, args=(main, window_open))
     reader.start()
-    running = Running(process, tmp_path / "hup", 0.0)
+    running = Launch(process, tmp_path / "hup", 0.0, 0.0)
     (tmp_path / "hup.out").write_text("")
     try:
         wait_for(running, run_dir / CHECKPOINT / MANIFEST)
