@@ -123,7 +123,7 @@ def execute(run: Run, repo: Path, out: Path) -> float:
     start = time.monotonic()
     for index, command in enumerate(run.commands):
         argv = command_argv(command, out / run.name)
-        launched = launch(argv[0], argv[1:], out / f"{run.name}.{index}", repo=repo)
+        launched = launch(argv[0], argv[1:], out / f"{run.name}-{index}", repo=repo)
         code = launched.finish(timeout=RUN_HOURS * 3600).returncode
         if code != 0:
             raise RunFailed(f"{run.name}: `{' '.join(argv)}` exited {code}; stderr tail:\n"
