@@ -31,7 +31,7 @@ from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
                              Config, OneLineErrorParser, validate)
 from fast_dqn.schedule import round_up
-from fast_dqn.launch import make_frame_store, make_pool
+from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import SlotBatch, Transitions
@@ -100,7 +100,8 @@ def bench_replay_device(args: argparse.Namespace) -> str:
 def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> ReplayMemory:
     """A replay memory with its frames where the run's --replay-device puts them, its pages
     already in memory (see `touch_pages`)."""
-    frames, _ = make_frame_store(config.replace(replay_capacity=capacity))
+    from fast_dqn.device_frames import make_frame_store
+    frames, _ = make_frame_store(config.replay_device, capacity)
     memory = ReplayMemory(capacity, rng, frames=frames)
     touch_pages(memory)
     return memory

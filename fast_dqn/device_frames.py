@@ -22,7 +22,7 @@ import numpy as np
 
 from fast_dqn.config import FRAME_SIZE
 from fast_dqn.direct_calls import borrowed_tensor
-from fast_dqn.frame_store import UpdatingNetwork
+from fast_dqn.frame_store import FrameStore, HostFrames, UpdatingNetwork
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
@@ -157,3 +157,23 @@ def choose_replay_device(setting: str, capacity: int, has_gpu: bool,
         return False, (f"replay frames on the host (they need {needed / 1e9:.1f} GB, the GPU "
                        f"has {free_bytes / 1e9:.1f} GB free)")
     return True, f"replay frames on the GPU ({needed / 1e9:.1f} GB of {free_bytes / 1e9:.1f} GB free)"
+
+
+def make_frame_store(setting: str, capacity: int) -> tuple[FrameStore, str]:
+    """The replay memory's frame store for `--replay-device` (`choose_replay_device`), and
+    the device line's words on the choice.
+
+    Raises:
+        ValueError: the device has no room for the frames.
+    """
+    gpu = has_gpu()
+    free = gpu_free_bytes() if gpu and setting == "auto" else None
+    on_device, line = choose_replay_device(setting, capacity, gpu, free)
+    if not on_device:
+        return HostFrames(capacity), line
+    try:
+        return DeviceFrames(capacity), line
+    except ResourceExhausted as error:
+        raise ValueError(f"--replay-device=device: the training device has no room for the "
+                         f"replay memory's frames ({frames_bytes(capacity) / 1e9:.1f} GB); use "
+                         "--replay-device=host or a smaller --replay-capacity") from error

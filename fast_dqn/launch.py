@@ -34,7 +34,6 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
-from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory
@@ -173,34 +172,15 @@ def checkpoint_bytes(config: Config) -> int:
     return replay + NETWORK_CHECKPOINT_BYTES
 
 
-def make_frame_store(config: Config) -> tuple[FrameStore, str]:
-    """Where the replay memory's frames live (`--replay-device`), and the device line's
-    words on the choice."""
-    from fast_dqn.device_frames import (DeviceFrames, ResourceExhausted, choose_replay_device,
-                                        frames_bytes, gpu_free_bytes, has_gpu)
-
-    gpu = has_gpu()
-    free = gpu_free_bytes() if gpu and config.replay_device == "auto" else None
-    on_device, line = choose_replay_device(config.replay_device, config.replay_capacity, gpu,
-                                           free)
-    if not on_device:
-        return HostFrames(config.replay_capacity), line
-    try:
-        return DeviceFrames(config.replay_capacity), line
-    except ResourceExhausted as error:
-        gigabytes = frames_bytes(config.replay_capacity) / 1e9
-        raise ValueError(f"--replay-device=device: the training device has no room for the "
-                         f"replay memory's frames ({gigabytes:.1f} GB); use "
-                         "--replay-device=host or a smaller --replay-capacity") from error
-
-
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
     from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
-    frames, replay_line = make_frame_store(config)
+    from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
+
+    frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
     device = f"{device}; {replay_line}"
     print(device, flush=True)
     if algo == ALGO_FAST_DQN:

@@ -34,13 +34,12 @@ def peak_gb() -> float:
 
 def make_memory(capacity: int, replay_device: str):
     """The memory a run builds with --replay-capacity and --replay-device."""
-    from fast_dqn.config import Config
-    from fast_dqn.launch import make_frame_store
+    from fast_dqn.device_frames import make_frame_store
     from fast_dqn.q_network import configure_device
     from fast_dqn.replay_memory import ReplayMemory
 
     configure_device()
-    frames, _ = make_frame_store(Config(replay_capacity=capacity, replay_device=replay_device))
+    frames, _ = make_frame_store(replay_device, capacity)
     return ReplayMemory(capacity, np.random.default_rng(0), frames=frames)
 
 
