@@ -113,9 +113,9 @@ class Config:
                                  "refusing to resume")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
-    xla: str = _field("auto", "compile the minibatch update with XLA: auto = on the CPU, "
-                      "off on a GPU (a fixed rule; on a CPU it gains on some machines and "
-                      "loses a little on others: docs/throughput.md)", choices=XLA_MODES)
+    xla: str = _field("auto", "compile the minibatch update and the samplers' query with XLA: "
+                      "auto = on, on every device (one that cannot compile runs uncompiled "
+                      "and says so in one line); off = never", choices=XLA_MODES)
     replay_device: str = _field("auto", "where the replay memory's frames live: device = "
                                 "in a variable on the training device, gathered by the "
                                 "update; host = in NumPy, gathered by the host; auto = the "

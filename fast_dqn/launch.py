@@ -175,19 +175,27 @@ def checkpoint_bytes(config: Config) -> int:
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.q_network import configure_device, make_q_network  # TensorFlow loads here
+    from fast_dqn.q_network import configure_device, make_q_network, use_xla  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
 
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
-    device = f"{device}; {replay_line}"
+    device = f"{device}; {replay_line}; XLA {'on' if use_xla(config.xla) else 'off'}"
     print(device, flush=True)
     if algo == ALGO_FAST_DQN:
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
         pool = make_pool(config, 1, SERIAL, config.seed)
     network = make_q_network(config, pool.n_actions)
+    run_log.add_to_config({"xla_compiled": network.xla})
+
+    def xla_fell_back(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        with contextlib.suppress(WriteFailed, OSError, ValueError):  # the line said it
+            run_log.add_to_config({"xla_compiled": False})
+
+    network.on_xla_fallback = xla_fell_back
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
                           frames=frames)
@@ -281,7 +289,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         initial_step = checkpoint_step(manifest) if manifest else 0
         try:
             loop, device = build_loop(config, algo, run_log, initial_step, stop)
-        except ValueError as error:  # e.g. no room on the device for the replay frames
+        except (ValueError, WriteFailed) as error:  # e.g. no room on the device for the frames
             if manifest is None:
                 run_dir.discard()
             return _refuse(error)

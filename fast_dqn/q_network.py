@@ -19,7 +19,9 @@ from __future__ import annotations
 import math
 import os
 import random
-from typing import Any, Sequence
+import sys
+import threading
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -176,11 +178,20 @@ class QNetwork:
         self._loss_sum = tf.Variable(0.0, trainable=False)
         self._q_sum = tf.Variable(0.0, trainable=False)
         self.sync_target()
+        # Called with one line if this device cannot compile with XLA (else it is printed).
+        self.on_xla_fallback: Callable[[str], None] | None = None
+        self._fallback_lock = threading.Lock()
+        self._build_functions(xla)
+
+    def _build_functions(self, xla: bool) -> None:
+        """The traced calls: the update, K updates in one call, both from frames on the
+        device, and the greedy queries. With `xla` the update and the samplers' query are
+        compiled, each one program: on a GPU one launch instead of one per op."""
         self.xla = xla
         self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
         # One trace for every count of updates per call (a loop, see `in_order`). Not with
         # XLA: it compiles K updates into other floating-point results than K single ones,
-        # so update_many then makes K calls.
+        # so that K would change the run; update_many then makes K compiled calls.
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
         # The same two, gathering the states from the replay memory's frames on the device.
         self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
@@ -211,14 +222,45 @@ class QNetwork:
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
         if use_target:
-            outputs = self._call_directly("query", self._greedy_fns[True], [states], borrow=True)
+            outputs = self._call_directly("query", [states], borrow=True)
             return outputs[0].numpy()
         return self._greedy_fns[False](borrowed_tensor(states)).numpy()
 
-    def _call_directly(self, purpose: str, function: Any, arrays: list[np.ndarray],
+    def _call_directly(self, purpose: str, arrays: list[np.ndarray],
                        variables: tuple[tf.Variable, ...] = (),
                        any_count: bool = False, borrow: bool = False) -> Sequence[tf.Tensor]:
-        return self.direct_calls.call(purpose, function, arrays, variables, any_count, borrow)
+        """The traced function of `purpose` on `arrays`, called directly (`DirectCalls`).
+        Where XLA cannot compile it on this device, the network goes on uncompiled and the
+        call is made again: a call that failed to compile has changed nothing."""
+        try:
+            return self.direct_calls.call(purpose, self._function_for(purpose), arrays,
+                                          variables, any_count, borrow)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
+                tf.errors.InternalError) as error:
+            if not (self.xla and _xla_refused(error)):
+                raise
+            self._run_uncompiled(error)
+            return self.direct_calls.call(purpose, self._function_for(purpose), arrays,
+                                          variables, any_count, borrow)
+
+    def _function_for(self, purpose: str) -> Any:
+        return {"query": self._greedy_fns[True], "update": self._update_fn,
+                "update_many": self._update_many_fn, SLOT_UPDATES[0]: self._update_slots_fn,
+                SLOT_UPDATES[1]: self._update_many_slots_fn}[purpose]
+
+    def _run_uncompiled(self, error: Exception) -> None:
+        """Rebuilds the calls without XLA, once, and says so in one line."""
+        with self._fallback_lock:
+            if not self.xla:
+                return  # the other thread's call fell back first
+            self._build_functions(False)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        line = (f"note: XLA could not compile on this device ({reason}); the run goes on "
+                "uncompiled, as with --xla=off")
+        if self.on_xla_fallback is not None:
+            self.on_xla_fallback(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def _dispatch(self, purpose: str, call: DirectCall,
                   tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
@@ -269,7 +311,7 @@ class QNetwork:
     def _update_one(self, batch: Batch) -> None:
         arrays = [batch.states, batch.actions, batch.rewards, batch.next_states,
                   batch.terminals]
-        self._call_directly("update", self._update_fn, arrays)
+        self._call_directly("update", arrays)
 
     def _update_steps(self, states, actions, rewards, next_states, terminals):
         in_order(lambda k: self._update_step(states[k], actions[k], rewards[k],
@@ -292,7 +334,7 @@ class QNetwork:
                 self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
             return
         stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
-        self._call_directly("update_many", self._update_many_fn, stacked, any_count=True)
+        self._call_directly("update_many", stacked, any_count=True)
 
     def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
                                 actions, rewards, terminals):
@@ -310,11 +352,10 @@ class QNetwork:
         if count == 1 or self.xla:
             for k in range(count):
                 columns = [column[k * size:(k + 1) * size] for column in slots]
-                self._call_directly(SLOT_UPDATES[0], self._update_slots_fn, columns, (frames,))
+                self._call_directly(SLOT_UPDATES[0], columns, (frames,))
             return
         stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
-        self._call_directly(SLOT_UPDATES[1], self._update_many_slots_fn, stacked,
-                            (frames,), any_count=True)
+        self._call_directly(SLOT_UPDATES[1], stacked, (frames,), any_count=True)
 
     def take_train_stats(self, updates: int) -> tuple[float, float]:
         """Mean Huber loss per transition and mean Q(s, a) over the `updates` updates made
@@ -363,10 +404,17 @@ class QNetwork:
 
 
 def use_xla(mode: str) -> bool:
-    """`--xla`: "on", "off", or "auto" (on where no GPU is visible)."""
-    if mode == "auto":
-        return not tf.config.list_physical_devices("GPU")
-    return mode == "on"
+    """`--xla`: "on" and "auto" compile the update and the samplers' query with XLA on every
+    device; "off" does not. Dispatched op by op, an H200's update cost five times its
+    arithmetic (docs/throughput.md). A device that cannot compile runs uncompiled
+    (`QNetwork._run_uncompiled`)."""
+    return mode != "off"
+
+
+def _xla_refused(error: Exception) -> bool:
+    """Whether a call's error is XLA declining to compile it (not a failure of the run)."""
+    text = str(error)
+    return "XLA" in text or "jit_compile" in text or "compil" in text.lower()
 
 
 def q_network_settings(config: Config) -> dict[str, Any]:

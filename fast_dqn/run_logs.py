@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 from pathlib import Path
@@ -84,6 +85,14 @@ class RunLogs:
         payload = dict(config_dict)
         payload["library_versions"] = library_versions()
         write_json_atomic(self.run_dir / CONFIG_FILE, payload)
+
+    def add_to_config(self, entries: Mapping[str, Any]) -> None:
+        """Adds what a run finds out once built (whether XLA compiles on its device) to
+        `config.json`, atomically; the settings themselves stay as written."""
+        path = self.run_dir / CONFIG_FILE
+        saved = json.loads(path.read_text())
+        if any(saved.get(key) != value for key, value in entries.items()):
+            write_json_atomic(path, {**saved, **entries})
 
     def log_episode(self, row: EpisodeRow) -> None:
         """Appends one finished game to `episodes.csv`."""

@@ -50,14 +50,19 @@ class SimulatedQNetwork(QNetwork):
         super().__init__(n_actions, **settings)
         self.gpu = gpu
         self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
+        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
+        self._updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._dispatched_at: float | None = None  # the current update call's first dispatch
+
+    def _build_functions(self, xla: bool) -> None:
+        """The real network's calls, dispatched as it dispatches them (with XLA, K calls
+        per K updates), with stand-ins for their arithmetic."""
+        super()._build_functions(xla)
         self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
         self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
         self._update_slots_fn = tf.function(self._gather_and_count, reduce_retracing=True)
         self._update_many_slots_fn = tf.function(self._gather_and_count,
                                                  reduce_retracing=True)
-        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
-        self._updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._dispatched_at: float | None = None  # the current update call's first dispatch
         no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
         self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
 

@@ -63,7 +63,8 @@ def test_run_dqn_writes_every_run_file(tmp_path, capsys):
     run_dir = tmp_path / "dqn"
     assert main(TINY + [f"--logdir={run_dir}"], ALGO_DQN) == 0
     out = capsys.readouterr().out
-    assert "training on CPU" in out
+    assert "training on CPU" in out and "; XLA on" in out  # --xla=auto
+    assert json.loads((run_dir / "config.json").read_text())["xla_compiled"] is True
     summary = check_run_files(run_dir, ALGO_DQN, 2000)
     _, evaluations = read_rows(run_dir / "evaluations.csv")
     assert [int(row["timestep"]) for row in evaluations] == [1000, 2000]
@@ -88,6 +89,31 @@ def test_fast_dqn_variants_run(tmp_path, flags):
     assert main(argv, ALGO_FAST_DQN) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["updates"] == (2000 - 400) // 4
+
+
+def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monkeypatch,
+                                                                   capsys):
+    """XLA declining to compile on the device (faked: every compiled call is refused) costs
+    one line on stderr; the run finishes uncompiled and config.json records it."""
+    from fast_dqn.q_network import QNetwork
+    from tests.test_q_network import refusing_xla
+
+    build = QNetwork._build_functions
+
+    def build_refused(self, xla):
+        build(self, xla)
+        if xla:
+            refusing_xla(self, "XLA compilation requires a fixed tensor list size")
+
+    monkeypatch.setattr(QNetwork, "_build_functions", build_refused)
+    run_dir = tmp_path / "refused"
+    argv = TINY + ["--workers=2", "--evaluate=0", f"--logdir={run_dir}"]
+    assert main(argv, ALGO_FAST_DQN) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "XLA" in line]
+    assert err == ["note: XLA could not compile on this device (XLA compilation requires a "
+                   "fixed tensor list size); the run goes on uncompiled, as with --xla=off"]
+    assert json.loads((run_dir / "config.json").read_text())["xla_compiled"] is False
+    assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
 
 
 def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):

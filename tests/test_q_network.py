@@ -370,10 +370,63 @@ def test_restore_of_a_damaged_checkpoint_is_a_value_error(tmp_path):
         network_from(Config(), seed=2).restore(prefix)
 
 
-def test_xla_is_on_for_the_cpu_by_default_and_deterministic():
-    """--xla=auto compiles the update with XLA where no GPU is visible (these tests run on
-    the CPU); two networks with one seed and the same minibatches end bit-identical, and
-    the compiled update is not the uncompiled one's arithmetic."""
+def test_xla_is_on_by_default_on_every_device(monkeypatch):
+    """--xla=auto compiles on a GPU too: dispatched op by op, an H200's update cost five
+    times its arithmetic (docs/throughput.md). The rule before it left XLA off on a GPU."""
+    from fast_dqn import q_network
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(q_network.tf.config, "list_physical_devices",
+                        lambda kind=None: [gpu] if kind in (None, "GPU") else [])
+    assert q_network.use_xla("auto") is True and q_network.use_xla("on") is True
+    assert q_network.use_xla("off") is False
+    assert Config().xla == "auto"
+
+
+def refusing_xla(network, message: str):
+    """Makes `network`'s compiled calls fail as XLA failing to compile them would, until
+    the network rebuilds them (which replaces its DirectCalls)."""
+    refused = network.direct_calls
+
+    def call(*args, **kwargs):
+        if network.direct_calls is refused and network.xla:
+            raise tf.errors.InvalidArgumentError(None, None, message)
+        return type(refused).call(refused, *args, **kwargs)
+
+    refused.call = call
+
+
+def test_a_device_that_cannot_compile_runs_uncompiled_and_says_so_once():
+    network = network_from(Config(), seed=3)
+    lines = []
+    network.on_xla_fallback = lines.append
+    refusing_xla(network, "Detected unsupported operations when trying to compile graph "
+                          "__inference_update on XLA_GPU_JIT: SomeOp\nmore detail")
+    uncompiled = network_from(Config(xla="off"), seed=3)
+    for seed in (40, 41):
+        batch = random_batch(seed)
+        network.update(batch)  # the first one fails to compile, then is made uncompiled
+        uncompiled.update(batch)
+    assert network.xla is False
+    assert lines == ["note: XLA could not compile on this device (Detected unsupported "
+                     "operations when trying to compile graph __inference_update on "
+                     "XLA_GPU_JIT: SomeOp); the run goes on uncompiled, as with --xla=off"]
+    for a, b in zip(network.online.get_weights(), uncompiled.online.get_weights()):
+        np.testing.assert_array_equal(a, b)  # each update made once, as --xla=off makes it
+    assert network.take_train_stats(2) == uncompiled.take_train_stats(2)
+
+
+def test_an_error_that_is_not_xla_declining_is_raised():
+    network = network_from(Config(), seed=3)
+    network.on_xla_fallback = lambda line: pytest.fail(line)
+    refusing_xla(network, "Incompatible shapes: [32] vs. [31]")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
+        network.update(random_batch(40))
+    assert network.xla is True
+
+
+def test_xla_is_deterministic_and_close_to_the_uncompiled_update():
+    """Two networks with one seed and the same minibatches end bit-identical with XLA (these
+    tests run on the CPU), and the compiled update is not the uncompiled one's arithmetic."""
     assert network_from(Config()).xla is True
     assert network_from(Config(xla="off")).xla is False
     batches = [random_batch(seed) for seed in (40, 41, 42)]
