@@ -339,7 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s", flush=True)
     result: dict = {"game": first.game, "simulated": simulated,
                     "trainer_updates_per_second": trainer_ups,
-                    "training_limit_steps_per_second": limit}
+                    "training_limit_steps_per_second": limit,
+                    **dispatch_figures(first, game_actions(first))}
     serial = None
     if not args.skip_serial:
         serial = measure_loop(args, bench_config(args, 1), fast=False)["steps_per_second"]
@@ -377,6 +378,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows, serial, limit)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
+
+
+def dispatch_figures(config: Config, n_actions: int) -> dict[str, dict[str, int]]:
+    """What the host dispatches per update and per query of the run's network (the real
+    one, also where the GPU is simulated): framework ops one by one without XLA, one
+    compiled launch with it (`q_network.dispatched_ops`); printed in one line."""
+    from fast_dqn.q_network import dispatched_ops, make_q_network
+    network = make_q_network(config.replace(xla="off"), n_actions)
+    update, query = dispatched_ops(network, config.batch_size, config.workers)
+    figures = {"dispatch_per_update": {"xla_off": sum(update.values()), "xla_on": 1},
+               "dispatch_per_query": {"xla_off": sum(query.values()), "xla_on": 1}}
+    print(f"dispatched per update: {figures['dispatch_per_update']['xla_off']} framework ops "
+          f"without XLA, 1 compiled launch with it; per query of {config.workers} states: "
+          f"{figures['dispatch_per_query']['xla_off']} and 1", flush=True)
+    return figures
 
 
 def by_workers(results: dict[int, dict], key: str) -> dict[str, float]:

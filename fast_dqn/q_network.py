@@ -16,6 +16,7 @@ epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import random
@@ -401,6 +402,30 @@ class QNetwork:
         """Networks and optimizer slots, saved by TensorFlow's own format (no pickles)."""
         return tf.train.Checkpoint(online=self.online, target=self.target,
                                    optimizer=self.optimizer)
+
+
+# Graph nodes the runtime does not dispatch as work: constants and the function's inputs.
+_NOT_DISPATCHED = frozenset({"Const", "Placeholder", "NoOp"})
+
+
+def dispatched_ops(network: QNetwork, batch_size: int,
+                   num_envs: int) -> tuple[collections.Counter, collections.Counter]:
+    """The framework ops, by type, that the host dispatches one by one for one minibatch
+    update and for one batched query of `num_envs` states when they are not compiled: the
+    nodes of their traced graphs but constants and inputs, counted before TensorFlow's graph
+    optimizer. With XLA each of the two runs as one compiled program: one launch."""
+    states = tf.TensorSpec((batch_size, *STATE_SHAPE), tf.uint8)
+    update = network._update_fn.get_concrete_function(
+        states, tf.TensorSpec((batch_size,), tf.int32), tf.TensorSpec((batch_size,), tf.float32),
+        states, tf.TensorSpec((batch_size,), tf.bool))
+    query = network._greedy_fns[True].get_concrete_function(
+        tf.TensorSpec((num_envs, *STATE_SHAPE), tf.uint8))
+    return _op_types(update), _op_types(query)
+
+
+def _op_types(concrete: Any) -> collections.Counter:
+    return collections.Counter(op.type for op in concrete.graph.get_operations()
+                               if op.type not in _NOT_DISPATCHED)
 
 
 def use_xla(mode: str) -> bool:

@@ -39,6 +39,9 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
     assert "x serial" in out and "fast, 4 workers" in out
     assert result["simulated"] is False
     assert result["xla"] == Config().xla == "auto"
+    for kind in ("dispatch_per_update", "dispatch_per_query"):
+        assert result[kind]["xla_on"] == 1 and result[kind]["xla_off"] > 1
+    assert result["dispatch_per_update"]["xla_off"] > result["dispatch_per_query"]["xla_off"]
 
 
 def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):

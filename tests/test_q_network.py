@@ -424,6 +424,19 @@ def test_an_error_that_is_not_xla_declining_is_raised():
     assert network.xla is True
 
 
+def test_the_ops_an_uncompiled_update_and_query_dispatch_are_the_networks_layers():
+    """By hand, for the Nature CNN: a query runs the target's 3 convolutions and 2 dense
+    layers and one argmax; an update runs the 3 convolutions forward twice (online on the
+    states, target on the next states), each convolution's filter gradient once, and the
+    2 dense layers forward twice and backward (input and weight gradients): 8 matmuls."""
+    from fast_dqn.q_network import dispatched_ops
+    update, query = dispatched_ops(network_from(Config(xla="off")), 32, 16)
+    assert (query["Conv2D"], query["MatMul"], query["ArgMax"]) == (3, 2, 1)
+    assert (update["Conv2D"], update["Conv2DBackpropFilter"], update["MatMul"]) == (6, 3, 8)
+    assert "Const" not in update and "Placeholder" not in query
+    assert sum(update.values()) > 10 * 3  # hundreds of ops, dispatched one by one
+
+
 def test_xla_is_deterministic_and_close_to_the_uncompiled_update():
     """Two networks with one seed and the same minibatches end bit-identical with XLA (these
     tests run on the CPU), and the compiled update is not the uncompiled one's arithmetic."""
