@@ -190,9 +190,8 @@ class QNetwork:
         compiled, each one program: on a GPU one launch instead of one per op."""
         self.xla = xla
         self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
-        # One trace for every count of updates per call (a loop, see `in_order`). Not with
-        # XLA: it compiles K updates into other floating-point results than K single ones,
-        # so that K would change the run; update_many then makes K compiled calls.
+        # One trace for every count of updates per call (a loop, see `in_order`), itself not
+        # compiled: with XLA its iterations call the compiled single update (`_update_steps`).
         self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
         # The same two, gathering the states from the replay memory's frames on the device.
         self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
@@ -315,8 +314,10 @@ class QNetwork:
         self._call_directly("update", arrays)
 
     def _update_steps(self, states, actions, rewards, next_states, terminals):
-        in_order(lambda k: self._update_step(states[k], actions[k], rewards[k],
-                                             next_states[k], terminals[k]),
+        # With XLA each iteration calls the compiled single update: one launch per update,
+        # the same floats as K single calls (a compiled loop of K gives other floats).
+        step = self._update_fn if self.xla else self._update_step
+        in_order(lambda k: step(states[k], actions[k], rewards[k], next_states[k], terminals[k]),
                  tf.shape(actions)[0])
 
     def update_many(self, batches: Batch, count: int) -> None:
@@ -330,10 +331,6 @@ class QNetwork:
             self._update_one(batches)
             return
         size = len(batches.actions) // count
-        if self.xla:
-            for k in range(count):
-                self._update_one(Batch(*(array[k * size:(k + 1) * size] for array in batches)))
-            return
         stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
         self._call_directly("update_many", stacked, any_count=True)
 
@@ -343,17 +340,16 @@ class QNetwork:
                           gather_states(frames, next_slots, next_mask), terminals)
 
     def _update_steps_from_slots(self, frames, *stacked):
-        in_order(lambda k: self._update_step_from_slots(frames, *(column[k] for column in stacked)),
+        step = self._update_slots_fn if self.xla else self._update_step_from_slots
+        in_order(lambda k: step(frames, *(column[k] for column in stacked)),
                  tf.shape(stacked[0])[0])
 
     def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
         """`update_many` with the states gathered from `frames` (the replay memory's frames
         on the device) inside the compiled step: the host sends only slots and masks."""
         size = len(slots.actions) // count
-        if count == 1 or self.xla:
-            for k in range(count):
-                columns = [column[k * size:(k + 1) * size] for column in slots]
-                self._call_directly(SLOT_UPDATES[0], columns, (frames,))
+        if count == 1:
+            self._call_directly(SLOT_UPDATES[0], list(slots), (frames,))
             return
         stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
         self._call_directly(SLOT_UPDATES[1], stacked, (frames,), any_count=True)

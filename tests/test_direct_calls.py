@@ -76,7 +76,7 @@ def test_the_networks_calls_equal_the_ordinary_calls_bit_for_bit(xla):
     direct.update(one)
     ordinary._update_fn(*(tf.constant(array) for array in one))
     direct.update_many(many, 3)
-    if xla == "on":  # K updates are K single calls with XLA (see QNetwork.update_many)
+    if xla == "on":  # with XLA, one call of K updates gives the floats of K compiled calls
         for k in range(3):
             ordinary._update_fn(*(tf.constant(array[32 * k:32 * (k + 1)]) for array in many))
     else:
