@@ -122,12 +122,6 @@ def touch_pages(memory: ReplayMemory) -> None:
         memory.frames.put_rows(start, chunk[:memory.capacity - start])
 
 
-def bench_xla(args: argparse.Namespace) -> str:
-    """--xla, the same on a simulated GPU as on a real one: with XLA the simulated network
-    dispatches its calls as the compiled network does (K calls per K updates)."""
-    return args.xla
-
-
 def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True) -> Config:
     random_steps = round_up(args.random_steps, workers)
     config = Config(
@@ -136,7 +130,7 @@ def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True
         exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
         target_update=args.target_update, workers=workers, concurrent=concurrent,
         backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call,
-        xla=bench_xla(args), replay_device=bench_replay_device(args))
+        xla=args.xla, replay_device=bench_replay_device(args))
     validate(config, ALGO_FAST_DQN)
     return config
 

@@ -55,8 +55,8 @@ class SimulatedQNetwork(QNetwork):
         self._dispatched_at: float | None = None  # the current update call's first dispatch
 
     def _build_functions(self, xla: bool) -> None:
-        """The real network's calls, dispatched as it dispatches them (with XLA, K calls
-        per K updates), with stand-ins for their arithmetic."""
+        """The real network's calls, dispatched as it dispatches them (one host call per K
+        updates, with XLA or without), with stand-ins for their arithmetic."""
         super()._build_functions(xla)
         self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
         self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
