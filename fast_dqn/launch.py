@@ -38,7 +38,7 @@ from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
-                              default_run_dir, disk_space_warning, write_json_atomic)
+                              default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
 from fast_dqn.saved_state import StateError, integer, section
@@ -299,7 +299,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 if stop:  # reading a 7 GB memory takes a while: a signal ends the resume
                     loop.close()
                     return _stopped_before_start(stop)
-                extend_config(config, run_dir.path)
+                run_log.add_to_config({"timesteps": config.timesteps})  # a resume's only change
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
                 return _refuse(f"cannot resume {run_dir.path}: {error}")
@@ -406,13 +406,6 @@ def checkpoint_finished(config: Config, checkpoint: Path, manifest: dict) -> boo
         return saved_run_finished(config, manifest, replay_in(checkpoint, manifest))
     except StateError as error:
         raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-
-
-def extend_config(config: Config, run_dir: Path) -> None:
-    """Writes the new --timesteps into config.json; nothing else of it changes on a resume."""
-    saved = saved_config(run_dir)
-    if saved.get("timesteps") != config.timesteps:
-        write_json_atomic(run_dir / CONFIG_FILE, {**saved, "timesteps": config.timesteps})
 
 
 def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:

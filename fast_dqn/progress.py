@@ -101,8 +101,7 @@ class Progress:
         Pauses may nest; each kind is charged only its own time. Off a terminal a line says
         that one starts ("evaluation at step N"), so a log (or a script) tells why the
         progress lines stopped for a while."""
-        if self._bar is None:
-            self._write_line(f"{kind} at step {self._step}")
+        self.phase(kind)
         pause = _OpenPause(kind, self._clock())
         self._open.append(pause)
         completed = False

@@ -87,8 +87,8 @@ class RunLogs:
         write_json_atomic(self.run_dir / CONFIG_FILE, payload)
 
     def add_to_config(self, entries: Mapping[str, Any]) -> None:
-        """Adds what a run finds out once built (whether XLA compiles on its device) to
-        `config.json`, atomically; the settings themselves stay as written."""
+        """Sets `entries` in `config.json`, atomically, leaving the rest as written: what a run
+        finds out once built (whether XLA compiles on its device), a resume's --timesteps."""
         path = self.run_dir / CONFIG_FILE
         saved = json.loads(path.read_text())
         if any(saved.get(key) != value for key, value in entries.items()):
