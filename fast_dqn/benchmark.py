@@ -52,8 +52,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="agent steps measured per configuration (default: 10000)")
     parser.add_argument("--target-update", type=int, default=10_000,
                         help="epoch length in agent steps (default: 10000, the Nature value)")
-    parser.add_argument("--trainer-seconds", type=float, default=10.0,
-                        help="how long to time the trainer alone (default: 10)")
+    parser.add_argument("--trainer-seconds", type=float, default=4.0,
+                        help="length of one window timing the trainer alone (default: 4)")
+    parser.add_argument("--trainer-windows", type=int, default=6,
+                        help="windows timing the trainer alone, half before the loops are "
+                             "measured and half after; the limit is their median "
+                             "(default: 6)")
     parser.add_argument("--emulation-seconds", type=float, default=3.0,
                         help="how long to time the envs alone per worker count (default: 3)")
     parser.add_argument("--final-epsilon", type=float, default=0.1)
@@ -86,6 +90,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--switch-interval-ms must be positive")
     if args.updates_per_call < 1:
         parser.error("--updates-per-call must be at least 1")
+    if args.trainer_windows < 1 or not args.trainer_seconds > 0:
+        parser.error("--trainer-windows must be at least 1 and --trainer-seconds positive")
     return args
 
 
@@ -287,28 +293,50 @@ def game_actions(config: Config) -> int:
         pool.close()
 
 
-def measure_trainer(args: argparse.Namespace, config: Config, n_actions: int) -> float:
-    """Minibatch updates/s of the trainer alone on a memory of random frames."""
-    rng = np.random.default_rng(config.seed)
-    memory = make_memory(config, 10_000, rng)
-    count = memory.capacity
-    memory.add_many(Transitions(
-        frames=rng.integers(0, 256, (count, FRAME_SIZE, FRAME_SIZE), dtype=np.uint8),
-        actions=rng.integers(0, n_actions, count), rewards=rng.normal(size=count).astype(np.float32),
-        terminals=rng.random(count) < 0.01, episode_ends=rng.random(count) < 0.01,
-        sampleable=np.ones(count, dtype=bool)))
-    network = make_network(args, n_actions, config)
-    per_call = config.updates_per_call
-    trainer = Trainer(memory, network, config.batch_size, per_call)
-    for _ in range(3):  # compile and warm up
-        trainer.update_now(per_call)
-    network.take_train_stats(0)
-    updates, start = 0, time.perf_counter()
-    while time.perf_counter() - start < args.trainer_seconds:
-        trainer.update_now(per_call)
-        updates += per_call
-    network.take_train_stats(0)  # waits for the device to finish
-    return updates / (time.perf_counter() - start)
+class TrainerAlone:
+    """The trainer alone on a memory of random frames: minibatch updates/s, timed in windows.
+
+    The windows are spread over the benchmark (before and after the loops are measured) and
+    their median is the limit: one window's figure moved by 10% from one process to the next
+    on a shared host (docs/throughput.md), and the loops run between the windows.
+    """
+
+    def __init__(self, args: argparse.Namespace, config: Config, n_actions: int):
+        rng = np.random.default_rng(config.seed)
+        memory = make_memory(config, 10_000, rng)
+        count = memory.capacity
+        memory.add_many(Transitions(
+            frames=rng.integers(0, 256, (count, FRAME_SIZE, FRAME_SIZE), dtype=np.uint8),
+            actions=rng.integers(0, n_actions, count),
+            rewards=rng.normal(size=count).astype(np.float32),
+            terminals=rng.random(count) < 0.01, episode_ends=rng.random(count) < 0.01,
+            sampleable=np.ones(count, dtype=bool)))
+        self._network = make_network(args, n_actions, config)
+        self._per_call = config.updates_per_call
+        self._trainer = Trainer(memory, self._network, config.batch_size, self._per_call)
+        for _ in range(3):  # compile and warm up
+            self._trainer.update_now(self._per_call)
+        self._network.take_train_stats(0)
+        self.windows: list[float] = []
+
+    def measure(self, seconds: float) -> float:
+        """Updates/s over one window of about `seconds`; kept in `windows`."""
+        updates, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            self._trainer.update_now(self._per_call)
+            updates += self._per_call
+        self._network.take_train_stats(0)  # waits for the device to finish
+        self.windows.append(updates / (time.perf_counter() - start))
+        return self.windows[-1]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.windows))
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the windows."""
+        return (max(self.windows) - min(self.windows)) / self.median
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -327,13 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           "query); the host side on this machine" if simulated else device, flush=True)
     first = configs[args.workers[0]]
     rows: list[tuple[str, float, str]] = []
-    trainer_ups = measure_trainer(args, first, game_actions(first))
-    limit = 4 * trainer_ups
-    rows.append(("trainer alone", limit, f"{trainer_ups:.1f} updates/s"))
-    print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s", flush=True)
+    trainer_alone = TrainerAlone(args, first, game_actions(first))
+    windows_before = (args.trainer_windows + 1) // 2
+    for _ in range(windows_before):
+        trainer_alone.measure(args.trainer_seconds)
+    print(f"trainer alone: {trainer_alone.median:.1f} updates/s (median of "
+          f"{windows_before} windows; more after the loops)", flush=True)
     result: dict = {"game": first.game, "simulated": simulated,
-                    "trainer_updates_per_second": trainer_ups,
-                    "training_limit_steps_per_second": limit,
                     **dispatch_figures(first, game_actions(first))}
     serial = None
     if not args.skip_serial:
@@ -350,6 +378,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         note = fast_note(measured)
         rows.append((f"fast, {workers} workers", measured["steps_per_second"], note))
         print(f"fast W={workers}: {measured['steps_per_second']:.0f} steps/s, {note}", flush=True)
+    for _ in range(args.trainer_windows - windows_before):
+        trainer_alone.measure(args.trainer_seconds)
+    trainer_ups = trainer_alone.median
+    limit = 4 * trainer_ups
+    rows.insert(0, ("trainer alone", limit, f"{trainer_ups:.1f} updates/s, median of "
+                    f"{len(trainer_alone.windows)} windows, spread {trainer_alone.spread:.1%}"))
+    print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s (median of "
+          f"{len(trainer_alone.windows)} windows: "
+          f"{', '.join(f'{ups:.1f}' for ups in trainer_alone.windows)}; spread "
+          f"{trainer_alone.spread:.1%})", flush=True)
+    result.update({"trainer_updates_per_second": trainer_ups,
+                   "trainer_updates_per_second_windows": trainer_alone.windows,
+                   "trainer_spread": trainer_alone.spread,
+                   "training_limit_steps_per_second": limit})
     best_workers = max(fast_results, key=lambda w: fast_results[w]["steps_per_second"])
     best = fast_results[best_workers]
     result.update({
@@ -362,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "emulation_steps_per_second_by_workers": by_workers(fast_results,
                                                             "emulation_steps_per_second"),
     })
-    for key in ("update_cpu_us", "round_cpu_us", "round_wall_us", "cpu_busy"):
+    for key in ("update_ms", "update_cpu_us", "round_cpu_us", "round_wall_us", "cpu_busy"):
         result[key] = best[key]
         result[f"{key}_by_workers"] = by_workers(fast_results, key)
     if serial:

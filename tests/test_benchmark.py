@@ -16,8 +16,8 @@ import pytest
 from fast_dqn import benchmark
 from fast_dqn.config import Config
 
-SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.5", "--target-update=200",
-         "--emulation-seconds=0.3"]
+SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.25", "--trainer-windows=3",
+         "--target-update=200", "--emulation-seconds=0.3"]
 
 
 def last_json_line(output: str) -> dict:
@@ -37,6 +37,13 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
     assert result["fast_over_serial"] == pytest.approx(
         result["fast_steps_per_second"] / result["serial_steps_per_second"])
     assert "x serial" in out and "fast, 4 workers" in out
+    # the limit is the median of the trainer-alone windows, and their spread is printed
+    windows = result["trainer_updates_per_second_windows"]
+    assert len(windows) == 3
+    assert result["trainer_updates_per_second"] == pytest.approx(sorted(windows)[1])
+    assert result["trainer_spread"] == pytest.approx((max(windows) - min(windows))
+                                                     / sorted(windows)[1])
+    assert "median of 3 windows" in out
     assert result["simulated"] is False
     assert result["xla"] == Config().xla == "auto"
     for kind in ("dispatch_per_update", "dispatch_per_query"):
@@ -88,7 +95,7 @@ def test_updates_per_call_is_a_benchmark_setting(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],
-                                  ["--workers", "3"]])
+                                  ["--workers", "3"], ["--trainer-windows=0"]])
 def test_bad_benchmark_input_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         status = benchmark.main(argv)

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# A/B of two commits' throughput on this machine: python -m fast_dqn.benchmark of each,
+# alternately, N pairs, then one table of medians and ratios. Run with --help for the options.
+set -euo pipefail
+
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+  cat <<EOF
+Usage: scripts/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
+
+Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HEAD)
+alternately on this machine, BASE first, PAIRS times each, each commit from its own
+detached worktree, one benchmark at a time; then prints one table of the medians of
+each figure over the pairs, their spread, and HEAD / BASE.
+
+Default benchmark flags:
+  --game=pong --workers 8
+With --simulated (the GPU regime: the network work replaced by waits, docs/throughput.md):
+  --game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
+  --steps=30000 --random-steps=2000 --skip-serial
+Flags after -- replace these defaults whole.
+
+Run it for any change to the loop, the acting, the trainer, the update or the frame store
+(docs/throughput.md, "A/B of two commits"). Nothing else should run on the machine
+meanwhile: a default pair takes about 6 minutes on 2 cores.
+
+Options:
+  --pairs N       benchmark runs of each commit (default: 3)
+  --simulated     the simulated-GPU defaults above
+  --out DIR       where the worktrees and logs go (default: a new directory under /tmp)
+  --python PY     Python interpreter with the project's requirements (default: python)
+  --table DIR     only print the table of the logs already in DIR
+  -h, --help      show this help
+EOF
+}
+
+PAIRS=3
+SIMULATED=0
+OUT=
+PY=python
+TABLE_DIR=
+POSITIONAL=()
+BENCH_FLAGS=()
+GIVEN_FLAGS=0
+
+split_equals "$@"
+set -- "${SPLIT_ARGS[@]}"
+while (($#)); do
+  case $1 in
+    --pairs) need_value "$1" $#; PAIRS=$2; shift 2 ;;
+    --simulated) SIMULATED=1; shift ;;
+    --out) need_value "$1" $#; OUT=$2; shift 2 ;;
+    --python) need_value "$1" $#; PY=$2; shift 2 ;;
+    --table) need_value "$1" $#; TABLE_DIR=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; BENCH_FLAGS=("$@"); GIVEN_FLAGS=1; break ;;
+    -*) die_usage "unknown option '$1'" ;;
+    *) POSITIONAL+=("$1"); shift ;;
+  esac
+done
+
+TABLE_SCRIPT="$REPO_ROOT/scripts/ab_table.py"
+if [[ -n $TABLE_DIR ]]; then
+  [[ -d $TABLE_DIR ]] || die_usage "--table: no directory '$TABLE_DIR'"
+  exec "$PY" "$TABLE_SCRIPT" "$TABLE_DIR"
+fi
+
+((${#POSITIONAL[@]} >= 1 && ${#POSITIONAL[@]} <= 2)) || die_usage "give BASE and optionally HEAD"
+is_positive_int "$PAIRS" || die_usage "--pairs: expected a positive whole number, got '$PAIRS'"
+PAIRS=$((10#$PAIRS))
+BASE_REF=${POSITIONAL[0]}
+HEAD_REF=${POSITIONAL[1]:-HEAD}
+BASE_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$BASE_REF^{commit}") ||
+  die_usage "BASE: '$BASE_REF' is not a commit of this repository"
+HEAD_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$HEAD_REF^{commit}") ||
+  die_usage "HEAD: '$HEAD_REF' is not a commit of this repository"
+"$PY" -c 'import tensorflow, ale_py' 2>/dev/null ||
+  die_usage "--python: '$PY' cannot import tensorflow and ale_py (install requirements.txt)"
+
+if ((!GIVEN_FLAGS)); then
+  if ((SIMULATED)); then
+    BENCH_FLAGS=(--game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
+      --steps=30000 --random-steps=2000 --skip-serial)
+  else
+    BENCH_FLAGS=(--game=pong --workers 8)
+  fi
+fi
+
+if [[ -z $OUT ]]; then
+  OUT=$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")
+else
+  mkdir -p "$OUT"
+fi
+OUT=$(absolute_path "$OUT")
+TREES="$OUT/trees"
+mkdir -p "$TREES"
+
+# add_tree SHA: a detached worktree of SHA under $TREES (reused if there already).
+add_tree() {
+  local sha=$1
+  if [[ ! -d $TREES/$sha ]]; then
+    git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
+  fi
+}
+
+remove_trees() {
+  local sha
+  for sha in "$BASE_SHA" "$HEAD_SHA"; do
+    git -C "$REPO_ROOT" worktree remove --force "$TREES/$sha" 2>/dev/null || true
+  done
+}
+trap remove_trees EXIT
+
+add_tree "$BASE_SHA"
+add_tree "$HEAD_SHA"
+printf 'base %s\nhead %s\nflags %s\n' "$BASE_SHA" "$HEAD_SHA" "${BENCH_FLAGS[*]}" >"$OUT/ab.txt"
+note "base $BASE_REF (${BASE_SHA:0:7}), head $HEAD_REF (${HEAD_SHA:0:7}), $PAIRS pairs; logs in $OUT"
+
+for ((pair = 1; pair <= PAIRS; pair++)); do
+  for side in base head; do
+    if [[ $side == base ]]; then sha=$BASE_SHA; else sha=$HEAD_SHA; fi
+    log="$OUT/$side-$pair.log"
+    note "pair $pair/$PAIRS: $side (${sha:0:7})"
+    if ! (cd "$TREES/$sha" && CUDA_VISIBLE_DEVICES=-1 "$PY" -m fast_dqn.benchmark \
+      "${BENCH_FLAGS[@]}") >"$log" 2>&1; then
+      die "the benchmark of $side (${sha:0:7}) failed; see $log"
+    fi
+  done
+done
+
+"$PY" "$TABLE_SCRIPT" "$OUT"
