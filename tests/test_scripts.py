@@ -23,8 +23,6 @@ import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
 
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
-
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
 SPEEDTEST = REPO / "scripts" / "speedtest.sh"
@@ -90,6 +88,7 @@ def write_json(path: Path, data) -> None:
 # ---------------------------------------------------------------------------- all_games.sh
 
 
+@pytest.mark.slow
 def test_dry_run_lists_49_games_times_3_seeds_and_writes_nothing(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", out, "--python", PY])
@@ -105,6 +104,7 @@ def test_dry_run_lists_49_games_times_3_seeds_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_games_subset_seeds_and_extra_flags(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds=0 5", "--dry-run",
@@ -118,6 +118,7 @@ def test_games_subset_seeds_and_extra_flags(tmp_path):
         assert command[-3:] == ["--timesteps=2000", "--workers", "4"]
 
 
+@pytest.mark.slow
 def test_finished_runs_are_skipped_and_checkpointed_runs_resumed(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "summary.json", {"finished": True, "steps": 10})
@@ -141,6 +142,7 @@ def test_finished_runs_are_skipped_and_checkpointed_runs_resumed(tmp_path):
     assert len(runs) == 5
 
 
+@pytest.mark.slow
 def test_resume_without_timesteps_in_extra_flags_passes_only_resume(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "checkpoint" / "manifest.json", {})
@@ -150,6 +152,7 @@ def test_resume_without_timesteps_in_extra_flags_passes_only_resume(tmp_path):
                                         str(out / "pong-seed0")]]
 
 
+@pytest.mark.slow
 def test_dry_run_leaves_a_directory_without_checkpoint_in_place(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
@@ -161,6 +164,7 @@ def test_dry_run_leaves_a_directory_without_checkpoint_in_place(tmp_path):
     assert (out / "pong-seed0" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_nothing_to_do_when_every_run_finished(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "summary.json", {"finished": True})
@@ -185,6 +189,7 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
     ["--", "--game=pong"],
     ["--python", "/nonexistent/python"],
 ])
+@pytest.mark.slow
 def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", tmp_path / "o", *args])
     assert result.returncode == 2
@@ -193,12 +198,14 @@ def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_help():
     result = run(["bash", ALL_GAMES, "--help"])
     assert result.returncode == 0
     assert "Usage:" in result.stdout and "--slurm-partition" in result.stdout
 
 
+@pytest.mark.slow
 def test_runs_in_parallel_and_writes_one_log_per_run(tmp_path, fake_python):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1",
@@ -212,6 +219,7 @@ def test_runs_in_parallel_and_writes_one_log_per_run(tmp_path, fake_python):
     assert "at most 4 at once" in result.stderr
 
 
+@pytest.mark.slow
 def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong failgame", "--seeds", "0",
@@ -223,6 +231,7 @@ def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
     assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
 
 
+@pytest.mark.slow
 def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_python):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
@@ -234,6 +243,7 @@ def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_
     assert (out / "pong-seed0" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_python):
     out = tmp_path / "sweep"
     env = dict(os.environ, FAKE_STEPS="600")
@@ -270,6 +280,7 @@ def _slurm_dry_run(tmp_path, *extra):
     return out, script, tasks
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_prints_an_array_script_and_its_task_list(tmp_path):
     out, script, tasks = _slurm_dry_run(
         tmp_path, "--slurm-partition", "gpu", "--slurm-time", "12:00:00", "--slurm-gpus", "2",
@@ -291,6 +302,7 @@ def test_slurm_dry_run_prints_an_array_script_and_its_task_list(tmp_path):
     assert syntax.returncode == 0, syntax.stderr
 
 
+@pytest.mark.slow
 def test_slurm_defaults(tmp_path):
     out, script, _ = _slurm_dry_run(tmp_path)
     lines = script.splitlines()
@@ -300,6 +312,7 @@ def test_slurm_defaults(tmp_path):
     assert not any(line.startswith("#SBATCH --partition") for line in lines)
 
 
+@pytest.mark.slow
 def test_slurm_submits_and_each_array_task_runs_its_own_line(tmp_path, fake_python):
     out = tmp_path / "sweep"
     bin_dir = tmp_path / "bin"
@@ -323,6 +336,7 @@ def test_slurm_submits_and_each_array_task_runs_its_own_line(tmp_path, fake_pyth
     assert again.returncode == 0 and "already finished" in again.stdout
 
 
+@pytest.mark.slow
 def test_slurm_without_sbatch_is_an_error(tmp_path):
     env = dict(os.environ, PATH="/usr/bin:/bin")
     result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--slurm",
@@ -334,6 +348,7 @@ def test_slurm_without_sbatch_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------- speedtest.sh
 
 
+@pytest.mark.slow
 def test_speed_grid_size_and_flags(tmp_path):
     out = tmp_path / "speed"
     result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "1 2 4 8 16", "--seeds", "0 1",
@@ -357,6 +372,7 @@ def test_speed_grid_size_and_flags(tmp_path):
         assert "target-update" not in f
 
 
+@pytest.mark.slow
 def test_default_worker_counts_follow_nproc(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "speed"])
     workers = sorted({int(flags(c)["workers"]) for c in commands(result.stdout)})
@@ -364,6 +380,7 @@ def test_default_worker_counts_follow_nproc(tmp_path):
     assert workers == ([1, 2, 4, 8, 16, 32] if cpus >= 32 else [1, 2, 4, 8, 16])
 
 
+@pytest.mark.slow
 def test_replay_start_and_target_update_are_rounded_for_the_worker_count(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "3 32", "--out", tmp_path / "s"])
     assert result.returncode == 0, result.stderr
@@ -374,6 +391,7 @@ def test_replay_start_and_target_update_are_rounded_for_the_worker_count(tmp_pat
     assert by_workers["32"]["target-update"] == "10016"
 
 
+@pytest.mark.slow
 def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--slurm", "--workers", "1 2",
                   "--out", tmp_path / "s"])
@@ -391,6 +409,7 @@ def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
     ["--", "--concurrent", "false"],
     ["--unknown"],
 ])
+@pytest.mark.slow
 def test_speedtest_bad_options_exit_2(tmp_path, args):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "s", *args])
     assert result.returncode == 2
@@ -398,6 +417,7 @@ def test_speedtest_bad_options_exit_2(tmp_path, args):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_speedtest_table_reads_steps_per_second_from_summaries(tmp_path):
     out = tmp_path / "speed"
     speeds = {(1, False, False): [100.0, 110.0], (8, True, True): [420.0, 420.0]}
@@ -418,6 +438,7 @@ def test_speedtest_table_reads_steps_per_second_from_summaries(tmp_path):
     assert rows[("8", "true", "true")][5:9] == ["420", "0", "105", "4.00"]
 
 
+@pytest.mark.slow
 def test_speedtest_table_without_runs_is_an_error(tmp_path):
     result = run(["bash", SPEEDTEST, "--table", "--out", tmp_path, "--python", PY])
     assert result.returncode == 2
@@ -462,6 +483,7 @@ def runs_dir(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_summary_table_and_normalized_scores(runs_dir):
     result = run([PY, SUMMARIZE, runs_dir])
     assert result.returncode == 0, result.stderr
@@ -480,6 +502,7 @@ def test_summary_table_and_normalized_scores(runs_dir):
     assert "seed 9" not in result.stdout and "4 run(s) of 3 game(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_summary_csv(runs_dir, tmp_path):
     table = tmp_path / "table.csv"
     result = run([PY, SUMMARIZE, runs_dir, "--csv", table])
@@ -499,6 +522,7 @@ def test_summary_csv(runs_dir, tmp_path):
     assert rows["alien"]["final_mean"] == "" and rows["alien"]["human_normalized"] == ""
 
 
+@pytest.mark.slow
 def test_summary_plot_writes_a_png(runs_dir, tmp_path):
     import matplotlib  # noqa: F401
     image = tmp_path / "curves.png"
@@ -508,6 +532,7 @@ def test_summary_plot_writes_a_png(runs_dir, tmp_path):
     assert image.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_summary_of_a_game_without_reference_scores(tmp_path):
     make_run(tmp_path, "tetris", 0, [(1000, 5.0)], None)
     result = run([PY, SUMMARIZE, tmp_path])
@@ -515,6 +540,7 @@ def test_summary_of_a_game_without_reference_scores(tmp_path):
     assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "empty", "plot-dir", "csv-dir", "no-arg"])
 def test_summary_bad_input_exits_2(tmp_path, case):
     args = {
@@ -535,6 +561,7 @@ def test_summary_bad_input_exits_2(tmp_path, case):
 # ---------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_real_two_game_sweep_then_summary(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
@@ -558,6 +585,7 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     assert "median" in summary.stdout
 
 
+@pytest.mark.slow
 def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(tmp_path):
     """Regression: a Ctrl-C after a run's last step (its last epoch's updates still running)
     left a checkpoint at --timesteps that every rerun of the sweep reported as FAILED. Now
@@ -597,6 +625,7 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # ------------------------------------------------------------------------------- linting
 
 
+@pytest.mark.slow
 def test_every_shell_script_passes_shellcheck():
     """.ci/run installs shellcheck (Debian's package) for this test; a missing one fails it."""
     scripts = sorted((REPO / "scripts").glob("*.sh")) + [REPO / ".ci" / "run"]
@@ -641,6 +670,7 @@ def learning_check(args, evals: str, fake: Path) -> subprocess.CompletedProcess:
     return run([LEARNING_CHECK, "--python", fake, *args], env=env)
 
 
+@pytest.mark.slow
 def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learner):
     out = tmp_path / "run"
     result = learning_check(["--out", out, "--threshold", "20"],
@@ -661,6 +691,7 @@ def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learne
                                                         "--batch-size", "--train-freq")]
 
 
+@pytest.mark.slow
 def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
     # 30 before the decay ends does not count
     result = learning_check(["--trainer", "serial", "--out", tmp_path / "run",
@@ -670,6 +701,7 @@ def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
     assert (tmp_path / "run" / "args").read_text().split("\n")[0].endswith("run_dqn.py")
 
 
+@pytest.mark.slow
 def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_learner):
     out = tmp_path / "run"
     assert learning_check(["--out", out], "80000:330 90000:0", fake_learner).returncode == 0
@@ -679,6 +711,7 @@ def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_
     assert not (out / "args").exists()
 
 
+@pytest.mark.slow
 def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_learner):
     env = {**os.environ, "FAKE_EVALS": "80000:400", "REAL_PYTHON": PY}
     result = subprocess.run([str(LEARNING_CHECK), "--python", str(fake_learner), "--dueling",
@@ -691,6 +724,7 @@ def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_l
         assert flag in args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--trainer", "gpu"], ["--steps", "0"], ["--steps", "100"],
                                   ["--seed", "-1"], ["--threshold", "high"], ["--bogus"],
                                   ["--protocol", "atari"]])
@@ -701,6 +735,7 @@ def test_learning_check_bad_options_exit_2(tmp_path, fake_learner, args):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     """The learning check runs run_dqn.py and run_fast_dqn.py on one game with one seed."""
     root = tmp_path / "runs"
@@ -718,6 +753,7 @@ def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_summary_keeps_protocols_and_variants_apart(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "pong", 0, [(100000, 1.0)], protocol="nature")
