@@ -540,6 +540,31 @@ def test_summary_of_a_game_without_reference_scores(tmp_path):
     assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
 
 
+def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys):
+    """Regression: an inf in evaluations.csv crashed summarize.py (the std across seeds of an
+    infinite mean; an infinite step cannot be a whole number)."""
+    from scripts import summarize
+
+    root = tmp_path / "runs"
+    make_run(root, "pong", 0, [(1000, 5.0), (2000, math.inf)])
+    make_run(root, "pong", 1, [(1000, 3.0), (2000, 7.0)])
+    seed2 = make_run(root, "pong", 2, [(1000, 9.0)])
+    with (seed2 / "evaluations.csv").open("a") as file:
+        file.write("inf,4.0,1.0,30,0.1\n2000,nan,nan,30,0.2\n")
+    assert summarize.main([str(root)]) == 0
+    output = capsys.readouterr().out
+    # by hand: the finite finals 5 (seed 0, step 1000), 7 and 9: mean 7, std 2, best 7;
+    # (7 + 20.7) / 30 of the way from random to human
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[:8] == ["pong", "0,1,2", "0/3", "1,000", "7.0", "2.0", "7.0", "92.3"]
+    notes = [line for line in output.splitlines() if "inf or nan" in line]
+    assert len(notes) == 2, output
+    assert str(root / "pong-fast_dqn-seed0" / "evaluations.csv") in notes[0]
+    assert "1 row(s)" in notes[0] and "line 3 (step 2000)" in notes[0]
+    assert str(seed2 / "evaluations.csv") in notes[1]
+    assert "2 row(s)" in notes[1] and "line 3 (step inf), line 4 (step 2000)" in notes[1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "empty", "plot-dir", "csv-dir", "no-arg"])
 def test_summary_bad_input_exits_2(tmp_path, case):
