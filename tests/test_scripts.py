@@ -8,7 +8,9 @@ TensorFlow. One test runs a real two-game sweep end to end.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
 import math
 import os
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -268,6 +271,189 @@ def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_p
         assert (out / name / "signals").read_text().splitlines() == ["signal"]
     assert not (out / "alien-seed0").exists()
     assert "2 run(s) stopped, 1 not started" in stderr
+
+
+# ------------------------------------------------------------- run directories in use elsewhere
+
+RUNNING_ELSEWHERE = 3  # the exit status all_games.sh documents for runs it left alone
+HOLDER = "host otherhost pid 4242 since 2025-01-01T00:00:00"
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, text: str = HOLDER) -> Iterator[None]:
+    """Holds an exclusive flock on `path` as a live run holds its .lock (or a sweep its log),
+    with `text` in it as the trainer writes its holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, text.encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("has_checkpoint", [False, True], ids=["no-checkpoint", "checkpoint"])
+def test_a_run_whose_lock_is_held_is_left_alone_and_the_sweep_exits_3(tmp_path, fake_python,
+                                                                       has_checkpoint):
+    """Regression: a live run without a checkpoint yet was called stale and moved aside (and
+    one with a checkpoint resumed by a second trainer, refused in the sweep's log)."""
+    out = tmp_path / "sweep"
+    live = out / "pong-seed0"
+    write_json(live / "config.json", {"game": "pong", "seed": 0})
+    if has_checkpoint:
+        write_json(live / "checkpoint" / "manifest.json", {"step": 5})
+    (out / "pong-seed0.log").write_text("the live run's log\n")
+    with held_lock(live / ".lock"):
+        result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0",
+                      "--jobs", "1", "--out", out, "--python", fake_python])
+        assert sorted(p.name for p in live.iterdir()) == sorted(
+            [".lock", "config.json"] + (["checkpoint"] if has_checkpoint else []))
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert f"pong-seed0 (running elsewhere: {HOLDER})" in result.stderr
+    assert "1 run(s) running elsewhere" in result.stderr
+    assert not list(out.glob("pong-seed0.incomplete-*"))
+    assert (out / "pong-seed0.log").read_text() == "the live run's log\n"
+    assert json.loads((out / "breakout-seed0" / "summary.json").read_text())["finished"] is True
+    # the next sweep, once the run has ended, takes it up
+    again = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                 "--python", fake_python])
+    assert again.returncode == 0, again.stderr
+    assert json.loads((live / "summary.json").read_text())["finished"] is True
+    assert len(list(out.glob("pong-seed0.incomplete-*"))) == (0 if has_checkpoint else 1)
+
+
+@pytest.mark.slow
+def test_only_running_elsewhere_is_not_nothing_to_do(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    with held_lock(out / "pong-seed0" / ".lock", "host h pid 7 since t\n"):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert "running elsewhere: host h pid 7 since t)" in result.stderr
+    assert "nothing to do" not in result.stderr
+    assert not (out / "pong-seed0" / "args").exists()
+
+
+@pytest.mark.slow
+def test_a_free_lock_left_by_a_dead_run_is_stale_as_before(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    (out / "pong-seed0" / ".lock").write_text(HOLDER)  # its holder is gone: nobody holds it
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                  "--python", fake_python])
+    assert result.returncode == 0, result.stderr
+    aside = list(out.glob("pong-seed0.incomplete-*"))
+    assert len(aside) == 1 and (aside[0] / "config.json").exists()
+    assert (out / "pong-seed0" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_symlinked_lock_is_not_followed(tmp_path, fake_python):
+    """The link points at a file that is locked: a sweep that followed it would see a live
+    run; a run's own .lock is never a link, so the directory is stale."""
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    target = tmp_path / "elsewhere.lock"
+    (out / "pong-seed0" / ".lock").symlink_to(target)
+    with held_lock(target):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == 0, result.stderr
+    assert len(list(out.glob("pong-seed0.incomplete-*"))) == 1
+    assert target.read_text() == HOLDER
+
+
+@pytest.mark.slow
+def test_a_run_whose_log_another_sweep_holds_is_left_alone(tmp_path, fake_python):
+    """Another sweep locks a run's log before its trainer starts (and the trainer keeps it as
+    its stdout), so a sweep that comes before the trainer has locked the run directory
+    leaves the run alone too, and does not truncate the log."""
+    out = tmp_path / "sweep"
+    log = out / "pong-seed0.log"
+    with held_lock(log, "another sweep's log\n"):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert "pong-seed0 (running elsewhere: another sweep" in result.stderr
+    assert log.read_text() == "another sweep's log\n"
+    assert not (out / "pong-seed0").exists()
+
+
+@pytest.mark.slow
+def test_a_log_taken_by_another_sweep_after_the_plan_is_left_alone(tmp_path, fake_python):
+    """The other sweep takes the run between this sweep's look at the directory and the
+    start of its run: this sweep does not start a second trainer there."""
+    out = tmp_path / "sweep"
+    env = dict(os.environ, FAKE_STEPS="20")
+    process = subprocess.Popen(
+        ["bash", str(ALL_GAMES), "--games", "pong breakout", "--seeds", "0", "--jobs", "1",
+         "--out", str(out), "--python", str(fake_python)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "pong-seed0" / "args").exists():
+            assert time.monotonic() < deadline, "the first fake run did not start"
+            time.sleep(0.02)
+        with held_lock(out / "breakout-seed0.log", "another sweep's log\n"):
+            _, stderr = process.communicate(timeout=60)
+            assert (out / "breakout-seed0.log").read_text() == "another sweep's log\n"
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == RUNNING_ELSEWHERE, stderr
+    assert "breakout-seed0 (running elsewhere: another sweep" in stderr
+    assert not (out / "breakout-seed0").exists()
+    assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
+
+
+LIB = REPO / "scripts" / "lib.sh"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["flock", "python"])
+def test_run_state_tells_a_held_lock_with_either_probe(tmp_path, probe):
+    """`flock` (util-linux) where it is installed, else the sweep's --python: the same
+    answers, no lock file made where there was none, no link followed."""
+    def state(run_dir: Path) -> str:
+        script = ('source "$1"; LOCK_PROBE=$2; PY=$3; run_state "$4" "$4.log"; '
+                  'printf "%s|%s" "$RUN_STATE" "$RUN_HOLDER"')
+        result = run(["bash", "-c", script, "bash", LIB, probe, PY, run_dir])
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    held, free, linked, bare = (tmp_path / name for name in ("held", "free", "linked", "bare"))
+    for run_dir in (held, free, linked, bare):
+        write_json(run_dir / "config.json", {})
+    (free / ".lock").write_text(HOLDER)
+    (linked / ".lock").symlink_to(held / ".lock")
+    with held_lock(held / ".lock"):
+        assert state(held) == f"running|{HOLDER}"
+        assert state(free) == "stale|"
+        assert state(linked) == "stale|"
+        assert state(bare) == "stale|"
+        assert state(tmp_path / "new") == "new|"
+    assert not (bare / ".lock").exists() and not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["flock", "python"])
+def test_a_sweep_takes_a_log_only_if_nobody_holds_it_and_keeps_it(tmp_path, probe):
+    """_run_one's claim on a run: refused while another process holds the log; taken
+    otherwise, and still held (by the sweep's open log) after the taking command ended."""
+    script = ('source "$1"; LOCK_PROBE=$2; PY=$3; exec {fd}<>"$4"; '
+              'if ! _take_lock "$fd"; then echo refused; exit 0; fi; echo taken; '
+              '"$3" -c "import fcntl, sys; f = open(sys.argv[1]); '
+              'fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)" "$4" 2>/dev/null '
+              '&& echo "then free" || echo "then held"')
+    log = tmp_path / "run.log"
+    with held_lock(log):
+        result = run(["bash", "-c", script, "bash", LIB, probe, PY, log])
+    assert result.stdout.split("\n")[:1] == ["refused"], result.stderr
+    result = run(["bash", "-c", script, "bash", LIB, probe, PY, log])
+    assert result.stdout.splitlines() == ["taken", "then held"], result.stderr
 
 
 def _slurm_dry_run(tmp_path, *extra):
@@ -645,6 +831,76 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
     assert again.returncode == 0, again.stderr + log.read_text()[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is True and summary["updates"] == (1200 - 400) // 4
+
+
+# Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
+# checkpoint comes at its end, so for most of its life it has only config.json and logs.
+RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
+              "--target-update=1000", "--timesteps=4000", "--evaluate=2000", "--eval-episodes=2",
+              "--eval-max-episode-steps=500", "--xla=off")
+
+
+def breakout_sweep(out: Path) -> list[str]:
+    return ["bash", str(ALL_GAMES), "--games", "breakout", "--seeds", "0", "--jobs", "1",
+            "--out", str(out), "--python", PY, "--", *RACE_FLAGS]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run_bytes(tmp_path_factory) -> dict[str, str]:
+    """What a single sweep of RACE_FLAGS leaves: its rows, weights and replay arrays."""
+    from tests.cli_runs import ENV, run_bytes
+
+    out = tmp_path_factory.mktemp("uninterrupted")
+    result = run(breakout_sweep(out), env=ENV, timeout=900)
+    assert result.returncode == 0, result.stderr
+    return run_bytes(out / "breakout-seed0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second_starts", ["0.5 s later", "once config.json exists"])
+def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, second_starts,
+                                                                    uninterrupted_run_bytes):
+    """Regression: the second sweep called the live run stale (no checkpoint yet), moved its
+    directory aside while it ran and started its own run at its path (or, started before
+    the run had its directory, a second trainer that failed on its lock and clobbered its
+    log); both sweeps exited 0 (or the second 1). Now one whole run, as if alone, and the
+    sweep that did not run it exits 3."""
+    from tests.cli_runs import ENV, run_bytes
+
+    out = tmp_path / "sweep"
+    run_dir = out / "breakout-seed0"
+    first = subprocess.Popen(breakout_sweep(out), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    try:
+        if second_starts == "0.5 s later":
+            time.sleep(0.5)
+        else:
+            deadline = time.monotonic() + 300
+            while not (run_dir / "config.json").exists():
+                assert first.poll() is None and time.monotonic() < deadline, \
+                    "the first sweep's run did not write config.json"
+                time.sleep(0.05)
+        second = run(breakout_sweep(out), env=ENV, timeout=900)
+        first_stdout, first_stderr = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    statuses = {"first": first.returncode, "second": second.returncode}
+    stderr = {"first": first_stderr, "second": second.stderr}
+    # Started 0.5 s apart, either sweep may be the one that takes the run; once the run has
+    # its config.json, it is the first's.
+    ran = "first" if second_starts != "0.5 s later" or statuses["first"] == 0 else "second"
+    other = "second" if ran == "first" else "first"
+    assert statuses == {ran: 0, other: RUNNING_ELSEWHERE}, stderr
+    assert "breakout-seed0 (running elsewhere: " in stderr[other]
+    assert "1 run(s) running elsewhere" in stderr[other]
+    if second_starts != "0.5 s later":  # the lock names its holder by then
+        assert (run_dir / ".lock").read_text().strip() in stderr[other]
+    assert not list(out.glob("breakout-seed0.incomplete-*"))
+    assert run_bytes(run_dir) == uninterrupted_run_bytes
+    assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
+    log = (out / "breakout-seed0.log").read_text()
+    assert "in use by another process" not in log and "\0" not in log
 
 
 # ------------------------------------------------------------------------------- linting
