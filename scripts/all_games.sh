@@ -17,7 +17,12 @@ A run whose OUT/G-seedS/summary.json says "finished": true is skipped. A run wit
 checkpoint (OUT/G-seedS/checkpoint/manifest.json) but no finished summary is resumed:
   PY run_fast_dqn.py --resume OUT/G-seedS [--timesteps=T if EXTRA FLAGS set it]
 A run directory with neither is renamed OUT/G-seedS.incomplete-<time> and started afresh.
-Exit status: 0 if every run succeeded; 1 if any failed (they are listed); 2 for bad options.
+A run that another process runs (a live process holds OUT/G-seedS/.lock, or another sweep
+holds OUT/G-seedS.log) is running elsewhere: it is listed with the holder the lock names
+and left alone (not moved, resumed or started).
+Exit status: 0 if every run succeeded; 1 if any failed (they are listed); 3 if every run
+it started succeeded but some were running elsewhere (listed: run the same command again
+once they have ended); 130 if interrupted; 2 for bad options. --dry-run exits 0.
 
 Options:
   --games "G1 G2"   games (ale-py ROM ids; default: the 49 Nature games,
@@ -130,9 +135,13 @@ for game in "${GAME_LIST[@]}"; do
     name="$game-seed$seed"
     dir="$OUT/$name"
     log="$OUT/$name.log"
-    case $(run_state "$dir") in
+    run_state "$dir" "$log"
+    case $RUN_STATE in
       finished)
         note "skip   $name (finished)"
+        ;;
+      running)
+        note_elsewhere "$name" "$RUN_HOLDER"
         ;;
       resume)
         note "resume $name (from its checkpoint)"
@@ -159,6 +168,11 @@ for game in "${GAME_LIST[@]}"; do
 done
 
 if ((${#TASK_CMDS[@]} == 0)); then
+  if ((${#ELSEWHERE[@]})); then
+    note "nothing to start: every other run has finished in $OUT"
+    ((DRY_RUN)) || report_elsewhere || exit "$?"
+    exit 0
+  fi
   note "nothing to do: all ${#GAME_LIST[@]} game(s) x ${#SEED_LIST[@]} seed(s) have finished in $OUT"
   exit 0
 fi
@@ -167,6 +181,7 @@ if ((SLURM)); then
   write_slurm "$OUT/all_games.sbatch" "$OUT/all_games.tasks" fast_dqn-all_games \
     "${JOBS:-${#TASK_CMDS[@]}}" "$DRY_RUN"
   ((DRY_RUN)) || submit_slurm "$OUT/all_games.sbatch"
+  ((DRY_RUN)) || report_elsewhere || exit "$?"
   exit 0
 fi
 
@@ -185,5 +200,8 @@ status=0
 run_tasks "$JOBS" || status=$?
 if ((status == 0)); then
   note "all ${#TASK_CMDS[@]} run(s) finished; summarize with: $PY scripts/summarize.py $OUT"
+elif ((status == EXIT_RUNNING_ELSEWHERE)); then
+  note "the runs this sweep ran have finished; ${#ELSEWHERE[@]} run(s) left alone" \
+    "(exit status $status)"
 fi
 exit "$status"

@@ -134,24 +134,136 @@ memory_gib() {
     /proc/meminfo 2>/dev/null || echo 0
 }
 
-# run_state DIR: "finished" (summary.json says so), "resume" (a checkpoint but no finished
-# summary), "stale" (the directory exists with neither) or "new".
-run_state() {
-  local dir=$1
-  if [[ -f $dir/summary.json ]] &&
-    grep -Eq '"finished"[[:space:]]*:[[:space:]]*true' "$dir/summary.json"; then
-    echo finished
-  elif [[ -f $dir/checkpoint/manifest.json ]]; then
-    echo resume
-  elif [[ -e $dir ]]; then
-    echo stale
+# A sweep's exit status when it started no run in some directories because another process
+# runs them there (another sweep, or a trainer started by hand), and every run it started
+# succeeded.
+EXIT_RUNNING_ELSEWHERE=3
+ELSEWHERE=()  # "NAME (running elsewhere: WHO)" for each run this sweep left alone
+
+# How a lock is tested without holding it for more than a moment: util-linux's flock, which
+# Debian and Ubuntu install from the start, else the fcntl module of --python (e.g. macOS).
+if command -v flock >/dev/null 2>&1; then
+  LOCK_PROBE=flock
+else
+  LOCK_PROBE=python
+fi
+LOCK_HELD=75  # _lock_status: another process holds the lock
+
+# _lock_status FILE: returns LOCK_HELD when another process holds an flock on FILE; 0 when
+# nobody does, or FILE is not a regular file (missing, or a link: never followed); 1 when
+# it cannot be told (FILE cannot be opened). Takes a shared lock for a moment: a run's
+# exclusive lock keeps it out, and two sweeps looking at once do not see each other. Opens
+# FILE for reading only, so no file is created.
+_lock_status() {
+  local file=$1 fd rc=0
+  [[ -f $file && ! -L $file ]] || return 0
+  if [[ $LOCK_PROBE == flock ]]; then
+    { exec {fd}<"$file"; } 2>/dev/null || return 1
+    flock --nonblock --shared --conflict-exit-code "$LOCK_HELD" "$fd" 2>/dev/null || rc=$?
+    exec {fd}<&-
   else
-    echo new
+    "$PY" -c '
+import fcntl, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+except BlockingIOError:
+    sys.exit(int(sys.argv[2]))
+except OSError:
+    sys.exit(1)
+' "$file" "$LOCK_HELD" 2>/dev/null || rc=$?
+  fi
+  ((rc == 0 || rc == LOCK_HELD)) || rc=1
+  return "$rc"
+}
+
+# _take_lock FD: takes an exclusive flock on the open file FD, waiting at most 2 s (for
+# another sweep's _lock_status to let go); returns non-zero if another process holds it.
+# The lock stays with the open file (and every copy of it) after this returns.
+_take_lock() {
+  if [[ $LOCK_PROBE == flock ]]; then
+    flock --exclusive --wait 2 "$1" 2>/dev/null
+  else
+    "$PY" -c '
+import fcntl, sys, time
+deadline = time.monotonic() + 2
+while True:
+    try:
+        fcntl.flock(0, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        break
+    except BlockingIOError:
+        if time.monotonic() > deadline:
+            sys.exit(1)
+        time.sleep(0.05)
+' <&"$1" 2>/dev/null
   fi
 }
 
+# _lock_holder FILE: the holder a run's lock names ("host H pid P since T"), one line.
+_lock_holder() {
+  local text
+  text=$(head -c 200 -- "$1" 2>/dev/null | head -n 1) || text=
+  text=${text//[^[:print:]]/?}
+  printf '%s\n' "${text:-its lock $1 does not name the holder}"
+}
+
+# run_state DIR LOG: sets RUN_STATE to "finished" (summary.json says so), "running" (a live
+# process holds the run's lock DIR/.lock, or another sweep holds its log LOG: see _run_one),
+# "resume" (a checkpoint but no finished summary), "stale" (the directory exists with
+# neither) or "new"; and RUN_HOLDER to who runs it ("" unless running). A running run is
+# never moved, resumed or started by a sweep; a stale one is moved aside (set_aside).
+run_state() {
+  local dir=$1 log=$2 status=0
+  RUN_STATE=
+  RUN_HOLDER=
+  if [[ -f $dir/summary.json ]] &&
+    grep -Eq '"finished"[[:space:]]*:[[:space:]]*true' "$dir/summary.json"; then
+    RUN_STATE=finished
+    return 0
+  fi
+  _lock_status "$dir/.lock" || status=$?
+  if ((status == LOCK_HELD)); then
+    RUN_STATE=running
+    RUN_HOLDER=$(_lock_holder "$dir/.lock")
+    return 0
+  elif ((status != 0)); then
+    RUN_STATE=running
+    RUN_HOLDER="cannot tell: its lock $dir/.lock cannot be read"
+    return 0
+  fi
+  status=0
+  _lock_status "$log" || status=$?
+  if ((status == LOCK_HELD)); then
+    RUN_STATE=running
+    RUN_HOLDER="another sweep holds its log $log"
+  elif [[ -f $dir/checkpoint/manifest.json ]]; then
+    RUN_STATE=resume
+  elif [[ -e $dir ]]; then
+    RUN_STATE=stale
+  else
+    RUN_STATE=new
+  fi
+}
+
+# note_elsewhere NAME WHO: a run left alone because another process runs it.
+note_elsewhere() {
+  ELSEWHERE+=("$1 (running elsewhere: $2)")
+  note "busy   $1 (running elsewhere: $2); left alone"
+}
+
+# report_elsewhere: lists the runs left alone because another process runs them, and
+# returns EXIT_RUNNING_ELSEWHERE if there are any (else 0).
+report_elsewhere() {
+  ((${#ELSEWHERE[@]})) || return 0
+  note "${#ELSEWHERE[@]} run(s) running elsewhere, left alone and not run by this sweep;" \
+    "run the same command again once they have ended:"
+  printf '  %s\n' "${ELSEWHERE[@]}" >&2
+  return "$EXIT_RUNNING_ELSEWHERE"
+}
+
 # set_aside DIR: renames a run directory that cannot be resumed (no checkpoint) so that a
-# fresh run can take its place; nothing is deleted.
+# fresh run can take its place; nothing is deleted. Only for a stale DIR (run_state): one
+# whose lock is held is never moved.
 set_aside() {
   local dir=$1 target n=1
   target="$dir.incomplete-$(date +%Y%m%d-%H%M%S)"
@@ -185,13 +297,36 @@ print_tasks() {
 }
 
 # _run_one INDEX STATUS_DIR: runs one task, its output in its log, and writes its exit
-# status to STATUS_DIR/INDEX ("stopped" when a SIGTERM from run_tasks ended it). SIGTERM is
-# passed on to the trainer, which writes a checkpoint and exits; this waits for that.
+# status to STATUS_DIR/INDEX ("stopped" when a SIGTERM from run_tasks ended it, "elsewhere"
+# when another sweep runs it). SIGTERM is passed on to the trainer, which writes a
+# checkpoint and exits; this waits for that.
+#
+# The log is this sweep's claim on the run: it is locked before the trainer starts, and the
+# trainer holds that lock as its stdout until it ends. A second sweep that comes before the
+# trainer has locked its run directory sees it (run_state), or, past that look at the same
+# moment, finds it taken here; either way it leaves the run and its log alone.
 _run_one() {
-  local i=$1 status_dir=$2 child rc=0 stopped=0
+  local i=$1 status_dir=$2 log=${TASK_LOGS[i]} log_fd child rc=0 stopped=0
   trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM
-  (eval "exec ${TASK_CMDS[i]}") </dev/null >"${TASK_LOGS[i]}" 2>&1 &
+  if ! { exec {log_fd}<>"$log"; } 2>/dev/null; then
+    note "FAILED  ${TASK_NAMES[i]} (cannot open its log $log)"
+    echo 1 >"$status_dir/$i"
+    return 0
+  fi
+  if ! _take_lock "$log_fd"; then
+    note "busy    ${TASK_NAMES[i]} (running elsewhere: another sweep holds its log $log);" \
+      "left alone"
+    echo elsewhere >"$status_dir/$i"
+    return 0
+  fi
+  if ((stopped)); then  # the SIGTERM came while this waited for the log
+    echo stopped >"$status_dir/$i"
+    return 0
+  fi
+  : >"$log"
+  (eval "exec ${TASK_CMDS[i]}") </dev/null >&"$log_fd" 2>&1 {log_fd}>&- &
   child=$!
+  exec {log_fd}>&-
   wait "$child" || rc=$?
   while kill -0 "$child" 2>/dev/null; do  # a signal cut the wait short; the run goes on
     rc=0
@@ -222,13 +357,15 @@ _on_interrupt() {
 
 # run_tasks JOBS: runs the task list here, at most JOBS runs at once, each from REPO_ROOT
 # with stdout and stderr in its log. Returns 0 if all succeeded; otherwise lists the failed
-# runs on stderr and returns 1, or 130 when interrupted.
+# runs on stderr and returns 1, or 130 when interrupted. Lists the runs left alone because
+# another process runs them (ELSEWHERE, and those found taken when they were due) and
+# returns EXIT_RUNNING_ELSEWHERE if there are any and nothing failed.
 #
 # Job control (set -m) puts every run in its own process group, so that Ctrl-C in the
 # terminal reaches only this shell, which then sends each trainer exactly one SIGTERM (a
 # trainer takes a second signal as "stop now, without a checkpoint").
 run_tasks() {
-  local max_jobs=$1 status_dir i rc failed=0 stopped=0 missing=0 failures=()
+  local max_jobs=$1 status_dir i rc holder failed=0 stopped=0 missing=0 failures=()
   status_dir=$(mktemp -d) || die "cannot create a temporary directory"
   trap _on_interrupt INT TERM
   set -m
@@ -252,6 +389,10 @@ run_tasks() {
       0) ;;
       '') missing=$((missing + 1)) ;;
       stopped) stopped=$((stopped + 1)) ;;
+      elsewhere)
+        holder="another sweep holds its log ${TASK_LOGS[i]}"
+        ELSEWHERE+=("${TASK_NAMES[i]} (running elsewhere: $holder)")
+        ;;
       *)
         failed=$((failed + 1))
         failures+=("  ${TASK_NAMES[i]} (exit status $rc; log: ${TASK_LOGS[i]})")
@@ -263,12 +404,15 @@ run_tasks() {
     note "$failed of ${#TASK_CMDS[@]} run(s) failed:"
     printf '%s\n' "${failures[@]}" >&2
   fi
+  rc=0
+  report_elsewhere || rc=$?
   if ((_INTERRUPTED)); then
     note "interrupted: $stopped run(s) stopped, $missing not started;" \
       "run the same command again to go on"
     return 130
   fi
-  ((failed == 0))
+  ((failed == 0)) || return 1
+  return "$rc"
 }
 
 # write_slurm SCRIPT TASKS_FILE JOB_NAME ARRAY_LIMIT DRY_RUN: writes the task list to

@@ -19,7 +19,11 @@ SIGINT is a KeyboardInterrupt traceback, a SIGTERM an exit by the signal), so no
 there. Each launch gets a --timesteps the run cannot reach before its signal (the run's own,
 or a larger one on a resume); a run that finishes first anyway does not count as a kill and is
 extended at the next launch. At a few random cycles a second `--resume` is started while the
-run holds its directory. Last, the run is resumed once more and left to finish.
+run holds its directory, and a second sweep (scripts/all_games.sh into OUT, which holds the
+run under the name the sweep gives it); the first cycle gets a second sweep too, once the
+new run has written config.json and before its first checkpoint (a sweep that ignored the
+run's lock would take it for a dead run and move it aside). Last, the run is resumed once
+more and left to finish.
 
 Run it from the repository root (20 kills take about 15 minutes on 2 cores):
 
@@ -27,7 +31,7 @@ Run it from the repository root (20 kills take about 15 minutes on 2 cores):
     python scripts/soak.py --kills 6 --seed 2 --without-replay --out /tmp/soak2
 
 --seed fixes the waits, the signals and the second-writer cycles (not the machine's timing).
-The run is OUT/run; every launch's stdout and stderr are kept in OUT/logs.
+The run is OUT/breakout-seed0; every launch's stdout and stderr are kept in OUT/logs.
 
 What it checks (the first failure stops it, with the trainer's stderr tail):
 
@@ -41,6 +45,9 @@ What it checks (the first failure stops it, with the trainer's stderr tail):
   stopped before it began, its config.json, CSVs and checkpoint unchanged);
 - a second writer: exit 2 within SECOND_WRITER_SECONDS, one stderr line "is in use by another
   process" naming the holder's pid; the holder still running and holding the lock;
+- a second sweep: exit 3 (runs left alone) within SECOND_WRITER_SECONDS, the run reported
+  "running elsewhere" with the holder's pid, nothing moved aside, no log of its own; the
+  holder still running and holding the lock;
 - a resume that finishes a run's final work: exit 0, summary.json "finished", at the step
   the run had;
 - at the end: exit 0 and summary.json "finished"; episodes.csv numbered 1..n without gaps or
@@ -63,6 +70,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import random
 import signal
 import subprocess
@@ -83,7 +91,7 @@ from fast_dqn.replay_memory import ReplayMemory  # noqa: E402
 from fast_dqn.run_dir import (CONFIG_FILE, EPISODES_FILE, EVALUATIONS_FILE,  # noqa: E402
                               LOCK_FILE, SUMMARY_FILE)
 from fast_dqn.run_logs import check_logs_match  # noqa: E402
-from scripts.entry_point_runs import RUN_FAST_DQN, Launch  # noqa: E402
+from scripts.entry_point_runs import CPU_ONLY, RUN_FAST_DQN, Launch  # noqa: E402
 from scripts.entry_point_runs import launch as start_entry_point  # noqa: E402
 
 TRAINER = RUN_FAST_DQN
@@ -94,6 +102,14 @@ RUN_FLAGS = ("--game=breakout", "--workers=4", f"--replay-capacity={REPLAY_CAPAC
              "--eval-episodes=2", "--eval-max-episode-steps=300", "--max-episode-steps=400",
              "--checkpoint-every=400", "--seed=0", "--progress-every=0.2")
 WITHOUT_REPLAY = "--checkpoint-replay=false"
+# The run's directory under --out: the name scripts/all_games.sh gives the run of
+# `--games breakout --seeds 0`, so that a second sweep into --out finds it.
+RUN_NAME = "breakout-seed0"
+ALL_GAMES = REPO / "scripts" / "all_games.sh"
+# A second sweep's flags: the run's own, but for those the sweep sets per run. It should start
+# nothing; if it did, a small run rather than the 50M-step default.
+SWEEP_FLAGS = tuple(flag for flag in RUN_FLAGS if not flag.startswith(("--game=", "--seed=")))
+RUNNING_ELSEWHERE = 3  # all_games.sh's exit status when it left runs alone
 
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 EXPECTED_STATUS = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 128 + signal.SIGTERM,
@@ -169,6 +185,8 @@ class Tally:
     kills: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     resumes: int = 0
     second_writers: int = 0
+    second_sweeps: int = 0
+    sweeps_left_alone: int = 0
     refusals: int = 0
     rows_lost: int = 0
     rows_repeated: int = 0
@@ -385,6 +403,42 @@ def check_second_writer(run_dir: Path, holder: Launch, log: Path) -> float:
     return time.monotonic() - second.started
 
 
+def check_second_sweep(run_dir: Path, holder: Launch, log: Path) -> float:
+    """scripts/all_games.sh into the run's --out while `holder` runs: it leaves the run
+    alone and says so (exit 3, the holder's pid named), moves nothing aside and writes no
+    log of its own; the holder still runs and holds the lock. Returns its seconds."""
+    out = run_dir.parent
+    args = ["bash", str(ALL_GAMES), "--games", "breakout", "--seeds", "0", "--jobs", "1",
+            "--out", str(out), "--python", sys.executable, "--", *SWEEP_FLAGS]
+    started = time.monotonic()
+    with log.with_suffix(".out").open("w") as stdout, log.with_suffix(".err").open("w") as err:
+        sweep = subprocess.Popen(args, cwd=REPO, stdin=subprocess.DEVNULL, stdout=stdout,
+                                 stderr=err, env={**os.environ, **CPU_ONLY})
+        try:
+            sweep.wait(timeout=SECOND_WRITER_SECONDS)
+        except subprocess.TimeoutExpired:
+            sweep.terminate()  # the sweep passes it on to any trainer it started
+            sweep.wait()
+            raise SoakFailure(f"a second sweep did not exit within "
+                              f"{SECOND_WRITER_SECONDS:.0f} s", log.with_suffix(".err")
+                              .read_text()) from None
+    seconds = time.monotonic() - started
+    stderr = log.with_suffix(".err").read_text()
+    named = [line for line in stderr.splitlines()
+             if f"{RUN_NAME} (running elsewhere: " in line and f" pid {holder.pid} " in line]
+    moved = sorted(path.name for path in out.glob(f"{RUN_NAME}.incomplete-*"))
+    if sweep.returncode != RUNNING_ELSEWHERE or not named or moved \
+            or (out / f"{RUN_NAME}.log").exists():
+        raise SoakFailure(f"a second sweep exited with status {sweep.returncode} (expected "
+                          f"{RUNNING_ELSEWHERE}), named pid {holder.pid} running elsewhere: "
+                          f"{bool(named)}, moved aside: {moved}, wrote its log: "
+                          f"{(out / f'{RUN_NAME}.log').exists()}", stderr)
+    if not holder.running() or not holds_lock(run_dir, holder.pid):
+        raise SoakFailure("the run holding the directory did not survive a second sweep",
+                          holder.stderr_tail())
+    return seconds
+
+
 def check_exit(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Signals) -> None:
     """The exit status the signal calls for (0 for a run that finished first), no traceback;
     after SIGTERM/SIGINT a new summary.json that names the signal."""
@@ -463,6 +517,13 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
         # have installed its signal handler yet (the interpreter's start and imports).
         zero = wait_until(lambda: holds_lock(run_dir, run.pid), run, LOCK_SECONDS,
                           "it took the run directory's lock")
+        if first:  # a run without a checkpoint yet, which a sweep must not take as dead
+            wait_until((run_dir / CONFIG_FILE).is_file, run, LOCK_SECONDS,
+                       "it wrote config.json")
+            tally.second_sweeps += 1
+            seconds = check_second_sweep(run_dir, run, logs / f"cycle{number:02d}-sweep")
+            tally.sweeps_left_alone += 1
+            cycle.second_writer = f"sweep left it {seconds:.1f}s"
         if first:  # a new run killed before its first checkpoint leaves nothing to resume
             zero = wait_until((run_dir / CHECKPOINT / MANIFEST).is_file, run,
                               FIRST_CHECKPOINT_SECONDS, "its first checkpoint")
@@ -478,6 +539,12 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
                                                   logs / f"cycle{number:02d}-second")
                     tally.refusals += 1
                     cycle.second_writer = f"refused {seconds:.1f}s"
+                if run.running():
+                    tally.second_sweeps += 1
+                    seconds = check_second_sweep(run_dir, run,
+                                                 logs / f"cycle{number:02d}-sweep")
+                    tally.sweeps_left_alone += 1
+                    cycle.second_writer += f", sweep left it {seconds:.1f}s"
             sleep_until(zero + draw.wait, run)
         signal_and_wait(run_dir, run, cycle, draw.signum, tally,
                         extend_if_finished=not draw.final_window)
@@ -720,6 +787,7 @@ def figures(tally: Tally, seconds: float, passed: bool) -> dict:
             "kills_by_signal": {signum.name: tally.kills[signum.name] for signum in SIGNALS},
             "phases": dict(sorted(phases.items())), "resumes": tally.resumes,
             "second_writers": tally.second_writers, "refusals": tally.refusals,
+            "second_sweeps": tally.second_sweeps, "sweeps_left_alone": tally.sweeps_left_alone,
             "rows_lost": tally.rows_lost, "rows_repeated": tally.rows_repeated,
             "failures": tally.failures, "final_step": tally.final_step,
             "without_replay": tally.without_replay,
@@ -730,7 +798,9 @@ def summary_line(figs: dict) -> str:
     by_signal = ", ".join(f"{name} {count}" for name, count in figs["kills_by_signal"].items())
     return (f"soak {'PASSED' if figs['passed'] else 'FAILED'}: {figs['kills']} kills "
             f"({by_signal}), {figs['resumes']} resumes, {figs['refusals']} of "
-            f"{figs['second_writers']} second writers refused, rows lost {figs['rows_lost']}, "
+            f"{figs['second_writers']} second writers refused, {figs['sweeps_left_alone']} of "
+            f"{figs['second_sweeps']} second sweeps left the run alone, rows lost "
+            f"{figs['rows_lost']}, "
             f"rows repeated {figs['rows_repeated']}, failures {figs['failures']}, final step "
             f"{figs['final_step']}, wall {figs['wall_seconds']:.0f} s")
 
@@ -747,8 +817,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.kills < 1:
         parser.error("--kills must be 1 or more")
-    if (Path(options.out) / "run").exists():
-        parser.error(f"{Path(options.out) / 'run'} exists; give a fresh --out")
+    if (Path(options.out) / RUN_NAME).exists():
+        parser.error(f"{Path(options.out) / RUN_NAME} exists; give a fresh --out")
     return options
 
 
@@ -763,7 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # lets a SIGTERM or Ctrl-C of the soak stop the trainer it started).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
-    run_dir, logs = Path(options.out) / "run", Path(options.out) / "logs"
+    run_dir, logs = Path(options.out) / RUN_NAME, Path(options.out) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     tally, started, status = Tally(without_replay=options.without_replay), time.monotonic(), 0
     replay = ", without a saved replay memory" if options.without_replay else ""

@@ -20,7 +20,11 @@ After a short uniformly random start of R steps, exploration is fixed at the fin
 epsilon and the steps/s that each run reports (summary.json, measured after the replay
 start) are tabulated at the end. R is rounded up to a multiple of W, and where W does not
 divide --target-update (default 10000) that is rounded up to a multiple of W and 4 too
-(e.g. 10016 for W = 32). Finished runs are skipped; unfinished ones start afresh.
+(e.g. 10016 for W = 32). Finished runs are skipped; unfinished ones start afresh (the old
+directory is renamed OUT/<run>.incomplete-<time>); one that another process runs (it holds
+OUT/<run>/.lock or OUT/<run>.log) is left alone.
+Exit status: 0 if every run succeeded; 1 if any failed; 3 if some were left alone because
+another process runs them; 130 if interrupted; 2 for bad options.
 
 Options:
   --game G          game (default: pong)
@@ -209,9 +213,14 @@ for seed in "${SEED_LIST[@]}"; do
       for synchronize in true false; do
         name="$GAME-w$workers-c$concurrent-s$synchronize-seed$seed"
         dir="$OUT/$name"
-        case $(run_state "$dir") in
+        run_state "$dir" "$OUT/$name.log"
+        case $RUN_STATE in
           finished)
             note "skip   $name (finished)"
+            continue
+            ;;
+          running)
+            note_elsewhere "$name" "$RUN_HOLDER"
             continue
             ;;
           resume | stale)
@@ -229,6 +238,13 @@ for seed in "${SEED_LIST[@]}"; do
 done
 
 if ((${#TASK_CMDS[@]} == 0)); then
+  if ((${#ELSEWHERE[@]})); then
+    note "nothing to start: every other point of the grid has finished in $OUT"
+    status=0
+    ((DRY_RUN)) || report_elsewhere || status=$?
+    print_table || true
+    exit "$status"
+  fi
   note "nothing to run: every point of the grid has finished in $OUT"
   print_table
   exit 0
@@ -237,6 +253,7 @@ fi
 if ((SLURM)); then
   write_slurm "$OUT/speedtest.sbatch" "$OUT/speedtest.tasks" fast_dqn-speedtest "$JOBS" "$DRY_RUN"
   ((DRY_RUN)) || submit_slurm "$OUT/speedtest.sbatch"
+  ((DRY_RUN)) || report_elsewhere || exit "$?"
   exit 0
 fi
 

@@ -11,7 +11,8 @@ evaluation (the mean across seeds of each run's highest evaluation), the human-n
 score of the final mean (Mnih et al. 2015; see fast_dqn.atari_data), and throughput from
 each run's `summary.json`. Below the table: the median and mean human-normalized score over
 the games that have one. Runs without evaluations are listed in a note and left out of the
-scores. matplotlib is needed for --plot only (requirements-scripts.txt).
+scores, and so are evaluation rows holding inf or nan (the note says how many and on which
+lines). matplotlib is needed for --plot only (requirements-scripts.txt).
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ def find_run_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def read_evaluations(path: Path) -> tuple[Evaluation, ...]:
-    """The rows of an evaluations.csv (empty if the file is missing).
+def read_evaluations(path: Path, left_out: Optional[list[str]] = None
+                     ) -> tuple[Evaluation, ...]:
+    """The rows of an evaluations.csv (empty if the file is missing). A row holding inf or nan
+    is left out (a mean that is not a number has no place in a mean over seeds); where it
+    was ("line 3 (step 2000)") is appended to `left_out`.
 
     Raises:
       ValueError: the file is there but its rows cannot be read.
@@ -112,13 +116,18 @@ def read_evaluations(path: Path) -> tuple[Evaluation, ...]:
     if not path.is_file():
         return ()
     with path.open(newline="") as stream:
-        rows = list(csv.DictReader(stream))
+        reader = csv.DictReader(stream)
+        rows = [(reader.line_num, row) for row in reader]
+    evaluations = []
     try:
-        evaluations = [
-            Evaluation(int(float(row["timestep"])), float(row["mean"]), float(row["std"]),
-                       int(float(row["episodes"])), float(row["hours"]))
-            for row in rows
-        ]
+        for line, row in rows:
+            values = [float(row[name]) for name in ("timestep", "mean", "std", "episodes", "hours")]
+            if not all(math.isfinite(value) for value in values):
+                if left_out is not None:
+                    left_out.append(f"line {line} (step {row['timestep'].strip()})")
+                continue
+            timestep, mean, std, episodes, hours = values
+            evaluations.append(Evaluation(int(timestep), mean, std, int(episodes), hours))
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path}: unreadable row ({error})") from None
     return tuple(sorted(evaluations, key=lambda e: e.timestep))
@@ -132,11 +141,15 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
     except (OSError, ValueError, KeyError, TypeError) as error:
         notes.append(f"left out {path}: config.json without a readable game and seed ({error})")
         return None
+    left_out: list[str] = []
     try:
-        evaluations = read_evaluations(path / "evaluations.csv")
+        evaluations = read_evaluations(path / "evaluations.csv", left_out)
     except ValueError as error:
         notes.append(f"{path}: evaluations left out: {error}")
         evaluations = ()
+    if left_out:
+        notes.append(f"{path / 'evaluations.csv'}: {len(left_out)} row(s) holding inf or nan "
+                     f"left out of the scores: {', '.join(left_out)}")
     summary = None
     if (path / "summary.json").is_file():
         try:

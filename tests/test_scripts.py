@@ -8,7 +8,9 @@ TensorFlow. One test runs a real two-game sweep end to end.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import json
 import math
 import os
@@ -18,12 +20,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
-
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
@@ -90,6 +91,7 @@ def write_json(path: Path, data) -> None:
 # ---------------------------------------------------------------------------- all_games.sh
 
 
+@pytest.mark.slow
 def test_dry_run_lists_49_games_times_3_seeds_and_writes_nothing(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", out, "--python", PY])
@@ -105,6 +107,7 @@ def test_dry_run_lists_49_games_times_3_seeds_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_games_subset_seeds_and_extra_flags(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds=0 5", "--dry-run",
@@ -118,6 +121,7 @@ def test_games_subset_seeds_and_extra_flags(tmp_path):
         assert command[-3:] == ["--timesteps=2000", "--workers", "4"]
 
 
+@pytest.mark.slow
 def test_finished_runs_are_skipped_and_checkpointed_runs_resumed(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "summary.json", {"finished": True, "steps": 10})
@@ -141,6 +145,7 @@ def test_finished_runs_are_skipped_and_checkpointed_runs_resumed(tmp_path):
     assert len(runs) == 5
 
 
+@pytest.mark.slow
 def test_resume_without_timesteps_in_extra_flags_passes_only_resume(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "checkpoint" / "manifest.json", {})
@@ -150,6 +155,7 @@ def test_resume_without_timesteps_in_extra_flags_passes_only_resume(tmp_path):
                                         str(out / "pong-seed0")]]
 
 
+@pytest.mark.slow
 def test_dry_run_leaves_a_directory_without_checkpoint_in_place(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
@@ -161,6 +167,7 @@ def test_dry_run_leaves_a_directory_without_checkpoint_in_place(tmp_path):
     assert (out / "pong-seed0" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_nothing_to_do_when_every_run_finished(tmp_path):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "summary.json", {"finished": True})
@@ -185,6 +192,7 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
     ["--", "--game=pong"],
     ["--python", "/nonexistent/python"],
 ])
+@pytest.mark.slow
 def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", tmp_path / "o", *args])
     assert result.returncode == 2
@@ -193,12 +201,14 @@ def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_help():
     result = run(["bash", ALL_GAMES, "--help"])
     assert result.returncode == 0
     assert "Usage:" in result.stdout and "--slurm-partition" in result.stdout
 
 
+@pytest.mark.slow
 def test_runs_in_parallel_and_writes_one_log_per_run(tmp_path, fake_python):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1",
@@ -212,6 +222,7 @@ def test_runs_in_parallel_and_writes_one_log_per_run(tmp_path, fake_python):
     assert "at most 4 at once" in result.stderr
 
 
+@pytest.mark.slow
 def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong failgame", "--seeds", "0",
@@ -223,6 +234,7 @@ def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
     assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
 
 
+@pytest.mark.slow
 def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_python):
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
@@ -234,6 +246,7 @@ def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_
     assert (out / "pong-seed0" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_python):
     out = tmp_path / "sweep"
     env = dict(os.environ, FAKE_STEPS="600")
@@ -260,6 +273,189 @@ def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_p
     assert "2 run(s) stopped, 1 not started" in stderr
 
 
+# ------------------------------------------------------------- run directories in use elsewhere
+
+RUNNING_ELSEWHERE = 3  # the exit status all_games.sh documents for runs it left alone
+HOLDER = "host otherhost pid 4242 since 2025-01-01T00:00:00"
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, text: str = HOLDER) -> Iterator[None]:
+    """Holds an exclusive flock on `path` as a live run holds its .lock (or a sweep its log),
+    with `text` in it as the trainer writes its holder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, text.encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("has_checkpoint", [False, True], ids=["no-checkpoint", "checkpoint"])
+def test_a_run_whose_lock_is_held_is_left_alone_and_the_sweep_exits_3(tmp_path, fake_python,
+                                                                       has_checkpoint):
+    """Regression: a live run without a checkpoint yet was called stale and moved aside (and
+    one with a checkpoint resumed by a second trainer, refused in the sweep's log)."""
+    out = tmp_path / "sweep"
+    live = out / "pong-seed0"
+    write_json(live / "config.json", {"game": "pong", "seed": 0})
+    if has_checkpoint:
+        write_json(live / "checkpoint" / "manifest.json", {"step": 5})
+    (out / "pong-seed0.log").write_text("the live run's log\n")
+    with held_lock(live / ".lock"):
+        result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0",
+                      "--jobs", "1", "--out", out, "--python", fake_python])
+        assert sorted(p.name for p in live.iterdir()) == sorted(
+            [".lock", "config.json"] + (["checkpoint"] if has_checkpoint else []))
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert f"pong-seed0 (running elsewhere: {HOLDER})" in result.stderr
+    assert "1 run(s) running elsewhere" in result.stderr
+    assert not list(out.glob("pong-seed0.incomplete-*"))
+    assert (out / "pong-seed0.log").read_text() == "the live run's log\n"
+    assert json.loads((out / "breakout-seed0" / "summary.json").read_text())["finished"] is True
+    # the next sweep, once the run has ended, takes it up
+    again = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                 "--python", fake_python])
+    assert again.returncode == 0, again.stderr
+    assert json.loads((live / "summary.json").read_text())["finished"] is True
+    assert len(list(out.glob("pong-seed0.incomplete-*"))) == (0 if has_checkpoint else 1)
+
+
+@pytest.mark.slow
+def test_only_running_elsewhere_is_not_nothing_to_do(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    with held_lock(out / "pong-seed0" / ".lock", "host h pid 7 since t\n"):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert "running elsewhere: host h pid 7 since t)" in result.stderr
+    assert "nothing to do" not in result.stderr
+    assert not (out / "pong-seed0" / "args").exists()
+
+
+@pytest.mark.slow
+def test_a_free_lock_left_by_a_dead_run_is_stale_as_before(tmp_path, fake_python):
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    (out / "pong-seed0" / ".lock").write_text(HOLDER)  # its holder is gone: nobody holds it
+    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                  "--python", fake_python])
+    assert result.returncode == 0, result.stderr
+    aside = list(out.glob("pong-seed0.incomplete-*"))
+    assert len(aside) == 1 and (aside[0] / "config.json").exists()
+    assert (out / "pong-seed0" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_symlinked_lock_is_not_followed(tmp_path, fake_python):
+    """The link points at a file that is locked: a sweep that followed it would see a live
+    run; a run's own .lock is never a link, so the directory is stale."""
+    out = tmp_path / "sweep"
+    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    target = tmp_path / "elsewhere.lock"
+    (out / "pong-seed0" / ".lock").symlink_to(target)
+    with held_lock(target):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == 0, result.stderr
+    assert len(list(out.glob("pong-seed0.incomplete-*"))) == 1
+    assert target.read_text() == HOLDER
+
+
+@pytest.mark.slow
+def test_a_run_whose_log_another_sweep_holds_is_left_alone(tmp_path, fake_python):
+    """Another sweep locks a run's log before its trainer starts (and the trainer keeps it as
+    its stdout), so a sweep that comes before the trainer has locked the run directory
+    leaves the run alone too, and does not truncate the log."""
+    out = tmp_path / "sweep"
+    log = out / "pong-seed0.log"
+    with held_lock(log, "another sweep's log\n"):
+        result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
+                      "--python", fake_python])
+    assert result.returncode == RUNNING_ELSEWHERE, result.stderr
+    assert "pong-seed0 (running elsewhere: another sweep" in result.stderr
+    assert log.read_text() == "another sweep's log\n"
+    assert not (out / "pong-seed0").exists()
+
+
+@pytest.mark.slow
+def test_a_log_taken_by_another_sweep_after_the_plan_is_left_alone(tmp_path, fake_python):
+    """The other sweep takes the run between this sweep's look at the directory and the
+    start of its run: this sweep does not start a second trainer there."""
+    out = tmp_path / "sweep"
+    env = dict(os.environ, FAKE_STEPS="20")
+    process = subprocess.Popen(
+        ["bash", str(ALL_GAMES), "--games", "pong breakout", "--seeds", "0", "--jobs", "1",
+         "--out", str(out), "--python", str(fake_python)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "pong-seed0" / "args").exists():
+            assert time.monotonic() < deadline, "the first fake run did not start"
+            time.sleep(0.02)
+        with held_lock(out / "breakout-seed0.log", "another sweep's log\n"):
+            _, stderr = process.communicate(timeout=60)
+            assert (out / "breakout-seed0.log").read_text() == "another sweep's log\n"
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == RUNNING_ELSEWHERE, stderr
+    assert "breakout-seed0 (running elsewhere: another sweep" in stderr
+    assert not (out / "breakout-seed0").exists()
+    assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
+
+
+LIB = REPO / "scripts" / "lib.sh"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["flock", "python"])
+def test_run_state_tells_a_held_lock_with_either_probe(tmp_path, probe):
+    """`flock` (util-linux) where it is installed, else the sweep's --python: the same
+    answers, no lock file made where there was none, no link followed."""
+    def state(run_dir: Path) -> str:
+        script = ('source "$1"; LOCK_PROBE=$2; PY=$3; run_state "$4" "$4.log"; '
+                  'printf "%s|%s" "$RUN_STATE" "$RUN_HOLDER"')
+        result = run(["bash", "-c", script, "bash", LIB, probe, PY, run_dir])
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    held, free, linked, bare = (tmp_path / name for name in ("held", "free", "linked", "bare"))
+    for run_dir in (held, free, linked, bare):
+        write_json(run_dir / "config.json", {})
+    (free / ".lock").write_text(HOLDER)
+    (linked / ".lock").symlink_to(held / ".lock")
+    with held_lock(held / ".lock"):
+        assert state(held) == f"running|{HOLDER}"
+        assert state(free) == "stale|"
+        assert state(linked) == "stale|"
+        assert state(bare) == "stale|"
+        assert state(tmp_path / "new") == "new|"
+    assert not (bare / ".lock").exists() and not (tmp_path / "new").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["flock", "python"])
+def test_a_sweep_takes_a_log_only_if_nobody_holds_it_and_keeps_it(tmp_path, probe):
+    """_run_one's claim on a run: refused while another process holds the log; taken
+    otherwise, and still held (by the sweep's open log) after the taking command ended."""
+    script = ('source "$1"; LOCK_PROBE=$2; PY=$3; exec {fd}<>"$4"; '
+              'if ! _take_lock "$fd"; then echo refused; exit 0; fi; echo taken; '
+              '"$3" -c "import fcntl, sys; f = open(sys.argv[1]); '
+              'fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)" "$4" 2>/dev/null '
+              '&& echo "then free" || echo "then held"')
+    log = tmp_path / "run.log"
+    with held_lock(log):
+        result = run(["bash", "-c", script, "bash", LIB, probe, PY, log])
+    assert result.stdout.split("\n")[:1] == ["refused"], result.stderr
+    result = run(["bash", "-c", script, "bash", LIB, probe, PY, log])
+    assert result.stdout.splitlines() == ["taken", "then held"], result.stderr
+
+
 def _slurm_dry_run(tmp_path, *extra):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0 1 2",
@@ -270,6 +466,7 @@ def _slurm_dry_run(tmp_path, *extra):
     return out, script, tasks
 
 
+@pytest.mark.slow
 def test_slurm_dry_run_prints_an_array_script_and_its_task_list(tmp_path):
     out, script, tasks = _slurm_dry_run(
         tmp_path, "--slurm-partition", "gpu", "--slurm-time", "12:00:00", "--slurm-gpus", "2",
@@ -291,6 +488,7 @@ def test_slurm_dry_run_prints_an_array_script_and_its_task_list(tmp_path):
     assert syntax.returncode == 0, syntax.stderr
 
 
+@pytest.mark.slow
 def test_slurm_defaults(tmp_path):
     out, script, _ = _slurm_dry_run(tmp_path)
     lines = script.splitlines()
@@ -300,6 +498,7 @@ def test_slurm_defaults(tmp_path):
     assert not any(line.startswith("#SBATCH --partition") for line in lines)
 
 
+@pytest.mark.slow
 def test_slurm_submits_and_each_array_task_runs_its_own_line(tmp_path, fake_python):
     out = tmp_path / "sweep"
     bin_dir = tmp_path / "bin"
@@ -323,6 +522,7 @@ def test_slurm_submits_and_each_array_task_runs_its_own_line(tmp_path, fake_pyth
     assert again.returncode == 0 and "already finished" in again.stdout
 
 
+@pytest.mark.slow
 def test_slurm_without_sbatch_is_an_error(tmp_path):
     env = dict(os.environ, PATH="/usr/bin:/bin")
     result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--slurm",
@@ -334,6 +534,7 @@ def test_slurm_without_sbatch_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------- speedtest.sh
 
 
+@pytest.mark.slow
 def test_speed_grid_size_and_flags(tmp_path):
     out = tmp_path / "speed"
     result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "1 2 4 8 16", "--seeds", "0 1",
@@ -357,6 +558,7 @@ def test_speed_grid_size_and_flags(tmp_path):
         assert "target-update" not in f
 
 
+@pytest.mark.slow
 def test_default_worker_counts_follow_nproc(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "speed"])
     workers = sorted({int(flags(c)["workers"]) for c in commands(result.stdout)})
@@ -364,6 +566,7 @@ def test_default_worker_counts_follow_nproc(tmp_path):
     assert workers == ([1, 2, 4, 8, 16, 32] if cpus >= 32 else [1, 2, 4, 8, 16])
 
 
+@pytest.mark.slow
 def test_replay_start_and_target_update_are_rounded_for_the_worker_count(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--workers", "3 32", "--out", tmp_path / "s"])
     assert result.returncode == 0, result.stderr
@@ -374,6 +577,7 @@ def test_replay_start_and_target_update_are_rounded_for_the_worker_count(tmp_pat
     assert by_workers["32"]["target-update"] == "10016"
 
 
+@pytest.mark.slow
 def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
     result = run(["bash", SPEEDTEST, "--dry-run", "--slurm", "--workers", "1 2",
                   "--out", tmp_path / "s"])
@@ -391,6 +595,7 @@ def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
     ["--", "--concurrent", "false"],
     ["--unknown"],
 ])
+@pytest.mark.slow
 def test_speedtest_bad_options_exit_2(tmp_path, args):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "s", *args])
     assert result.returncode == 2
@@ -398,6 +603,7 @@ def test_speedtest_bad_options_exit_2(tmp_path, args):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_speedtest_table_reads_steps_per_second_from_summaries(tmp_path):
     out = tmp_path / "speed"
     speeds = {(1, False, False): [100.0, 110.0], (8, True, True): [420.0, 420.0]}
@@ -418,6 +624,7 @@ def test_speedtest_table_reads_steps_per_second_from_summaries(tmp_path):
     assert rows[("8", "true", "true")][5:9] == ["420", "0", "105", "4.00"]
 
 
+@pytest.mark.slow
 def test_speedtest_table_without_runs_is_an_error(tmp_path):
     result = run(["bash", SPEEDTEST, "--table", "--out", tmp_path, "--python", PY])
     assert result.returncode == 2
@@ -462,6 +669,7 @@ def runs_dir(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_summary_table_and_normalized_scores(runs_dir):
     result = run([PY, SUMMARIZE, runs_dir])
     assert result.returncode == 0, result.stderr
@@ -480,6 +688,7 @@ def test_summary_table_and_normalized_scores(runs_dir):
     assert "seed 9" not in result.stdout and "4 run(s) of 3 game(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_summary_csv(runs_dir, tmp_path):
     table = tmp_path / "table.csv"
     result = run([PY, SUMMARIZE, runs_dir, "--csv", table])
@@ -499,6 +708,7 @@ def test_summary_csv(runs_dir, tmp_path):
     assert rows["alien"]["final_mean"] == "" and rows["alien"]["human_normalized"] == ""
 
 
+@pytest.mark.slow
 def test_summary_plot_writes_a_png(runs_dir, tmp_path):
     import matplotlib  # noqa: F401
     image = tmp_path / "curves.png"
@@ -508,6 +718,7 @@ def test_summary_plot_writes_a_png(runs_dir, tmp_path):
     assert image.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_summary_of_a_game_without_reference_scores(tmp_path):
     make_run(tmp_path, "tetris", 0, [(1000, 5.0)], None)
     result = run([PY, SUMMARIZE, tmp_path])
@@ -515,6 +726,32 @@ def test_summary_of_a_game_without_reference_scores(tmp_path):
     assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
 
 
+def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys):
+    """Regression: an inf in evaluations.csv crashed summarize.py (the std across seeds of an
+    infinite mean; an infinite step cannot be a whole number)."""
+    from scripts import summarize
+
+    root = tmp_path / "runs"
+    make_run(root, "pong", 0, [(1000, 5.0), (2000, math.inf)])
+    make_run(root, "pong", 1, [(1000, 3.0), (2000, 7.0)])
+    seed2 = make_run(root, "pong", 2, [(1000, 9.0)])
+    with (seed2 / "evaluations.csv").open("a") as file:
+        file.write("inf,4.0,1.0,30,0.1\n2000,nan,nan,30,0.2\n")
+    assert summarize.main([str(root)]) == 0
+    output = capsys.readouterr().out
+    # by hand: the finite finals 5 (seed 0, step 1000), 7 and 9: mean 7, std 2, best 7;
+    # (7 + 20.7) / 30 of the way from random to human
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[:8] == ["pong", "0,1,2", "0/3", "1,000", "7.0", "2.0", "7.0", "92.3"]
+    notes = [line for line in output.splitlines() if "inf or nan" in line]
+    assert len(notes) == 2, output
+    assert str(root / "pong-fast_dqn-seed0" / "evaluations.csv") in notes[0]
+    assert "1 row(s)" in notes[0] and "line 3 (step 2000)" in notes[0]
+    assert str(seed2 / "evaluations.csv") in notes[1]
+    assert "2 row(s)" in notes[1] and "line 3 (step inf), line 4 (step 2000)" in notes[1]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "empty", "plot-dir", "csv-dir", "no-arg"])
 def test_summary_bad_input_exits_2(tmp_path, case):
     args = {
@@ -535,6 +772,7 @@ def test_summary_bad_input_exits_2(tmp_path, case):
 # ---------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_real_two_game_sweep_then_summary(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
@@ -558,6 +796,7 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     assert "median" in summary.stdout
 
 
+@pytest.mark.slow
 def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(tmp_path):
     """Regression: a Ctrl-C after a run's last step (its last epoch's updates still running)
     left a checkpoint at --timesteps that every rerun of the sweep reported as FAILED. Now
@@ -594,9 +833,80 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
     assert summary["finished"] is True and summary["updates"] == (1200 - 400) // 4
 
 
+# Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
+# checkpoint comes at its end, so for most of its life it has only config.json and logs.
+RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
+              "--target-update=1000", "--timesteps=4000", "--evaluate=2000", "--eval-episodes=2",
+              "--eval-max-episode-steps=500", "--xla=off")
+
+
+def breakout_sweep(out: Path) -> list[str]:
+    return ["bash", str(ALL_GAMES), "--games", "breakout", "--seeds", "0", "--jobs", "1",
+            "--out", str(out), "--python", PY, "--", *RACE_FLAGS]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run_bytes(tmp_path_factory) -> dict[str, str]:
+    """What a single sweep of RACE_FLAGS leaves: its rows, weights and replay arrays."""
+    from tests.cli_runs import ENV, run_bytes
+
+    out = tmp_path_factory.mktemp("uninterrupted")
+    result = run(breakout_sweep(out), env=ENV, timeout=900)
+    assert result.returncode == 0, result.stderr
+    return run_bytes(out / "breakout-seed0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second_starts", ["0.5 s later", "once config.json exists"])
+def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, second_starts,
+                                                                    uninterrupted_run_bytes):
+    """Regression: the second sweep called the live run stale (no checkpoint yet), moved its
+    directory aside while it ran and started its own run at its path (or, started before
+    the run had its directory, a second trainer that failed on its lock and clobbered its
+    log); both sweeps exited 0 (or the second 1). Now one whole run, as if alone, and the
+    sweep that did not run it exits 3."""
+    from tests.cli_runs import ENV, run_bytes
+
+    out = tmp_path / "sweep"
+    run_dir = out / "breakout-seed0"
+    first = subprocess.Popen(breakout_sweep(out), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    try:
+        if second_starts == "0.5 s later":
+            time.sleep(0.5)
+        else:
+            deadline = time.monotonic() + 300
+            while not (run_dir / "config.json").exists():
+                assert first.poll() is None and time.monotonic() < deadline, \
+                    "the first sweep's run did not write config.json"
+                time.sleep(0.05)
+        second = run(breakout_sweep(out), env=ENV, timeout=900)
+        first_stdout, first_stderr = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    statuses = {"first": first.returncode, "second": second.returncode}
+    stderr = {"first": first_stderr, "second": second.stderr}
+    # Started 0.5 s apart, either sweep may be the one that takes the run; once the run has
+    # its config.json, it is the first's.
+    ran = "first" if second_starts != "0.5 s later" or statuses["first"] == 0 else "second"
+    other = "second" if ran == "first" else "first"
+    assert statuses == {ran: 0, other: RUNNING_ELSEWHERE}, stderr
+    assert "breakout-seed0 (running elsewhere: " in stderr[other]
+    assert "1 run(s) running elsewhere" in stderr[other]
+    if second_starts != "0.5 s later":  # the lock names its holder by then
+        assert (run_dir / ".lock").read_text().strip() in stderr[other]
+    assert not list(out.glob("breakout-seed0.incomplete-*"))
+    assert run_bytes(run_dir) == uninterrupted_run_bytes
+    assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
+    log = (out / "breakout-seed0.log").read_text()
+    assert "in use by another process" not in log and "\0" not in log
+
+
 # ------------------------------------------------------------------------------- linting
 
 
+@pytest.mark.slow
 def test_every_shell_script_passes_shellcheck():
     """.ci/run installs shellcheck (Debian's package) for this test; a missing one fails it."""
     scripts = sorted((REPO / "scripts").glob("*.sh")) + [REPO / ".ci" / "run"]
@@ -641,6 +951,7 @@ def learning_check(args, evals: str, fake: Path) -> subprocess.CompletedProcess:
     return run([LEARNING_CHECK, "--python", fake, *args], env=env)
 
 
+@pytest.mark.slow
 def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learner):
     out = tmp_path / "run"
     result = learning_check(["--out", out, "--threshold", "20"],
@@ -661,6 +972,7 @@ def test_learning_check_runs_the_short_schedule_and_passes(tmp_path, fake_learne
                                                         "--batch-size", "--train-freq")]
 
 
+@pytest.mark.slow
 def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
     # 30 before the decay ends does not count
     result = learning_check(["--trainer", "serial", "--out", tmp_path / "run",
@@ -670,6 +982,7 @@ def test_learning_check_fails_below_the_threshold(tmp_path, fake_learner):
     assert (tmp_path / "run" / "args").read_text().split("\n")[0].endswith("run_dqn.py")
 
 
+@pytest.mark.slow
 def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_learner):
     out = tmp_path / "run"
     assert learning_check(["--out", out], "80000:330 90000:0", fake_learner).returncode == 0
@@ -679,6 +992,7 @@ def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_
     assert not (out / "args").exists()
 
 
+@pytest.mark.slow
 def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_learner):
     env = {**os.environ, "FAKE_EVALS": "80000:400", "REAL_PYTHON": PY}
     result = subprocess.run([str(LEARNING_CHECK), "--python", str(fake_learner), "--dueling",
@@ -691,6 +1005,7 @@ def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_l
         assert flag in args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--trainer", "gpu"], ["--steps", "0"], ["--steps", "100"],
                                   ["--seed", "-1"], ["--threshold", "high"], ["--bogus"],
                                   ["--protocol", "atari"]])
@@ -701,6 +1016,7 @@ def test_learning_check_bad_options_exit_2(tmp_path, fake_learner, args):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     """The learning check runs run_dqn.py and run_fast_dqn.py on one game with one seed."""
     root = tmp_path / "runs"
@@ -718,6 +1034,7 @@ def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_summary_keeps_protocols_and_variants_apart(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "pong", 0, [(100000, 1.0)], protocol="nature")
