@@ -212,6 +212,7 @@ _lock_holder() {
 # "resume" (a checkpoint but no finished summary), "stale" (the directory exists with
 # neither) or "new"; and RUN_HOLDER to who runs it ("" unless running). A running run is
 # never moved, resumed or started by a sweep; a stale one is moved aside (set_aside).
+# shellcheck disable=SC2034  # RUN_STATE and RUN_HOLDER are read by the scripts that source this file
 run_state() {
   local dir=$1 log=$2 status=0
   RUN_STATE=
@@ -306,7 +307,8 @@ print_tasks() {
 # trainer has locked its run directory sees it (run_state), or, past that look at the same
 # moment, finds it taken here; either way it leaves the run and its log alone.
 _run_one() {
-  local i=$1 status_dir=$2 log=${TASK_LOGS[i]} log_fd child rc=0 stopped=0
+  local i=$1 status_dir=$2
+  local log=${TASK_LOGS[i]} log_fd child rc=0 stopped=0
   trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM
   if ! { exec {log_fd}<>"$log"; } 2>/dev/null; then
     note "FAILED  ${TASK_NAMES[i]} (cannot open its log $log)"
