@@ -114,9 +114,10 @@ class Config:
     resume: str = _field("", "run directory to continue from its latest checkpoint (only "
                          "--timesteps, to extend the run, and --refill-replay may be given "
                          "beside it)")
-    refill_replay: bool = _field(False, "with --resume: if the checkpoint's replay memory is "
-                                 "missing, refill it for --replay-start steps instead of "
-                                 "refusing to resume")
+    refill_replay: bool = _field(False, "with --resume only: if the checkpoint's replay "
+                                 "memory is missing, refill it for --replay-start steps instead "
+                                 "of refusing to resume (for that resume: config.json does not "
+                                 "keep it)")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
     xla: str = _field("auto", "compile the minibatch update and the samplers' query with XLA: "

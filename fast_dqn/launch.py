@@ -64,11 +64,13 @@ RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resu
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
-# Host memory an environment of the samplers' pool holds (measured: 64 Pong envs of ale-py's
-# vector env took 78 MB, 1.2 MB each; FIXME threads), for the start-up memory check.
+# Host memory an environment of the samplers' pool holds, for the start-up memory check
+# (measured once, the process's resident memory before and after making Pong envs: 64 of
+# ale-py's vector env 78 MB, 32 of the threads backend 42 MB; 1.2-1.3 MB each).
 ENV_BYTES = 1_250_000
 # From this many environments on, the run says that it is making them: at about 0.15 s each
-# on an idle core (docs/checkpoints.md), 64 take 10 s, and 1,000 minutes, in silence.
+# on an idle core (docs/checkpoints.md), 64 take 10 s and 1,000 minutes (on a loaded 2-core
+# machine, 64 vector envs took 220 s), in silence otherwise.
 MANY_ENVS = 64
 
 
@@ -222,8 +224,8 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     say(device)
     if algo == ALGO_FAST_DQN:
         if config.workers >= MANY_ENVS:
-            say(f"making {config.workers} environments of {config.game} (one after another: "
-                "this takes a while) ...")
+            say(f"making {config.workers} environments of {config.game} (this takes a "
+                "while) ...")
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
         pool = make_pool(config, 1, SERIAL, config.seed)
