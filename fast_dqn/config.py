@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import math
+import typing
 from typing import Any, Mapping, Sequence
 
 # Atari protocol constants that no flag changes: they define the learning problem's input.
@@ -40,6 +41,11 @@ _MACHADO_PRESET: dict[str, Any] = {"sticky_actions": 0.25, "life_loss_terminal":
                                    "full_action_set": True, "noop_max": 0,
                                    "max_episode_steps": 27_000}
 PROTOCOLS = ("nature", "machado")
+
+# Settings of one resume's command line, not of the run: config.json does not keep them, and
+# `Config.from_saved` leaves them out of an older config.json that does (a run started with
+# --refill-replay would otherwise refill every later resume without being asked).
+RESUME_ONLY = ("resume", "refill_replay")
 
 
 def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
@@ -108,9 +114,10 @@ class Config:
     resume: str = _field("", "run directory to continue from its latest checkpoint (only "
                          "--timesteps, to extend the run, and --refill-replay may be given "
                          "beside it)")
-    refill_replay: bool = _field(False, "with --resume: if the checkpoint's replay memory is "
-                                 "missing, refill it for --replay-start steps instead of "
-                                 "refusing to resume")
+    refill_replay: bool = _field(False, "with --resume only: if the checkpoint's replay "
+                                 "memory is missing, refill it for --replay-start steps instead "
+                                 "of refusing to resume (for that resume: config.json does not "
+                                 "keep it)")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
     xla: str = _field("auto", "compile the minibatch update and the samplers' query with XLA: "
@@ -139,12 +146,49 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
+    def saved_settings(self) -> dict[str, Any]:
+        """The settings config.json keeps: all but the resume-only ones (RESUME_ONLY)."""
+        return {name: value for name, value in dataclasses.asdict(self).items()
+                if name not in RESUME_ONLY}
+
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> "Config":
         """The settings in a run's config.json (its other keys, e.g. the library versions,
-        are left out; settings added since the run was written take their defaults)."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in saved.items() if key in names})
+        and the resume-only settings are left out; settings added since the run was written
+        take their defaults).
+
+        Raises:
+            ValueError: a setting's value is not of its field's type (a hand edit such as
+                "workers": "4"), or not one of its field's choices: one line naming the key.
+        """
+        types = typing.get_type_hints(cls)
+        return cls(**{field.name: _saved_value(field, saved[field.name], types[field.name])
+                      for field in dataclasses.fields(cls)
+                      if field.name in saved and field.name not in RESUME_ONLY})
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _saved_value(field: dataclasses.Field, value: Any, wanted: type) -> Any:
+    """`value` as the setting `field` of type `wanted` holds it; raises ValueError unless it
+    is of that type. JSON's true is an int to Python, and must not pass for a count; a whole
+    number passes for a float (JSON writes 1.0 as 1.0, a person may write 1)."""
+    if wanted is float and type(value) is int:
+        value = float(value)
+    if type(value) is not wanted:
+        raise ValueError(f"{field.name!r} must be {_TYPE_NAMES[wanted]}; got {_as_json(value)}")
+    choices = field.metadata["choices"]
+    if choices and value not in choices:
+        raise ValueError(f"{field.name!r} must be one of {', '.join(choices)}; "
+                         f"got {_as_json(value)}")
+    return value
+
+
+def _as_json(value: Any, limit: int = 40) -> str:
+    """A value as config.json spells it (null, "4", true), cut to `limit` characters."""
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {

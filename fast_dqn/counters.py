@@ -107,6 +107,7 @@ class RunCounters:
         # Learning time, steps and updates of earlier processes of this run.
         self._learning_before = (0.0, 0, 0)
         self._learning_clock: tuple[float, int, int] | None = None  # time, step, updates
+        self._learning_announced = False  # on_learning_start has been called
         self.on_learning_start: list[Callable[[], None]] = []  # e.g. a benchmark's clocks
 
     def updates_due(self, step: int) -> int:
@@ -136,11 +137,16 @@ class RunCounters:
         return self._hours_before + (time.monotonic() - self._started) / 3600.0
 
     def mark_learning_start(self) -> None:
-        """Starts this process's learning clock once the run is past the replay start."""
-        if self._learning_clock is None and learning_started(self.step, self.config):
+        """Starts this process's learning clock once the run is past the replay start (a run
+        resumed past it has it running since `restore`), and calls `on_learning_start`'s
+        callbacks once, as the loop acts its first learning step."""
+        if self._learning_announced or not learning_started(self.step, self.config):
+            return
+        if self._learning_clock is None:
             self._learning_clock = (time.monotonic(), self.step, self.updates)
-            for callback in self.on_learning_start:
-                callback()
+        self._learning_announced = True
+        for callback in self.on_learning_start:
+            callback()
 
     def _learning_totals(self) -> tuple[float, int, int]:
         """Seconds, agent steps and updates after the replay start, over the whole run."""
@@ -197,8 +203,15 @@ class RunCounters:
                              f"the epoch of step {step}")
         self.step, self.updates, self.games = step, updates, games
         self._refill_until, self._updates_before_refill = refill_until, before_refill
-        self._hours_before, self._started = hours, time.monotonic()
-        self._learning_before, self._learning_clock = learning, None
+        now = time.monotonic()
+        self._hours_before, self._started = hours, now
+        self._learning_before = learning
+        # A run resumed past the replay start learns from here: the updates an epoch still
+        # owed, made before the loop acts again (the whole of a resume in the final window),
+        # belong to the measured time, and so does the time they take.
+        self._learning_clock = (now, step, updates) if learning_started(step, self.config) \
+            else None
+        self._learning_announced = False
 
     def _updates_due_after(self, step: int, refill_until: int, before_refill: int) -> int:
         """`updates_due(step)` for a run that paused learning at `refill_until` (0 = never)

@@ -9,12 +9,19 @@ stopped by SIGINT/SIGTERM/SIGHUP writes its checkpoint and summary and exits wit
 while it has work left, and 0 once all its work is done (a resume of such a run does nothing
 and exits 0); a diverged run, or one that cannot write its files (a full disk), exits with 1
 and one line that names the file and the checkpoint to resume from.
+
+Standard output that cannot be written while the run starts (a closed pipe, a full device)
+ends it with one line on stderr and exit status 2 before it trains, and a new run's directory
+is discarded as when it fails to start, so the same command can run again; once the run
+trains, a line that cannot be shown is not shown and the run goes on (its files say it all).
+A resume that cannot lock its directory for writing (a read-only file system) still finds a
+finished run finished, which needs no write.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import fcntl
 import faulthandler
 import io
 import json
@@ -22,7 +29,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -37,8 +44,8 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_s
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.run_dir import (CONFIG_FILE, RunDirectory, WriteFailed, check_run_dir_writable,
-                              default_run_dir, disk_space_warning)
+from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, WriteFailed,
+                              check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
 from fast_dqn.saved_state import StateError, integer, section
@@ -57,6 +64,18 @@ RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resu
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
+# Host memory an environment of the samplers' pool holds, for the start-up memory check
+# (measured once, the process's resident memory before and after making Pong envs: 64 of
+# ale-py's vector env 78 MB, 32 of the threads backend 42 MB; 1.2-1.3 MB each).
+ENV_BYTES = 1_250_000
+# From this many environments on, the run says that it is making them: at about 0.15 s each
+# on an idle core (docs/checkpoints.md), 64 take 10 s and 1,000 minutes (on a loaded 2-core
+# machine, 64 vector envs took 220 s), in silence otherwise.
+MANY_ENVS = 64
+
+
+class OutputLost(Exception):
+    """Standard output cannot be written (a closed pipe, a full device)."""
 
 
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
@@ -65,12 +84,15 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     settings = given_settings(parser.parse_args(argv))
     if "resume" in settings:
         return resumed_config(settings, algo)
+    if settings.get("refill_replay"):
+        raise ValueError("--refill-replay only has meaning with --resume (it accepts a "
+                         "checkpoint whose replay memory is missing); leave it out of a new run")
     config = Config(**with_protocol(settings))
     validate(config, algo)
     config = config.replace(game=resolve_game(config.game))
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
     config = config.replace(logdir=os.path.expanduser(logdir))
-    check_memory_for(config.replay_capacity)
+    check_memory_for(config.replay_capacity, num_envs(config, algo))
     if not Path(config.logdir).is_dir():  # an existing one is checked once it is locked
         check_run_dir_writable(Path(config.logdir))
     return config
@@ -91,19 +113,33 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def check_memory_for(capacity: int, headroom_bytes: int = 2 * 1024**3) -> None:
-    """Raises ValueError if this machine cannot hold a replay memory of `capacity`.
+def num_envs(config: Config, algo: str) -> int:
+    """The environments the samplers' pool holds: --workers, or 1 for the serial trainer."""
+    return config.workers if algo == ALGO_FAST_DQN else 1
 
-    numpy allocates lazily, so an oversized memory would fail hours into a run; this check
-    runs before anything is allocated.
+
+def check_memory_for(capacity: int, envs: int = 1, headroom_bytes: int = 2 * 1024**3) -> None:
+    """Raises ValueError if this machine cannot hold a replay memory of `capacity` and a
+    pool of `envs` environments.
+
+    numpy allocates lazily, so an oversized memory would fail hours into a run, and a pool of
+    thousands of environments minutes into its making; this check runs before either.
     """
-    needed = replay_bytes(capacity)
     available = available_memory_bytes()
-    if available is not None and needed + headroom_bytes > available:
+    if available is None:
+        return
+    needed = replay_bytes(capacity)
+    if needed + headroom_bytes > available:
         raise ValueError(
             f"--replay-capacity {capacity} needs {needed / 1e9:.1f} GB of memory (plus "
             f"{headroom_bytes / 1e9:.0f} GB headroom) but only {available / 1e9:.1f} GB is "
             f"available; lower --replay-capacity")
+    pool = envs * ENV_BYTES
+    if needed + pool + headroom_bytes > available:
+        raise ValueError(
+            f"--workers={envs} environments need about {pool / 1e9:.1f} GB of memory beside "
+            f"the replay memory's {needed / 1e9:.1f} GB (plus {headroom_bytes / 1e9:.0f} GB "
+            f"headroom), but only {available / 1e9:.1f} GB is available; lower --workers")
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
@@ -118,11 +154,14 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     saved = saved_config(run_dir)
     if saved.get("algo") != algo:
         raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
-    config = Config.from_saved(saved).replace(logdir=str(run_dir), resume=str(run_dir),
-                                               **settings)
+    try:
+        config = Config.from_saved(saved)
+    except ValueError as error:  # a hand edit
+        raise ValueError(f"cannot resume {run_dir}: {run_dir / CONFIG_FILE}: {error}") from None
+    config = config.replace(logdir=str(run_dir), resume=str(run_dir), **settings)
     validate(config, algo)
     config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
-    check_memory_for(config.replay_capacity)
+    check_memory_for(config.replay_capacity, num_envs(config, algo))
     return config
 
 
@@ -182,8 +221,11 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
 
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
     device = f"{device}; {replay_line}; XLA {'on' if use_xla(config.xla) else 'off'}"
-    print(device, flush=True)
+    say(device)
     if algo == ALGO_FAST_DQN:
+        if config.workers >= MANY_ENVS:
+            say(f"making {config.workers} environments of {config.game} (this takes a "
+                "while) ...")
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
         pool = make_pool(config, 1, SERIAL, config.seed)
@@ -191,7 +233,7 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     run_log.add_to_config({"xla_compiled": network.xla})
 
     def xla_fell_back(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        warn(line)
         with contextlib.suppress(WriteFailed, OSError, ValueError):  # the line said it
             run_log.add_to_config({"xla_compiled": False})
 
@@ -246,8 +288,11 @@ def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
     try:
         return _main(argv, algo, stop)
     except KeyboardInterrupt:
-        print("interrupted twice: stopping at once", file=sys.stderr)
+        warn("interrupted twice: stopping at once")
         return 128 + signal.SIGINT
+    except OutputLost as error:  # before the run trained: a new run's directory is gone
+        _silence_stdout()
+        return _refuse(error)
     finally:
         stop.uninstall(ignore_later=exiting)
 
@@ -255,11 +300,17 @@ def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
 def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
     try:
         config = prepare_config(argv, algo)
+    except ValueError as error:
+        return _refuse(error)
+    try:
         run_dir = (RunDirectory.reopen(Path(config.logdir)) if config.resume
                    else RunDirectory.create(Path(config.logdir)))
     except ValueError as error:
+        if config.resume:
+            return _finished_without_lock(config, algo, error)
         return _refuse(error)
-    with run_dir:  # the lock is held until the run is over
+    # The lock is held until the run is over; lost output at the start discards a new run.
+    with run_dir, _discarded_if_output_lost(run_dir):
         manifest, checkpoint = None, None
         if config.resume:
             try:
@@ -274,18 +325,18 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         run_log = RunLogs(run_dir.path)
         if manifest is None:
             try:
-                run_log.write_config({"algo": algo, **dataclasses.asdict(config),
+                run_log.write_config({"algo": algo, **config.saved_settings(),
                                       "protocol_overrides": protocol_overrides(config)})
             except WriteFailed as error:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
-        print(f"run directory: {run_dir.path}", flush=True)
+        say(f"run directory: {run_dir.path}")
         for line in (variant_line(config), sync_point_note(config, algo)):
             if line:
-                print(line, flush=True)
+                say(line)
         warning = disk_space_warning(run_dir.path, checkpoint_bytes(config), "a checkpoint")
         if warning:
-            print(warning, file=sys.stderr, flush=True)
+            warn(warning)
         initial_step = checkpoint_step(manifest) if manifest else 0
         try:
             loop, device = build_loop(config, algo, run_log, initial_step, stop)
@@ -303,6 +354,9 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
                 return _refuse(f"cannot resume {run_dir.path}: {error}")
+            except OutputLost:
+                loop.close()
+                raise
         kept_rows = (loop.counters.games.episodes, loop.evaluator.count) if manifest else None
         try:
             run_log.open(kept_rows=kept_rows)
@@ -350,21 +404,109 @@ def sync_point_note(config: Config, algo: str) -> str | None:
 
 def _stopped_before_start(stop: StopRequest) -> int:
     """A resume signalled before it changed anything: its checkpoint stays the latest."""
-    print("stopped before the resumed run began; nothing was changed", file=sys.stderr)
+    warn("stopped before the resumed run began; nothing was changed")
     return 128 + stop.signal_number
 
 
 def _nothing_left(run_dir: Path, step: int, config: Config) -> int:
     """A resume of a run whose checkpoint holds all its work: it says so and succeeds, so that
     a sweep or a requeued job ends instead of trying again."""
-    print(f"{run_dir} is finished: its checkpoint at step {step} holds all the work of "
-          f"--timesteps={config.timesteps}; nothing to do (a larger --timesteps extends it)",
-          flush=True)
+    say(f"{run_dir} is finished: its checkpoint at step {step} holds all the work of "
+        f"--timesteps={config.timesteps}; nothing to do (a larger --timesteps extends it)")
     return 0
 
 
+def _finished_without_lock(config: Config, algo: str, refusal: ValueError) -> int:
+    """A resume whose directory could not be locked for writing (`refusal`): on a read-only
+    file system, or in an archive its user may not write, a finished run is still finished,
+    and saying so writes nothing. A shared lock on a read-only descriptor keeps out a run
+    that holds the directory (it holds the lock exclusively). Anything else gets `refusal`.
+    """
+    with _shared_lock(Path(config.logdir)) as locked:
+        if not locked:
+            return _refuse(refusal)
+        try:
+            checkpoint, manifest = verified_checkpoint(config, algo)
+            finished = checkpoint_finished(config, checkpoint, manifest)
+        except (ValueError, CheckpointError):
+            return _refuse(refusal)
+        if not finished:
+            return _refuse(refusal)
+        return _nothing_left(Path(config.logdir), checkpoint_step(manifest), config)
+
+
+@contextlib.contextmanager
+def _shared_lock(run_dir: Path) -> Iterator[bool]:
+    """Holds a shared lock on the run's lock file, opened for reading only; yields whether
+    no process holds the directory. A directory without a lock file has no holder: a run
+    makes the file before it writes anything else."""
+    fd = None
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        free = run_dir.is_dir()
+    except OSError:  # a link, or no right to read it
+        free = False
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            free = True
+        except OSError:  # held by a live run (or a file system without locks)
+            free = False
+    try:
+        yield free
+    finally:
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def _discarded_if_output_lost(run_dir: RunDirectory) -> Iterator[None]:
+    """Standard output failed before the run trained (`OutputLost`, which goes on up to
+    `main`): the run has done nothing, and a new run's directory is discarded as when it
+    fails to start, so that the same command can run again; a resumed run's is left as it
+    was."""
+    try:
+        yield
+    except OutputLost:
+        run_dir.discard()  # a resumed run's directory is only released
+        raise
+
+
+def say(line: str) -> None:
+    """Prints one line of the run's start on stdout.
+
+    Raises:
+        OutputLost: stdout cannot be written (a closed pipe, a full device).
+    """
+    try:
+        print(line, flush=True)
+    except OSError as error:
+        raise OutputLost(f"cannot write to standard output: {error.strerror or error}; "
+                         "stopped before the run began") from None
+
+
+def warn(line: str) -> None:
+    """Prints one line on stderr, if stderr can be written (it may not: the line is lost)."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _silence_stdout() -> None:
+    """Points file descriptor 1 at the null device once stdout is lost, as Python's
+    documentation advises for a closed pipe: whatever is still buffered for it then goes
+    there at exit, instead of failing the interpreter's last flush ("Exception ignored",
+    exit status 120)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
 def _refuse(error: Exception | str) -> int:
-    print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+    warn(f"{Path(sys.argv[0]).name}: error: {error}")
     return 2
 
 
@@ -453,11 +595,11 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
         ValueError: the CSVs disagree with the checkpoint.
     """
     if not restore_loop(loop, checkpoint, manifest):
-        print("warning: the checkpoint holds no replay memory; the resumed run refills it "
-              f"for {loop.config.replay_start} steps before it learns again", file=sys.stderr)
+        warn("warning: the checkpoint holds no replay memory; the resumed run refills it "
+             f"for {loop.config.replay_start} steps before it learns again")
     check_logs_match(Path(loop.config.logdir), loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
-    print(f"resumed from {checkpoint} at step {loop.counters.step}", flush=True)
+    say(f"resumed from {checkpoint} at step {loop.counters.step}")
 
 
 def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:

@@ -12,7 +12,10 @@ printed. `--video` records the raw 210x160 RGB screen, one screen per agent step
 destination under a temporary name and renamed into place when complete.
 
 Bad input (no run directory, config or checkpoint, a count or probability out of range, a
-video path that cannot be written) is reported in one line on stderr with exit status 2.
+video path that cannot be written) is reported in one line on stderr with exit status 2. So
+is a damaged checkpoint: before it is read, every file its manifest lists is checked against
+the manifest's size and CRC-32, as `--resume` checks it (a replay memory that is missing as a
+whole is let pass: playing does not read it).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import cv2
 import numpy as np
 
 from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
-from fast_dqn.checkpoints import MANIFEST, latest_checkpoint, network_prefix
+from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
+                                  verify_checkpoint)
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.evaluation import GreedyFn
@@ -125,25 +129,32 @@ def check_video_path(path: Path) -> None:
 
 
 def load_run(run_dir: Path) -> RunToPlay:
-    """Reads the run's settings and finds its latest complete checkpoint.
+    """Reads the run's settings, finds its latest complete checkpoint and verifies it.
 
     Raises:
-        ValueError: no such directory, no readable config.json, an unknown game, or no
-            complete checkpoint.
+        ValueError: no such directory, no readable config.json (or a setting of another
+            type in it), an unknown game, no complete checkpoint, or a damaged one (the
+            message names the file).
     """
     if not run_dir.is_dir():
         raise ValueError(f"no run directory {run_dir}")
     saved = _read_json(run_dir / CONFIG_FILE)
     if not isinstance(saved, dict) or "game" not in saved:
         raise ValueError(f"{run_dir / CONFIG_FILE} does not name a game; is it a run's config?")
-    config = Config.from_saved(saved)
+    try:
+        config = Config.from_saved(saved)
+    except ValueError as error:  # a hand edit
+        raise ValueError(f"{run_dir / CONFIG_FILE}: {error}") from None
     config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no complete checkpoint (looked for "
                          f"checkpoint/{MANIFEST} and checkpoint.old/{MANIFEST})")
-    manifest = _read_json(checkpoint / MANIFEST)
-    counters = manifest.get("counters") if isinstance(manifest, dict) else None
+    try:
+        manifest = verify_checkpoint(checkpoint, replay_optional=True)
+    except CheckpointError as error:
+        raise ValueError(str(error)) from None
+    counters = manifest.get("counters")
     step = counters.get("step") if isinstance(counters, dict) else None
     return RunToPlay(config, str(saved.get("algo", "?")), checkpoint,
                      step if isinstance(step, int) else None)

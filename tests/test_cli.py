@@ -15,6 +15,7 @@ from fast_dqn.run_dir import write_failure
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
                              float_fields)
 from fast_dqn.launch import main, prepare_config
+from tests.cli_runs import ENV
 
 pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
@@ -253,3 +254,133 @@ def test_a_run_says_in_one_line_how_it_departs_from_nature_dqn(argv, line, tmp_p
     from fast_dqn.launch import variant_line
     assert variant_line(prepare_config([*argv, f"--logdir={tmp_path / 'run'}"],
                                        ALGO_DQN)) == line
+
+
+# -- issue 34: --refill-replay, stdout that cannot be written, many workers --------------------
+
+# The smallest serial run that trains: its first line is "run directory: ...", its second
+# (after TensorFlow's import, seconds later) the device line.
+SMOKE = ["--game=pong", "--timesteps=300", "--replay-start=100", "--replay-capacity=1000",
+         "--evaluate=0"]
+
+
+def test_refill_replay_on_a_new_run_is_refused(tmp_path, capsys):
+    """--refill-replay has meaning only beside --resume (its help and docs/checkpoints.md say
+    so); a new run given it used to run and save it in config.json for every resume."""
+    logdir = tmp_path / "run"
+    assert main([*SMOKE, "--refill-replay", f"--logdir={logdir}"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--refill-replay only has meaning with --resume" in err
+    assert not logdir.exists()
+
+
+def start_smoke_run(logdir: Path, stdout, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "run_dqn.py", *SMOKE, *extra, f"--logdir={logdir}"],
+                            cwd=REPO, env=ENV, stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+
+def assert_the_directory_takes_a_new_run(logdir: Path) -> None:
+    again = subprocess.run([sys.executable, "run_dqn.py", *SMOKE, f"--logdir={logdir}"],
+                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((logdir / "summary.json").read_text())["finished"] is True
+
+
+@pytest.mark.slow
+def test_a_pipe_closed_at_the_start_is_one_line_and_the_same_run_can_start_again(tmp_path):
+    """`python run_dqn.py ... | head -1`: head reads the first line and exits. Regression
+    (issue 34): a BrokenPipeError traceback at the device line, and a directory with .lock
+    and config.json only, which no new run or resume would take."""
+    logdir = tmp_path / "run"
+    process = start_smoke_run(logdir, subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read()
+    status = process.wait(timeout=300)
+    assert first == f"run directory: {logdir}\n"
+    assert status == 2, err[-3000:]
+    assert err.splitlines() == ["run_dqn.py: error: cannot write to standard output: Broken "
+                                "pipe; stopped before the run began"], err[-3000:]
+    assert not logdir.exists()  # discarded as a run that failed to start
+    assert_the_directory_takes_a_new_run(logdir)
+
+
+@pytest.mark.slow
+def test_a_full_stdout_at_the_start_is_one_line_and_the_directory_can_be_used(tmp_path):
+    """`python run_dqn.py ... >/dev/full`. Regression (issue 34): an OSError traceback at
+    the "run directory:" line. A directory made beforehand is kept, empty."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    with open("/dev/full", "w") as full:
+        process = start_smoke_run(logdir, full)
+        err = process.stderr.read()
+        status = process.wait(timeout=300)
+    assert status == 2, err[-3000:]
+    assert err.splitlines() == ["run_dqn.py: error: cannot write to standard output: No "
+                                "space left on device; stopped before the run began"], err
+    assert list(logdir.iterdir()) == []
+    assert_the_directory_takes_a_new_run(logdir)
+
+
+@pytest.mark.slow
+def test_a_pipe_closed_while_the_run_trains_leaves_the_run_to_finish(tmp_path):
+    """Once the run trains, a line that cannot be shown is not shown (as on a hung-up
+    terminal) and the run finishes, exit 0, with nothing on stderr about the pipe: what
+    issue 34 decided for output lost mid-run, which the progress line already did. (Only
+    the last assertion, on config.json, failed before the fix.)"""
+    logdir = tmp_path / "run"
+    process = start_smoke_run(logdir, subprocess.PIPE, "--progress-every=0.05")
+    for line in process.stdout:
+        if line.startswith("step "):  # a progress line: the run trains
+            break
+    process.stdout.close()
+    err = process.stderr.read()
+    status = process.wait(timeout=300)
+    assert status == 0, err[-3000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
+    assert json.loads((logdir / "summary.json").read_text())["finished"] is True
+    saved = json.loads((logdir / "config.json").read_text())
+    assert "refill_replay" not in saved and "resume" not in saved  # resume-only settings
+
+
+MANY_WORKERS = ["--game=pong", "--target-update=1000", "--replay-start=1000",
+                "--replay-capacity=5000", "--timesteps=2000"]
+
+
+def test_many_workers_are_announced_before_they_are_made(tmp_path, capsys, monkeypatch):
+    """Regression (issue 34): --workers=1000 sat silent for minutes while its environments
+    were made. The pool is not made here: the stand-in stops the run when it is asked."""
+    from fast_dqn import launch
+
+    asked = []
+
+    def make_pool(config, num_envs, *args, **kwargs):
+        asked.append((num_envs, capsys.readouterr().out))
+        raise ValueError("not made in this test")
+
+    monkeypatch.setattr(launch, "make_pool", make_pool)
+    logdir = tmp_path / "run"
+    assert main([*MANY_WORKERS, "--workers=1000", f"--logdir={logdir}"], ALGO_FAST_DQN) == 2
+    [(num_envs, out)] = asked
+    assert num_envs == 1000
+    assert out.splitlines()[-1] == "making 1000 environments of pong (this takes a while) ..."
+    assert not logdir.exists()
+
+
+def test_workers_beyond_what_memory_holds_are_refused_before_anything_is_made(tmp_path,
+                                                                             monkeypatch):
+    """On a machine with 4 GB available: 500 environments fit (they take about 0.6 GB at
+    1.2 MB each, measured), 2,000 (2.4 GB, beside 2 GB of headroom) do not."""
+    from fast_dqn import launch
+
+    monkeypatch.setattr(launch, "available_memory_bytes", lambda: 4 * 10**9)
+    flags = ["--game=pong", "--target-update=10000", "--replay-start=10000",
+             "--replay-capacity=20000", f"--logdir={tmp_path / 'run'}"]
+    assert prepare_config([*flags, "--workers=500"], ALGO_FAST_DQN).workers == 500
+    with pytest.raises(ValueError, match=r"^--workers=2000 environments need about .*; "
+                                         r"lower --workers$"):
+        prepare_config([*flags, "--workers=2000"], ALGO_FAST_DQN)
+    assert not (tmp_path / "run").exists()

@@ -230,3 +230,45 @@ def test_the_fast_trainer_announces_periods_it_cannot_keep():
     assert sync_point_note(Config(), ALGO_FAST_DQN) is None  # Nature's periods fit
     every_2000 = sync_point_note(Config(checkpoint_every=2000), ALGO_FAST_DQN)
     assert "--checkpoint-every=2000 acts at step 10,000, 20,000, 30,000, ..." in every_2000
+
+
+# -- config.json read back: types from the hand edits of issue 34 ------------------------------
+
+@pytest.mark.parametrize("key, value, wanted", [
+    ("workers", "4", 'an integer; got "4"'),
+    ("workers", None, "an integer; got null"),
+    ("workers", True, "an integer; got true"),  # JSON's true is an int to Python
+    ("workers", 4.0, "an integer; got 4.0"),
+    ("lr", "x", 'a number; got "x"'),
+    ("lr", False, "a number; got false"),
+    ("game", 5, "a string; got 5"),
+    ("double", "yes", 'true or false; got "yes"'),
+    ("double", 1, "true or false; got 1"),
+    ("backend", "gpu", 'one of vector, threads; got "gpu"'),
+])
+def test_a_saved_setting_of_another_type_is_refused_naming_the_key(key, value, wanted):
+    """Regression: "workers": "4", null or "lr": "x" gave a TypeError, "game": 5 an
+    AttributeError, and "double": "yes" was taken as true."""
+    with pytest.raises(ValueError) as error:
+        Config.from_saved({"game": "pong", key: value})
+    assert str(error.value) == f"{key!r} must be {wanted}"
+
+
+def test_every_saved_setting_has_its_type_checked_and_a_whole_number_is_a_float():
+    for field in dataclasses.fields(Config):
+        if field.name in ("resume", "refill_replay"):  # not read back (below)
+            continue
+        with pytest.raises(ValueError, match=f"^{field.name!r} must be "):
+            Config.from_saved({field.name: [1]})  # a list: no setting's type
+    config = Config.from_saved({"lr": 1, "discount": 0.5, "workers": 4, "double": True})
+    assert (config.lr, config.discount, config.workers, config.double) == (1.0, 0.5, 4, True)
+    assert type(config.lr) is float
+
+
+def test_the_resume_only_settings_are_neither_saved_nor_read_back():
+    """Regression: --refill-replay given once stayed in config.json and on for every later
+    resume."""
+    config = Config(refill_replay=True, resume="runs/x", workers=4)
+    saved = config.saved_settings()
+    assert "refill_replay" not in saved and "resume" not in saved and saved["workers"] == 4
+    assert Config.from_saved({"refill_replay": True, "resume": "runs/x"}) == Config()

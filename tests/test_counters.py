@@ -233,3 +233,63 @@ def test_updates_due_after_a_refill_pause():
     RunCounters(NATURE).restore({**state, "updates": 240_001})
     with pytest.raises(StateError, match="exceeds the updates due"):
         RunCounters(NATURE).restore({**state, "updates": 240_002})
+
+
+# A run with a 400-step random start and 800-step epochs: its epochs end at 1,200, 2,000, ...
+SHORT = Config(replay_start=400, target_update=800, timesteps=1_200, workers=4)
+
+
+def resumed_at_1200(updates: int, seconds: float, timesteps: int = 1_200) -> dict:
+    """A checkpoint at step 1,200 whose first process learned 800 steps and made `updates`
+    updates in `seconds`: the epoch 400-1,200 owes the rest of its 200."""
+    return {"step": 1_200, "updates": updates, "refill_until": 0, "updates_before_refill": 0,
+            "games": EpisodeStats().state(), "hours": 0.1, "learning_seconds": seconds,
+            "learning_steps": 800, "learning_updates": updates}
+
+
+def test_a_final_window_resume_counts_its_updates_in_the_rate(clock):
+    """Regression (issue 34): a resume in the final window makes the updates its last epoch
+    owes before the loop acts, so `mark_learning_start` never came, and summary.json's
+    updates_per_second left them and their time out: 50 / 20 s = 2.5 instead of the 6.7 by
+    hand below."""
+    run = RunCounters(SHORT)
+    run.restore(resumed_at_1200(updates=50, seconds=20.0))
+    clock.now += 10.0  # the 150 owed updates, made in 10 s
+    run.updates = 200
+    steps_per_second, updates_per_second = run.rates()
+    assert updates_per_second == pytest.approx(200 / 30)  # (50 + 150) in (20 + 10) s
+    assert steps_per_second == pytest.approx(800 / 30)  # no step in the 10 s
+    saved = run.state()
+    assert (saved["learning_seconds"], saved["learning_steps"], saved["learning_updates"]) == \
+        (30.0, 800, 200)
+
+
+def test_a_resume_counts_the_updates_owed_before_it_acts_and_announces_learning_once(clock):
+    """A resume at 1,200 of 2,000: the 150 owed updates (10 s), then the loop acts, marks the
+    learning start (its callbacks run then, once) and takes 800 steps with 200 updates (40 s).
+    By hand: 1,600 steps and 400 updates in 20 + 10 + 40 = 70 s."""
+    started = []
+    run = RunCounters(SHORT.replace(timesteps=2_000))
+    run.on_learning_start.append(lambda: started.append(run.step))
+    run.restore(resumed_at_1200(updates=50, seconds=20.0))
+    clock.now += 10.0
+    run.updates = 200
+    run.mark_learning_start()
+    assert started == [1_200]
+    clock.now += 40.0
+    run.step, run.updates = 2_000, 400
+    run.mark_learning_start()
+    assert started == [1_200]
+    assert run.rates() == (pytest.approx(1_600 / 70), pytest.approx(400 / 70))
+
+
+def test_a_resume_before_the_replay_start_starts_its_clock_at_the_replay_start(clock):
+    state = {**resumed_at_1200(updates=0, seconds=0.0), "step": 200, "learning_steps": 0}
+    run = RunCounters(SHORT)
+    run.restore(state)
+    clock.now += 50.0  # random steps: no learning time
+    run.step = 400
+    run.mark_learning_start()
+    clock.now += 10.0
+    run.step, run.updates = 800, 100
+    assert run.rates() == (pytest.approx(400 / 10), pytest.approx(100 / 10))

@@ -10,6 +10,7 @@ of a finished run changes nothing and exits 0.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -121,6 +122,58 @@ def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped,
         assert snapshot(run_dir) == before
     shorter = resume(RUN_DQN, run_dir, "shorter", "--timesteps=599")
     assert shorter.returncode == 2 and "a resume only extends a run" in shorter.stderr
+
+
+def every_byte(directory: Path) -> dict[str, bytes]:
+    """Every file's bytes, the lock's too."""
+    return {str(path.relative_to(directory)): path.read_bytes()
+            for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, monkeypatch):
+    """A sweep run again over a read-only archive. Regression (issue 34): the resume opened
+    the lock file for writing first, so on a read-only file system it exited 2 where the
+    docs promise "is finished", exit 0. In this process, every open for writing inside the
+    run directory fails as on a read-only mount (EROFS), even for root; reads go on; the
+    real mount is the next test's."""
+    from fast_dqn import launch
+    from fast_dqn.config import ALGO_DQN
+
+    run_dir = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
+    before = every_byte(run_dir)
+    real_open = os.open
+    writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def read_only_run_dir(path, flags, *args, **kwargs):
+        if flags & writing and os.path.abspath(path).startswith(str(run_dir)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only_run_dir)
+    for extra in ([], ["--timesteps=600"]):
+        assert launch.main(["--resume", str(run_dir), *extra], ALGO_DQN) == 0
+        out, err = capsys.readouterr()
+        assert out.strip().endswith("(a larger --timesteps extends it)") and err == "", err
+    # Work left: the resume cannot write it, and says why in one line.
+    assert launch.main(["--resume", str(run_dir), "--timesteps=700"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "Read-only file system" in err, err
+    assert every_byte(run_dir) == before
+
+
+def test_a_finished_runs_resume_on_a_read_only_mount_is_finished(never_stopped, tmp_path,
+                                                                 small_disk):
+    disk = small_disk(100_000)
+    if disk is None:
+        pytest.skip("no tmpfs can be mounted here (it needs root and mount)")
+    run_dir = disk / "run"
+    subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    result = run_cli(RUN_DQN, ["--resume", str(run_dir)], tmp_path / "read-only")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("(a larger --timesteps extends it)")
+    assert result.stderr == ""
 
 
 def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from fast_dqn import play
+from fast_dqn.checkpoints import save_checkpoint
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
 
@@ -36,6 +38,18 @@ def write_fake_checkpoint(checkpoint: Path, manifest: dict | None = None) -> Non
     (checkpoint / "manifest.json").write_text(json.dumps(manifest or {}))
 
 
+def write_stand_in_network(prefix: str) -> None:
+    """A network file that is not TensorFlow's, for the paths that only find and verify a
+    checkpoint."""
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    Path(prefix + ".index").write_bytes(b"a stand-in for the network")
+
+
+def write_checkpoint(run_dir: Path, step: int, write_network=write_stand_in_network) -> None:
+    """A checkpoint as a run writes it: files, and a manifest that lists and signs them."""
+    save_checkpoint(run_dir, {"counters": {"step": step}}, write_network, None)
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
     """A run directory with a real pong checkpoint; returns it and the saved online weights."""
@@ -44,8 +58,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np
     run_dir = write_run_dir(tmp_path_factory.mktemp("run"))
     network = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
                        seed=SAVED_SEED)
-    network.checkpoint().write(str(run_dir / "checkpoint" / "network" / "ckpt"))
-    (run_dir / "checkpoint" / "manifest.json").write_text(json.dumps({"counters": {"step": 1234}}))
+    write_checkpoint(run_dir, 1234, network.checkpoint().write)
     return run_dir, [variable.numpy() for variable in network.online.variables]
 
 
@@ -92,6 +105,45 @@ def test_a_checkpoint_of_another_game_is_bad_input(trained_run, tmp_path, capsys
     assert_bad_input([str(other)], "cannot restore the online network", capsys)
 
 
+def network_data(checkpoint: Path) -> Path:
+    return next((checkpoint / "network").glob("ckpt.data-*"))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda ckpt: truncate(network_data(ckpt)), "{data} holds {size} bytes; the manifest says"),
+    (lambda ckpt: flip_a_byte(network_data(ckpt)), "{data} is damaged: CRC-32"),
+    (lambda ckpt: (ckpt / "network" / "ckpt.index").unlink(), "ckpt.index is missing"),
+], ids=["truncated", "flipped-byte", "deleted"])
+def test_a_damaged_checkpoint_is_refused_in_one_line_naming_the_file(trained_run, tmp_path,
+                                                                     capsys, damage, message):
+    """Regression (issue 34): a truncated network file gave `IndexError: Read less bytes than
+    requested`, a traceback: play read the checkpoint without the checks a resume makes."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run[0], run_dir)
+    checkpoint = run_dir / "checkpoint"
+    damage(checkpoint)
+    data = network_data(checkpoint)
+    assert_bad_input([str(run_dir)], message.format(data=data, size=data.stat().st_size),
+                     capsys)
+
+
+def test_a_config_of_another_type_is_refused_in_one_line(tmp_path, capsys):
+    write_run_dir(tmp_path, workers="4")  # a hand edit
+    write_checkpoint(tmp_path, 5)
+    assert_bad_input([str(tmp_path)], f"{tmp_path / 'config.json'}: 'workers' must be an "
+                     'integer; got "4"', capsys)
+
+
 def assert_bad_input(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         play.main(argv)
@@ -136,21 +188,21 @@ def test_bad_run_directories_exit_2_with_one_line(tmp_path, capsys):
     (("checkpoint.old",), "checkpoint.old"),  # a crash between the two renames
 ])
 def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expected):
-    write_run_dir(tmp_path)
-    (tmp_path / "checkpoint" / "network").mkdir(parents=True)  # incomplete unless listed
+    run_dir = write_run_dir(tmp_path / "run")
+    steps = {"checkpoint": 5, "checkpoint.old": 4}
     for name in complete:
-        (tmp_path / name).mkdir(exist_ok=True)
-        (tmp_path / name / "manifest.json").write_text('{"counters": {"step": 5}}')
-    run = play.load_run(tmp_path)
-    assert run.checkpoint == tmp_path / expected
-    assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, 5)
+        write_checkpoint(tmp_path / name, steps[name])
+        (tmp_path / name / "checkpoint").rename(run_dir / name)
+    (run_dir / "checkpoint" / "network").mkdir(parents=True, exist_ok=True)  # else incomplete
+    run = play.load_run(run_dir)
+    assert run.checkpoint == run_dir / expected
+    assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, steps[expected])
 
 
 def test_load_run_resolves_another_spelling_of_the_game_and_refuses_an_unknown_one(tmp_path,
                                                                                    capsys):
     write_run_dir(tmp_path, game="ALE/Pong-v5")  # a hand-edited config.json
-    (tmp_path / "checkpoint").mkdir()
-    (tmp_path / "checkpoint" / "manifest.json").write_text('{"counters": {"step": 5}}')
+    write_checkpoint(tmp_path, 5)
     assert play.load_run(tmp_path).config.game == "pong"
     write_run_dir(tmp_path, game="pongg")
     assert_bad_input([str(tmp_path)], "unknown game 'pongg'", capsys)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fast_dqn import launch
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, save_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN, Config
@@ -219,12 +220,13 @@ def saved_run(tmp_path) -> Path:
     config = Config(game="breakout", timesteps=1000, logdir=str(run_dir))
     (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
                                                      **dataclasses.asdict(config)}))
-    def write_network(prefix: str) -> None:
-        Path(prefix).parent.mkdir(parents=True)
-        Path(prefix + ".index").write_bytes(b"not a real network")
-
-    save_checkpoint(run_dir, {"counters": {"step": 500}}, write_network, None)
+    save_checkpoint(run_dir, {"counters": {"step": 500}}, write_stand_in_network, None)
     return run_dir
+
+
+def write_stand_in_network(prefix: str) -> None:
+    Path(prefix).parent.mkdir(parents=True)
+    Path(prefix + ".index").write_bytes(b"not a real network")
 
 
 def edit_manifest(run_dir: Path) -> None:
@@ -277,6 +279,49 @@ def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
     assert len(result.stderr.splitlines()) == 1
     assert "cannot resume" in result.stderr
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("key, value, wanted", [
+    ("workers", "4", 'an integer; got "4"'),
+    ("workers", None, "an integer; got null"),
+    ("workers", True, "an integer; got true"),
+    ("lr", "x", 'a number; got "x"'),
+    ("game", 5, "a string; got 5"),
+    ("double", "yes", 'true or false; got "yes"'),
+])
+def test_a_hand_edited_config_of_another_type_is_one_line_with_status_2(saved_run, capsys, key,
+                                                                         value, wanted):
+    """Regression (issue 34): TypeError or AttributeError tracebacks (exit 1), and "yes"
+    taken as true. In this process: nothing here loads TensorFlow."""
+    path = saved_run / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+    before = snapshot(saved_run)
+    status = launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert f"cannot resume {saved_run}: {path}: {key!r} must be {wanted}" in err
+    assert snapshot(saved_run) == before and not (saved_run / ".lock").exists()
+
+
+def test_refill_replay_is_a_resume_flag_not_a_saved_setting(tmp_path, capsys):
+    """Regression (issue 34): config.json kept --refill-replay, so after its replay memory
+    was deleted a run that had once been given the flag refilled at every resume, where the
+    same run without it was refused. Here config.json holds it, as such a run's does."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = Config(game="breakout", timesteps=1000, logdir=str(run_dir), refill_replay=True)
+    (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
+                                                     **dataclasses.asdict(config)}))
+    save_checkpoint(run_dir, {"counters": {"step": 500}}, write_stand_in_network,
+                    {"frames": np.zeros((4, 84, 84), np.uint8)})
+    shutil.rmtree(run_dir / CHECKPOINT / "replay")
+    assert launch.main(["--resume", str(run_dir)], ALGO_FAST_DQN) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / CHECKPOINT / 'replay' / 'frames.npy'} is missing" in err, err
+    # Given again, the flag lets the checkpoint pass without its memory, to the next check
+    # (this stand-in checkpoint has no counters to resume from).
+    assert launch.main(["--resume", str(run_dir), "--refill-replay"], ALGO_FAST_DQN) == 2
+    assert "manifest.json: 'updates' is missing" in capsys.readouterr().err
 
 
 # -- divergence ---------------------------------------------------------------------------------
