@@ -156,24 +156,31 @@ def save_checkpoint(run_dir: RunPath, state: Mapping[str, Any],
             (a bug, not a condition of the disk); nothing is written.
     """
     json.dumps(state)  # a state that is not JSON fails here, before the disk is touched
-    with held(run_dir) as directory:
+    if not isinstance(run_dir, OpenDirectory):  # by its path: held for this save only
         try:
-            directory.check_present()
-            with _new_staging(directory) as staging:
-                files = {}
-                if write_network is not None:
-                    files.update(_write_network(write_network, staging))
-                if arrays is not None:
-                    files.update(_write_arrays(staging, arrays))
-                _write_manifest(staging, {**state, "replay_saved": arrays is not None,
-                                          "files": files})
-                _fsync_tree(staging)
-            _swap_in(directory)
-        except BaseException:
-            with contextlib.suppress(OSError, ValueError):
-                directory.remove(NEW_CHECKPOINT)
-            raise
-        return directory.path / CHECKPOINT
+            opened = OpenDirectory.at(Path(run_dir))  # which must be there: none is made
+        except OSError as error:
+            raise write_failure(Path(run_dir) / NEW_CHECKPOINT, error) from error
+        with opened:
+            return save_checkpoint(opened, state, write_network, arrays)
+    directory = run_dir
+    try:
+        directory.check_present()
+        with _new_staging(directory) as staging:
+            files = {}
+            if write_network is not None:
+                files.update(_write_network(write_network, staging))
+            if arrays is not None:
+                files.update(_write_arrays(staging, arrays))
+            _write_manifest(staging, {**state, "replay_saved": arrays is not None,
+                                      "files": files})
+            _fsync_tree(staging)
+        _swap_in(directory)
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            directory.remove(NEW_CHECKPOINT)
+        raise
+    return directory.path / CHECKPOINT
 
 
 def _new_staging(directory: OpenDirectory) -> OpenDirectory:
