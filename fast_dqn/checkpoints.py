@@ -441,7 +441,7 @@ def _verify_file(directory: OpenDirectory, name: str, entry: Any) -> None:
     if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int):
         raise CheckpointError(f"{manifest} has a bad entry for {name}")
     parts = PurePosixPath(name).parts
-    if (not parts or PurePosixPath(name).is_absolute() or "\\" in name
+    if (not parts or PurePosixPath(name).is_absolute()
             or any(part in ("", ".", "..") for part in parts)):
         raise CheckpointError(f"{manifest} names a file outside it: {name}")
     path = directory.path / name

@@ -282,8 +282,14 @@ class OpenDirectory:
             raise
 
     def read_bytes(self, name: str) -> bytes:
-        """The bytes of the file `name` (not through a link)."""
-        with os.fdopen(self.open(name, os.O_RDONLY), "rb") as file:
+        """The bytes of the regular file `name` (not through a link).
+
+        Raises:
+            LinkFound: it is a link. OSError: it is missing, or not a regular file.
+        """
+        with os.fdopen(self.open(name, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "it is not a regular file", str(self.path / name))
             return file.read()
 
     def subdirectory(self, name: str) -> "OpenDirectory":

@@ -487,3 +487,12 @@ def test_a_row_after_the_directory_is_deleted_stops_the_run(tmp_path):
     finally:
         logs.close()
     assert not run_dir.exists()
+
+
+def test_a_fifo_in_place_of_a_csv_is_refused_not_waited_on(tmp_path):
+    run_dir = tmp_path / "run"
+    write_logs(run_dir, [(1, 100)], [])
+    (run_dir / "episodes.csv").unlink()
+    os.mkfifo(run_dir / "episodes.csv")  # reading it would wait for a writer forever
+    with pytest.raises(ValueError, match=r"episodes\.csv: .*it is not a regular file"):
+        check_logs_match(run_dir, 100, 1, 0)
