@@ -28,7 +28,7 @@ from fast_dqn import launch, run_logs
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, verify_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN
-from fast_dqn.run_dir import write_failure
+from fast_dqn.run_dir import OpenDirectory, write_failure
 from tests.cli_runs import (FAST, RUN_FAST_DQN, Launch, assert_no_traceback, read_csv,
                             run_cli, snapshot, start, step_of, summary, wait_for,
                             wait_for_line)
@@ -279,14 +279,15 @@ def test_tensorboard_on_a_full_disk_names_its_file(small_disk, fill_disk):
 
 
 def test_a_failed_summary_is_one_line_naming_the_checkpoint(tmp_path, capsys, monkeypatch):
-    real = run_logs.write_json_atomic
+    real = OpenDirectory.write_bytes_atomic  # how the run writes its whole files
 
-    def summary_disk_full(path, obj):
-        if Path(path).name == "summary.json":
-            raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-        real(path, obj)
+    def summary_disk_full(directory, name, data):
+        if name == "summary.json":
+            raise write_failure(directory.path / name,
+                                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        real(directory, name, data)
 
-    monkeypatch.setattr(run_logs, "write_json_atomic", summary_disk_full)
+    monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", summary_disk_full)
     run_dir = tmp_path / "run"
     status = launch.main([*FAST, "--timesteps=800", "--evaluate=0", "--checkpoint-every=0",
                           f"--logdir={run_dir}"], ALGO_FAST_DQN)
