@@ -16,24 +16,33 @@ removed, so a crash at any moment leaves one complete checkpoint: `latest_checkp
 for `checkpoint` first and then `checkpoint.old`. The manifest is written last, so a
 directory without it is incomplete.
 
+The writer works through the run directory held open (`fast_dqn.run_dir.OpenDirectory`):
+it makes, renames and removes these directories relative to it, never with parents, never
+through a link; TensorFlow writes the networks through the descriptor too. A link (or a
+file) where one of the three directories belongs is refused when a run starts
+(`check_checkpoint_names`), and what a crash left is cleared then (`clear_leftovers`).
+
 `verify_checkpoint` reads every file back against the manifest before a resume changes
-anything. CRC-32 (zlib) guards against damage, not against tampering: it ran at 6.4 GB/s on
-the development machine against 1.9 GB/s for SHA-256, so checking a full 7 GB replay memory
-costs about a second on top of reading it (docs/checkpoints.md).
+anything, and refuses a checkpoint that holds a link, a file the manifest does not list, or
+a manifest that leaves out a file the loader reads. CRC-32 (zlib) guards against damage, not
+against tampering: it ran at 6.4 GB/s on the development machine against 1.9 GB/s for
+SHA-256, so checking a full 7 GB replay memory costs about a second on top of reading it
+(docs/checkpoints.md). The readers open every file without following a link.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import stat
 import zlib
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from fast_dqn.run_dir import fsync_dir, write_failure
+from fast_dqn.run_dir import LinkFound, OpenDirectory, RunPath, held, write_failure
 from fast_dqn.transitions import TRANSITION_COLUMNS, Transitions
 
 if TYPE_CHECKING:
@@ -42,10 +51,15 @@ if TYPE_CHECKING:
 CHECKPOINT = "checkpoint"
 OLD_CHECKPOINT = "checkpoint.old"
 NEW_CHECKPOINT = "checkpoint.tmp"
+CHECKPOINT_NAMES = (CHECKPOINT, NEW_CHECKPOINT, OLD_CHECKPOINT)
 MANIFEST = "manifest.json"
-NETWORK_PREFIX = Path("network") / "ckpt"
+NETWORK = "network"
+NETWORK_PREFIX = Path(NETWORK) / "ckpt"
 REPLAY = "replay"
 UNSTORED = "unstored_"  # the name prefix of the transitions held apart from the memory
+# The replay files every saved memory has and the loader reads (`read_replay_into`).
+REPLAY_EXTENT = ("capacity", "cursor", "size")
+REPLAY_FILES = tuple(f"{REPLAY}/{name}.npy" for name in (*REPLAY_EXTENT, *TRANSITION_COLUMNS))
 FORMAT_VERSION = 2
 _CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
 # Bytes of streamed rows (a frame store on the device) copied to or from the host at a time:
@@ -57,21 +71,77 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used; the message names the file and what is wrong."""
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete checkpoint directory of a run, or None."""
-    for name in (CHECKPOINT, OLD_CHECKPOINT):
-        candidate = Path(run_dir) / name
-        if (candidate / MANIFEST).is_file():
-            return candidate
+# -- the names of a run's checkpoints ---------------------------------------------------------
+
+
+def latest_checkpoint(run_dir: RunPath) -> Path | None:
+    """The newest complete checkpoint directory of a run, or None (links are not followed:
+    a link where a checkpoint belongs is not one)."""
+    try:
+        with held(run_dir) as directory:
+            for name in (CHECKPOINT, OLD_CHECKPOINT):
+                if _is_complete(directory, name):
+                    return directory.path / name
+    except OSError:  # no run directory there
+        pass
     return None
 
 
-def save_checkpoint(run_dir: Path, state: Mapping[str, Any],
+def _is_complete(directory: OpenDirectory, name: str) -> bool:
+    """Whether `name` is a directory (not a link) holding a manifest (not a link)."""
+    if not directory.is_directory(name):
+        return False
+    try:
+        with directory.subdirectory(name) as checkpoint:
+            status = checkpoint.lstat(MANIFEST)
+    except OSError:
+        return False
+    return status is not None and stat.S_ISREG(status.st_mode)
+
+
+def check_checkpoint_names(directory: OpenDirectory) -> None:
+    """Refuses, when a run starts, anything but a directory of its own where a checkpoint,
+    its temporary or its old directory belongs (a planted link, a file), rather than failing
+    at the first checkpoint, hours later.
+
+    Raises:
+        CheckpointError: naming it, in one line.
+    """
+    for name in CHECKPOINT_NAMES:
+        status = directory.lstat(name)
+        if status is None or stat.S_ISDIR(status.st_mode):
+            continue
+        kind = "a symbolic link" if stat.S_ISLNK(status.st_mode) else "not a directory"
+        raise CheckpointError(f"{directory.path / name} is {kind}; a run keeps its "
+                              "checkpoints in directories of its own and follows no link "
+                              "there: remove it, then start the run again")
+
+
+def clear_leftovers(directory: OpenDirectory) -> None:
+    """Removes what a crash left (after `check_checkpoint_names`): a `checkpoint.tmp/`, and
+    a `checkpoint.old/` beside a complete checkpoint. Nothing is followed while removing.
+
+    Raises:
+        WriteFailed: one could not be removed.
+    """
+    names = [NEW_CHECKPOINT] + ([OLD_CHECKPOINT] if _is_complete(directory, CHECKPOINT) else [])
+    for name in names:
+        try:
+            directory.remove(name)
+        except OSError as error:
+            raise directory.failure(name, error) from error
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def save_checkpoint(run_dir: RunPath, state: Mapping[str, Any],
                     write_network: Callable[[str], Any] | None,
                     arrays: Mapping[str, np.ndarray] | None) -> Path:
     """Writes a checkpoint atomically and returns its directory.
 
     Args:
+        run_dir: the run directory, held open (a run's) or by its path.
         state: JSON-able state of the run's parts (counters, generators, averages).
         write_network: writes the networks to a path prefix (TensorFlow's checkpoint format).
         arrays: named arrays to store as .npy files (the replay memory), or None; an
@@ -80,67 +150,85 @@ def save_checkpoint(run_dir: Path, state: Mapping[str, Any],
 
     Raises:
         WriteFailed: the write failed (e.g. a full disk), naming the file; the previous
-            checkpoint is intact and no `checkpoint.tmp` is left behind.
+            checkpoint is intact and no `checkpoint.tmp` is left behind. `RunDirGone`: the
+            run directory was deleted.
         TypeError, ValueError: the state is not JSON-able or an array holds Python objects
             (a bug, not a condition of the disk); nothing is written.
     """
-    run_dir = Path(run_dir)
-    staging = run_dir / NEW_CHECKPOINT
     json.dumps(state)  # a state that is not JSON fails here, before the disk is touched
+    if not isinstance(run_dir, OpenDirectory):  # by its path: held for this save only
+        try:
+            opened = OpenDirectory.at(Path(run_dir))  # which must be there: none is made
+        except OSError as error:
+            raise write_failure(Path(run_dir) / NEW_CHECKPOINT, error) from error
+        with opened:
+            return save_checkpoint(opened, state, write_network, arrays)
+    directory = run_dir
     try:
-        shutil.rmtree(staging, ignore_errors=True)
-        _make_dir(staging)
-        files = {}
-        if write_network is not None:
-            files.update(_write_network(write_network, staging))
-        if arrays is not None:
-            files.update(_write_arrays(staging, arrays))
-        _write_manifest(staging / MANIFEST, {**state, "replay_saved": arrays is not None,
-                                             "files": files})
-        _fsync_tree(staging)
-        _swap_in(run_dir, staging)
+        directory.check_present()
+        with _new_staging(directory) as staging:
+            files = {}
+            if write_network is not None:
+                files.update(_write_network(write_network, staging))
+            if arrays is not None:
+                files.update(_write_arrays(staging, arrays))
+            _write_manifest(staging, {**state, "replay_saved": arrays is not None,
+                                      "files": files})
+            _fsync_tree(staging)
+        _swap_in(directory)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError, ValueError):
+            directory.remove(NEW_CHECKPOINT)
         raise
-    return run_dir / CHECKPOINT
+    return directory.path / CHECKPOINT
 
 
-def _make_dir(path: Path) -> None:
+def _new_staging(directory: OpenDirectory) -> OpenDirectory:
+    """A fresh, empty `checkpoint.tmp/` (whatever was there removed, no link followed),
+    held open."""
     try:
-        path.mkdir(parents=True)
+        directory.remove(NEW_CHECKPOINT)
+        directory.mkdir(NEW_CHECKPOINT)  # never with parents: the run directory must be there
+        return directory.subdirectory(NEW_CHECKPOINT)
     except OSError as error:
-        raise write_failure(path, error) from error
+        raise directory.failure(NEW_CHECKPOINT, error) from error
 
 
-def _write_network(write_network: Callable[[str], Any], staging: Path) -> dict[str, dict]:
-    prefix = staging / NETWORK_PREFIX
+def _write_network(write_network: Callable[[str], Any],
+                   staging: OpenDirectory) -> dict[str, dict]:
     try:
-        write_network(str(prefix))
+        with staging.for_tensorflow(NETWORK_PREFIX.as_posix()) as prefix:
+            write_network(prefix)
+        with staging.subdirectory(NETWORK) as network:
+            return {f"{NETWORK}/{name}": _file_entry(network, name) for name in network.names()}
     except Exception as error:  # noqa: BLE001
         # TensorFlow reports I/O failures with its own errors (a full disk raises
         # tf.errors.ResourceExhaustedError), which are not OSError.
-        raise write_failure(prefix.parent, error) from error
-    return {_relative(path, staging): _file_entry(path)
-            for path in sorted(prefix.parent.iterdir())}
+        raise staging.failure(NETWORK, error) from error
 
 
-def _write_arrays(staging: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, dict]:
-    directory = staging / REPLAY
-    _make_dir(directory)
+def _write_arrays(staging: OpenDirectory, arrays: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    try:
+        staging.mkdir(REPLAY)
+        replay = staging.subdirectory(REPLAY)
+    except OSError as error:
+        raise staging.failure(REPLAY, error) from error
     files = {}
-    for name, array in arrays.items():
-        path = directory / f"{name}.npy"
-        try:
-            with open(path, "wb") as file:
-                writer = _ChecksummingWriter(file)
-                if hasattr(array, "chunks"):  # rows streamed from where they live
-                    _save_in_chunks(writer, array)
-                else:
-                    # np.save streams the array through the checksum: no second copy.
-                    np.save(writer, np.asarray(array), allow_pickle=False)
-        except OSError as error:
-            raise write_failure(path, error) from error
-        files[_relative(path, staging)] = {"bytes": writer.size, "crc32": writer.crc32}
+    with replay:
+        for name, array in arrays.items():
+            file_name = f"{name}.npy"
+            try:
+                fd = replay.open(file_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                with open(fd, "wb") as file:
+                    writer = _ChecksummingWriter(file)
+                    if hasattr(array, "chunks"):  # rows streamed from where they live
+                        _save_in_chunks(writer, array)
+                    else:
+                        # np.save streams the array through the checksum: no second copy.
+                        np.save(writer, np.asarray(array), allow_pickle=False)
+            except OSError as error:
+                raise replay.failure(file_name, error) from error
+            files[f"{REPLAY}/{file_name}"] = {"bytes": writer.size, "crc32": writer.crc32}
     return files
 
 
@@ -177,35 +265,45 @@ class _ChecksummingWriter:
         return f"{self._crc:08x}"
 
 
-def _relative(path: Path, staging: Path) -> str:
-    return path.relative_to(staging).as_posix()
-
-
-def _file_entry(path: Path) -> dict[str, Any]:
-    size, crc = _checksum(path)
+def _file_entry(directory: OpenDirectory, name: str) -> dict[str, Any]:
+    with _open_file(directory, name) as file:
+        size, crc = _checksum(file)
     return {"bytes": size, "crc32": crc}
 
 
-def _checksum(path: Path) -> tuple[int, str]:
-    """Size and CRC-32 of a file, read in chunks."""
+def _open_file(directory: OpenDirectory, name: str):
+    """The regular file `name` of `directory` opened for reading, no link followed.
+
+    Raises:
+        LinkFound: it is a link. OSError: it is missing, unreadable or not a regular file.
+    """
+    fd = directory.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{directory.path / name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _checksum(file) -> tuple[int, str]:
+    """Size and CRC-32 of an open file's content, read in chunks."""
     crc, size = 0, 0
-    with open(path, "rb") as file:
-        while chunk := file.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
+    while chunk := file.read(_CHUNK):
+        crc = zlib.crc32(chunk, crc)
+        size += len(chunk)
     return size, f"{crc:08x}"
 
 
-def _write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
+def _write_manifest(staging: OpenDirectory, manifest: Mapping[str, Any]) -> None:
     body = {"format_version": FORMAT_VERSION, **manifest}
     text = json.dumps({**body, "checksum": _manifest_checksum(body)}, indent=2, sort_keys=True)
     try:
-        with open(path, "w") as file:
+        fd = staging.open(MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with open(fd, "w") as file:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
     except OSError as error:
-        raise write_failure(path, error) from error
+        raise staging.failure(MANIFEST, error) from error
 
 
 def _manifest_checksum(body: Mapping[str, Any]) -> str:
@@ -214,47 +312,84 @@ def _manifest_checksum(body: Mapping[str, Any]) -> str:
     return f"{zlib.crc32(canonical.encode()):08x}"
 
 
-def _fsync_tree(directory: Path) -> None:
+def _fsync_tree(directory: OpenDirectory) -> None:
     """Makes the files of `directory`, and their names, durable before the swap."""
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
+    for name in directory.names():
+        try:
+            if directory.is_directory(name):
+                with directory.subdirectory(name) as subdirectory:
+                    _fsync_tree(subdirectory)
+                continue
+            fd = directory.open(name, os.O_RDONLY)
             try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as error:
-                raise write_failure(Path(path), error) from error
-        fsync_dir(Path(root))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise directory.failure(name, error) from error
+    directory.sync()
 
 
-def _swap_in(run_dir: Path, staging: Path) -> None:
-    current, old = run_dir / CHECKPOINT, run_dir / OLD_CHECKPOINT
+def _swap_in(directory: OpenDirectory) -> None:
+    """`checkpoint.tmp` becomes `checkpoint`; the checkpoint it replaces is `checkpoint.old`
+    until the new one is in place. A `checkpoint` without a manifest (a damaged one) is
+    removed instead, so that a complete `checkpoint.old` stays the latest until then."""
     try:
-        if current.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(current, old)
-        os.replace(staging, current)
+        if _is_complete(directory, CHECKPOINT):
+            directory.remove(OLD_CHECKPOINT)
+            directory.replace(CHECKPOINT, OLD_CHECKPOINT)
+        else:
+            directory.remove(CHECKPOINT)
+        directory.replace(NEW_CHECKPOINT, CHECKPOINT)
     except OSError as error:
-        raise write_failure(current, error) from error
-    fsync_dir(run_dir)
-    shutil.rmtree(old, ignore_errors=True)
+        raise directory.failure(CHECKPOINT, error) from error
+    directory.sync()
+    with contextlib.suppress(OSError):
+        directory.remove(OLD_CHECKPOINT)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _opened(checkpoint: Path, subdirectory: str | None = None) -> Iterator[OpenDirectory]:
+    """The checkpoint's directory (or one inside it) held open, reached from the run
+    directory's path without following a link.
+
+    Raises:
+        CheckpointError: it is missing, or a link.
+    """
+    checkpoint = Path(checkpoint)
+    path = checkpoint / subdirectory if subdirectory else checkpoint
+    try:
+        with held(checkpoint.parent) as run_dir, run_dir.subdirectory(checkpoint.name) as top:
+            if subdirectory is None:
+                yield top
+                return
+            with top.subdirectory(subdirectory) as inner:
+                yield inner
+    except LinkFound:
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint follows no link") \
+            from None
+    except OSError as error:
+        raise CheckpointError(f"cannot read {path}: {error.strerror or error}") from None
 
 
 def read_manifest(checkpoint: Path) -> dict[str, Any]:
     """The checkpoint's manifest, checked against its own checksum.
 
     Raises:
-        CheckpointError: it cannot be read, is not JSON, has another format version, or its
-            content does not match its checksum.
+        CheckpointError: it cannot be read, is a link, is not JSON, has another format
+            version, or its content does not match its checksum.
     """
     path = Path(checkpoint) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {path}: {error}") from None
+    with _opened(checkpoint) as directory:
+        try:
+            with _open_file(directory, MANIFEST) as file:
+                manifest = json.loads(file.read())
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, LinkFound) else error
+            raise CheckpointError(f"cannot read {path}: {reason}") from None
     if not isinstance(manifest, dict):
         raise CheckpointError(f"{path} is not a checkpoint manifest")
     version = manifest.get("format_version")
@@ -270,39 +405,58 @@ def read_manifest(checkpoint: Path) -> dict[str, Any]:
 def verify_checkpoint(checkpoint: Path, *, replay_optional: bool = False) -> dict[str, Any]:
     """Reads every file of a checkpoint back against its manifest; returns the manifest.
 
+    What the loader reads must be listed and match: the manifest must list the network
+    files and, where the replay memory is read, its every file (`REPLAY_FILES`); and the
+    checkpoint may hold nothing else: no link, no file the manifest leaves out.
+
     Args:
         replay_optional: a replay memory the manifest lists may be missing as a whole (the
             user asked to refill it); a replay file that is there is still checked.
     Raises:
-        CheckpointError: naming the first file that is missing, of another size, or damaged.
+        CheckpointError: naming the first file that is missing, unlisted, a link, of another
+            size, or damaged.
     """
     checkpoint = Path(checkpoint)
     manifest = read_manifest(checkpoint)
     files = manifest.get("files")
-    if not isinstance(files, dict) or not any(name.startswith("network/") for name in files):
+    if not isinstance(files, dict) or not any(name.startswith(f"{NETWORK}/") for name in files):
         raise CheckpointError(f"{checkpoint / MANIFEST} lists no network files")
-    replay_missing = replay_optional and not (checkpoint / REPLAY).exists()
-    for name, entry in sorted(files.items()):
-        if replay_missing and name.startswith(f"{REPLAY}/"):
-            continue
-        _verify_file(checkpoint, name, entry)
+    with _opened(checkpoint) as directory:
+        replay_missing = replay_optional and directory.lstat(REPLAY) is None
+        if manifest.get("replay_saved") and not replay_missing:
+            for name in REPLAY_FILES:
+                if name not in files:
+                    raise CheckpointError(f"{checkpoint / MANIFEST} does not list {name}, "
+                                          "which a resume reads")
+        for name, entry in sorted(files.items()):
+            if replay_missing and name.startswith(f"{REPLAY}/"):
+                continue
+            _verify_file(directory, name, entry)
+        _refuse_unlisted(directory, files)
     return manifest
 
 
-def _verify_file(checkpoint: Path, name: str, entry: Any) -> None:
-    path = checkpoint / name
+def _verify_file(directory: OpenDirectory, name: str, entry: Any) -> None:
+    manifest = directory.path / MANIFEST
     if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int):
-        raise CheckpointError(f"{checkpoint / MANIFEST} has a bad entry for {name}")
-    if checkpoint.resolve() not in path.resolve().parents:
-        raise CheckpointError(f"{checkpoint / MANIFEST} names a file outside it: {name}")
+        raise CheckpointError(f"{manifest} has a bad entry for {name}")
+    parts = PurePosixPath(name).parts
+    if (not parts or PurePosixPath(name).is_absolute()
+            or any(part in ("", ".", "..") for part in parts)):
+        raise CheckpointError(f"{manifest} names a file outside it: {name}")
+    path = directory.path / name
     try:
-        size = path.stat().st_size
-    except OSError:
+        with _open_beneath(directory, parts) as file:
+            size = os.fstat(file.fileno()).st_size
+            if size != entry["bytes"]:
+                raise CheckpointError(f"{path} holds {size} bytes; the manifest says "
+                                      f"{entry['bytes']}")
+            _, crc = _checksum(file)
+    except LinkFound:
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint follows no link") \
+            from None
+    except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
-    if size != entry["bytes"]:
-        raise CheckpointError(f"{path} holds {size} bytes; the manifest says {entry['bytes']}")
-    try:
-        _, crc = _checksum(path)
     except OSError as error:
         raise CheckpointError(f"cannot read {path}: {error.strerror or error}") from None
     if crc != entry.get("crc32"):
@@ -310,9 +464,42 @@ def _verify_file(checkpoint: Path, name: str, entry: Any) -> None:
                               f"{entry.get('crc32')}")
 
 
+@contextlib.contextmanager
+def _open_beneath(directory: OpenDirectory, parts: tuple[str, ...]):
+    """The file at `parts` below `directory`, opened without following a link at any step."""
+    with contextlib.ExitStack() as stack:
+        for part in parts[:-1]:
+            directory = stack.enter_context(directory.subdirectory(part))
+        yield stack.enter_context(_open_file(directory, parts[-1]))
+
+
+def _refuse_unlisted(directory: OpenDirectory, files: Mapping[str, Any],
+                     prefix: str = "") -> None:
+    """Refuses a link, or a file the manifest does not list, anywhere in the checkpoint."""
+    for name in directory.names():
+        relative = f"{prefix}{name}"
+        status = directory.lstat(name)
+        if status is None:
+            continue
+        if stat.S_ISLNK(status.st_mode):
+            raise CheckpointError(f"{directory.path / name} is a symbolic link; a checkpoint "
+                                  "follows no link")
+        if stat.S_ISDIR(status.st_mode):
+            with directory.subdirectory(name) as inner:
+                _refuse_unlisted(inner, files, f"{relative}/")
+        elif relative not in files and relative != MANIFEST:
+            raise CheckpointError(f"{directory.path / name} is not in the manifest; a "
+                                  "checkpoint holds only the files it lists")
+
+
 def replay_in(checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
     """Whether the checkpoint holds the replay memory its manifest says was saved."""
-    return bool(manifest.get("replay_saved")) and (Path(checkpoint) / REPLAY).is_dir()
+    if not manifest.get("replay_saved"):
+        return False
+    try:
+        return stat.S_ISDIR(os.lstat(Path(checkpoint) / REPLAY).st_mode)
+    except OSError:
+        return False
 
 
 def network_prefix(checkpoint: Path) -> str:
@@ -322,36 +509,38 @@ def network_prefix(checkpoint: Path) -> str:
 def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
     """Reads a checkpoint's replay memory into `memory`; False if the checkpoint has none.
 
-    Run `verify_checkpoint` first: this reader checks shapes and sizes, not the bytes.
+    Run `verify_checkpoint` first: this reader checks shapes and sizes, not the bytes. It
+    opens every file without following a link.
 
     Each column's file is read straight into the memory's own array, so restoring a 7 GB
     memory needs no second copy and no mapped pages. A memory saved before it wrapped around
     holds only its filled slots, which fill the leading rows.
 
     Raises:
-        CheckpointError: a file is missing, its shape or dtype differs, or the saved memory
-            had another capacity.
+        CheckpointError: a file is missing or a link, its shape or dtype differs, or the
+            saved memory had another capacity.
     """
-    directory = Path(checkpoint) / REPLAY
-    if not directory.is_dir():
-        return False
-    extent = {name: _read_scalar(directory / f"{name}.npy")
-              for name in ("capacity", "cursor", "size")}
-    if extent["capacity"] != memory.capacity:
-        raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs from "
-                              f"{memory.capacity}")
-    for name, target in memory.restore_targets().items():
-        if isinstance(target, np.ndarray):
-            rows = _read_npy_into(directory / f"{name}.npy", target)
-        else:
-            rows = _read_npy_in_chunks(directory / f"{name}.npy", target)
-        if rows != extent["size"]:  # the filled slots, or all of them once wrapped
-            raise CheckpointError(f"{directory / name}.npy holds {rows} rows for a memory of "
-                                  f"{extent['size']} transitions")
     try:
-        memory.set_extent(cursor=extent["cursor"], size=extent["size"])
-    except ValueError as error:
-        raise CheckpointError(f"{directory}: {error}") from None
+        os.lstat(Path(checkpoint) / REPLAY)
+    except FileNotFoundError:
+        return False
+    with _opened(checkpoint, REPLAY) as replay:
+        extent = {name: _read_scalar(replay, f"{name}.npy") for name in REPLAY_EXTENT}
+        if extent["capacity"] != memory.capacity:
+            raise CheckpointError(f"checkpoint replay capacity {extent['capacity']} differs "
+                                  f"from {memory.capacity}")
+        for name, target in memory.restore_targets().items():
+            if isinstance(target, np.ndarray):
+                rows = _read_npy_into(replay, f"{name}.npy", target)
+            else:
+                rows = _read_npy_in_chunks(replay, f"{name}.npy", target)
+            if rows != extent["size"]:  # the filled slots, or all of them once wrapped
+                raise CheckpointError(f"{replay.path / name}.npy holds {rows} rows for a "
+                                      f"memory of {extent['size']} transitions")
+        try:
+            memory.set_extent(cursor=extent["cursor"], size=extent["size"])
+        except ValueError as error:
+            raise CheckpointError(f"{replay.path}: {error}") from None
     return True
 
 
@@ -364,53 +553,66 @@ def read_unstored(checkpoint: Path, count: int) -> Transitions | None:
     """The `count` transitions a checkpoint holds apart from its replay memory (None for 0).
 
     Raises:
-        CheckpointError: a file is missing or unreadable, or holds another shape or dtype.
+        CheckpointError: a file is missing, a link or unreadable, or holds another shape or
+            dtype.
     """
     if count == 0:
         return None
     columns = {}
-    for name, (shape, dtype) in TRANSITION_COLUMNS.items():
-        path = Path(checkpoint) / REPLAY / f"{UNSTORED}{name}.npy"
-        try:
-            column = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise CheckpointError(f"cannot read {path}: {error}") from None
-        expected = (count, *shape)
-        if column.shape != expected or column.dtype != np.dtype(dtype):
-            raise CheckpointError(f"{path} holds {column.dtype} {column.shape}; the manifest "
-                                  f"counts {np.dtype(dtype)} {expected}")
-        columns[name] = column
+    with _opened(checkpoint, REPLAY) as replay:
+        for name, (shape, dtype) in TRANSITION_COLUMNS.items():
+            file_name = f"{UNSTORED}{name}.npy"
+            path = replay.path / file_name
+            with _reading(path):
+                with _open_file(replay, file_name) as file:
+                    column = np.load(file, allow_pickle=False)
+            expected = (count, *shape)
+            if column.shape != expected or column.dtype != np.dtype(dtype):
+                raise CheckpointError(f"{path} holds {column.dtype} {column.shape}; the "
+                                      f"manifest counts {np.dtype(dtype)} {expected}")
+            columns[name] = column
     return Transitions(**columns)
 
 
-def _read_scalar(path: Path) -> int:
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turns the errors of reading `path` into one CheckpointError naming it."""
     try:
-        return int(np.load(path, allow_pickle=False))
-    except (OSError, ValueError, TypeError) as error:
+        yield
+    except LinkFound:
+        raise CheckpointError(f"{path} is a symbolic link; a checkpoint follows no link") \
+            from None
+    except (OSError, ValueError, TypeError) as error:  # ValueError: not a .npy file
         raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
-def _read_npy_into(path: Path, target: np.ndarray) -> int:
+def _read_scalar(replay: OpenDirectory, file_name: str) -> int:
+    with _reading(replay.path / file_name):
+        with _open_file(replay, file_name) as file:
+            return int(np.load(file, allow_pickle=False))
+
+
+def _read_npy_into(replay: OpenDirectory, file_name: str, target: np.ndarray) -> int:
     """Reads a .npy file into the leading rows of `target`; returns how many rows."""
+    path = replay.path / file_name
     if not (target.flags.c_contiguous and target.flags.writeable):
         # reshape(-1) would read into a copy and leave `target` as it was.
-        raise ValueError(f"cannot read {path.name} into a non-contiguous or read-only array")
-    try:
-        with open(path, "rb") as file:
+        raise ValueError(f"cannot read {file_name} into a non-contiguous or read-only array")
+    with _reading(path):
+        with _open_file(replay, file_name) as file:
             rows = _read_npy_header(file, path, target.shape, target.dtype)
             _read_exactly(file, path, target[:rows])
             return rows
-    except (OSError, ValueError) as error:  # ValueError: not a .npy header
-        raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
-def _read_npy_in_chunks(path: Path, sink: Any) -> int:
+def _read_npy_in_chunks(replay: OpenDirectory, file_name: str, sink: Any) -> int:
     """Reads a .npy file into the leading rows of a sink that takes them a chunk at a time
     (`put_rows(start, rows)`, `shape`, `dtype`: a frame store on the device); returns how
     many rows."""
+    path = replay.path / file_name
     shape, dtype = tuple(sink.shape), np.dtype(sink.dtype)
-    try:
-        with open(path, "rb") as file:
+    with _reading(path):
+        with _open_file(replay, file_name) as file:
             rows = _read_npy_header(file, path, shape, dtype)
             step = _rows_per_chunk(shape, dtype)
             buffer = np.empty((min(step, max(rows, 1)), *shape[1:]), dtype)
@@ -419,8 +621,6 @@ def _read_npy_in_chunks(path: Path, sink: Any) -> int:
                 _read_exactly(file, path, chunk)
                 sink.put_rows(start, chunk)
             return rows
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {path}: {error}") from error
 
 
 def _read_npy_header(file, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> int:

@@ -36,7 +36,8 @@ import numpy as np
 from fast_dqn.agents import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
                              unstored_count)
 from fast_dqn.atari import GameSettings, resolve_game
-from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError, latest_checkpoint,
+from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
+                                  check_checkpoint_names, clear_leftovers, latest_checkpoint,
                                   network_prefix, read_replay_into, read_unstored, replay_in,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
@@ -44,7 +45,7 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_s
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, WriteFailed,
+from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
@@ -248,7 +249,7 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
             arrays = memory.state_dict()
             if unstored is not None:
                 arrays.update(unstored_arrays(unstored))
-        save_checkpoint(run_log.run_dir, state, network.checkpoint().write, arrays)
+        save_checkpoint(run_log.directory, state, network.checkpoint().write, arrays)
 
     progress = Progress(config.timesteps, initial_step=initial_step,
                         every_seconds=config.progress_every,
@@ -312,6 +313,12 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
     # The lock is held until the run is over; lost output at the start discards a new run.
     with run_dir, _discarded_if_output_lost(run_dir):
         manifest, checkpoint = None, None
+        try:
+            check_checkpoint_names(run_dir.directory)  # now, not at the first checkpoint
+        except CheckpointError as error:
+            if not config.resume:
+                run_dir.discard()
+            return _refuse(error)
         if config.resume:
             try:
                 checkpoint, manifest = verified_checkpoint(config, algo)
@@ -322,7 +329,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 return _nothing_left(run_dir.path, checkpoint_step(manifest), config)
             if stop:
                 return _stopped_before_start(stop)
-        run_log = RunLogs(run_dir.path)
+        run_log = RunLogs(run_dir.directory)
         if manifest is None:
             try:
                 run_log.write_config({"algo": algo, **config.saved_settings(),
@@ -359,6 +366,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 raise
         kept_rows = (loop.counters.games.episodes, loop.evaluator.count) if manifest else None
         try:
+            clear_leftovers(run_dir.directory)  # what a crash left, once the run is sure to go on
             run_log.open(kept_rows=kept_rows)
         except (WriteFailed, ValueError) as error:
             loop.close()
@@ -597,7 +605,7 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
     if not restore_loop(loop, checkpoint, manifest):
         warn("warning: the checkpoint holds no replay memory; the resumed run refills it "
              f"for {loop.config.replay_start} steps before it learns again")
-    check_logs_match(Path(loop.config.logdir), loop.counters.step,
+    check_logs_match(loop.run_log.directory, loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
     say(f"resumed from {checkpoint} at step {loop.counters.step}")
 
@@ -621,6 +629,8 @@ def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
 
 def write_failed_line(error: WriteFailed, loop: TrainingLoop, run_dir: Path) -> str:
     """The one line for a file the run could not write: which, and what to resume from."""
+    if isinstance(error, RunDirGone):  # nothing is left to resume from
+        return f"error: {error}"
     if loop.saved_at is None:
         return f"error: {error}; no checkpoint had been written yet"
     return (f"error: {error}; the last checkpoint (step {loop.saved_at}) in "
@@ -660,10 +670,12 @@ def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
             if message is None:  # the first failure is the one to report
                 message, status = write_failed_line(error, loop, run_log.run_dir), 1
     steps_per_second, _ = loop.counters.rates()
+    files = ("no files: the run directory was deleted" if run_log.directory.gone()
+             else f"files in {run_log.run_dir}")  # where it is now, if it was moved
     with contextlib.suppress(OSError):  # a terminal hung up: the files say it all
         if message is not None:
             print(message, file=sys.stderr)
         print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the "
-              f"replay start, {loop.counters.updates} updates; files in {run_log.run_dir}",
+              f"replay start, {loop.counters.updates} updates; {files}",
               flush=True)
     return status

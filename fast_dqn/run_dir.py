@@ -7,6 +7,12 @@ A run directory (docs/design.md §4) belongs to one process at a time. `RunDirec
 drops the lock when its holder dies, however it dies, so a killed run never leaves a lock that
 a person must clear.
 
+The run writes through the directory it locked, not through its path: `RunDirectory` holds
+an `OpenDirectory` (a descriptor of the directory), and every file of the run is created,
+renamed and removed relative to it, with no link inside it followed. So a run whose directory
+is renamed while it runs goes on whole in the new place, and one whose directory is deleted
+stops with `RunDirGone`, without recreating anything at the old path.
+
 Every whole file is written atomically (temporary file in the same directory, fsync, rename):
 readers see the old file or the whole new one. A write that fails (above all a full disk)
 raises `WriteFailed`, which names the file; the run then stops with one line (see
@@ -30,7 +36,7 @@ import stat
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterator, Mapping, Sequence, Union
 
 CONFIG_FILE = "config.json"
 EPISODES_FILE = "episodes.csv"
@@ -65,6 +71,35 @@ class WriteFailed(RuntimeError):
         self.disk_full = disk_full
         hint = "; free some disk space" if disk_full else ""
         super().__init__(f"cannot write {self.path}: {reason}{hint}")
+
+
+class RunDirGone(WriteFailed):
+    """The run's directory was deleted while the run ran: nothing more can be written."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.disk_full = False
+        RuntimeError.__init__(self, f"the run directory {self.path} was deleted while the run "
+                                    "ran; the run stops (nothing is written in its place)")
+
+
+class RunDirMoved(WriteFailed):
+    """The run's directory was moved where TensorFlow, which writes by path, cannot follow it
+    (only where the system offers no path through a descriptor: see `OpenDirectory`)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.disk_full = False
+        RuntimeError.__init__(self, f"the run directory {self.path} was moved while the run "
+                                    "ran; the run stops: resume it from its new place")
+
+
+class LinkFound(OSError):
+    """A name inside a run directory is a symbolic link, which a run never follows."""
+
+    def __init__(self, path: Path):
+        super().__init__(errno.ELOOP, "it is a symbolic link, and a run follows no link in "
+                                      "its directory", str(path))
 
 
 def write_failure(path: Path, error: BaseException) -> WriteFailed:
@@ -122,7 +157,7 @@ def _check_existing_run_dir(path: Path, status: os.stat_result) -> None:
         raise RunDirError(f"run directory {path} exists and is not a directory; "
                           "choose another --logdir")
     for name in RUN_FILES:
-        if (path / name).exists():
+        if os.path.lexists(path / name):  # a link counts as a file: it is never followed
             raise RunDirError(f"{path} already holds a run ({name}); continue it with "
                               f"--resume {path} or choose another --logdir")
     if not os.access(path, os.W_OK | os.X_OK):
@@ -156,6 +191,257 @@ def _is_dir(status: os.stat_result) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# A directory reached through a descriptor
+
+_NO_LINKS = os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_PROC_FD = Path("/proc/self/fd")  # Linux: a path through a descriptor, wherever it points
+
+
+class OpenDirectory:
+    """A directory held open by a descriptor: names inside it are opened, made, renamed and
+    removed relative to it (the `dir_fd` forms of the `os` calls), so they reach this
+    directory wherever it is moved; no link inside it is followed.
+
+    TensorFlow's checkpoint and summary writers open files by name: `for_tensorflow` gives
+    them the path `/proc/self/fd/N/...`, which the kernel resolves through the descriptor
+    (Linux). Where there is no such path, it gives the directory's own path and checks,
+    right before and after TensorFlow writes, that the path still names this directory
+    (`RunDirMoved` if not).
+
+    `path` is the path it was opened by, used in messages; `where()` is where it is now.
+    """
+
+    def __init__(self, fd: int, path: Path, parent: "OpenDirectory | None" = None):
+        self._fd: int | None = fd
+        self.path = Path(path)
+        self._parent = parent
+
+    @classmethod
+    def at(cls, path: Path) -> "OpenDirectory":
+        """Opens the directory at `path` (links in `path` itself are the caller's to choose).
+
+        Raises:
+            OSError: there is no directory there.
+        """
+        return cls(os.open(path, _OPEN_DIRECTORY), Path(path))
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} was closed")
+        return self._fd
+
+    def close(self) -> None:
+        """Closes the descriptor; calling it again does nothing."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> "OpenDirectory":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- what is in it
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """The status of `name` itself (a link is not followed), or None if nothing is there."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def is_directory(self, name: str) -> bool:
+        """Whether `name` is a directory (not a link to one)."""
+        status = self.lstat(name)
+        return status is not None and stat.S_ISDIR(status.st_mode)
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def open(self, name: str, flags: int, mode: int = 0o666) -> int:
+        """`os.open` of `name` in this directory without following a link.
+
+        Raises:
+            LinkFound: `name` is a symbolic link.
+            OSError: as `os.open`.
+        """
+        try:
+            return os.open(name, flags | _NO_LINKS, mode, dir_fd=self.fd)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                status = self.lstat(name)
+                if status is not None and stat.S_ISLNK(status.st_mode):
+                    raise LinkFound(self.path / name) from None
+            raise
+
+    def read_bytes(self, name: str) -> bytes:
+        """The bytes of the regular file `name` (not through a link).
+
+        Raises:
+            LinkFound: it is a link. OSError: it is missing, or not a regular file.
+        """
+        with os.fdopen(self.open(name, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "it is not a regular file", str(self.path / name))
+            return file.read()
+
+    def subdirectory(self, name: str) -> "OpenDirectory":
+        """Opens the directory `name` inside this one (not through a link)."""
+        return OpenDirectory(self.open(name, _OPEN_DIRECTORY), self.path / name, parent=self)
+
+    def mkdir(self, name: str) -> None:
+        os.mkdir(name, dir_fd=self.fd)
+
+    def replace(self, source: str, target: str) -> None:
+        """Renames `source` to `target` in this directory (a link is renamed, not followed)."""
+        os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def remove(self, name: str) -> None:
+        """Removes `name`, a whole tree if it is a directory, without following any link (a
+        link is removed itself, its target left alone); nothing there is fine."""
+        status = self.lstat(name)
+        if status is None:
+            return
+        if stat.S_ISDIR(status.st_mode):
+            shutil.rmtree(name, dir_fd=self.fd)  # fd-based: follows no link inside
+        else:
+            os.unlink(name, dir_fd=self.fd)
+
+    def sync(self) -> None:
+        """Makes the renames in this directory durable (best effort)."""
+        with contextlib.suppress(OSError):
+            os.fsync(self.fd)
+
+    # -- where it is
+
+    def gone(self) -> bool:
+        """Whether this directory, or one it was opened from, has been deleted."""
+        directory: OpenDirectory | None = self
+        while directory is not None:
+            with contextlib.suppress(OSError):
+                if directory._fd is not None and os.fstat(directory._fd).st_nlink == 0:
+                    return True
+            directory = directory._parent
+        return False
+
+    def top(self) -> "OpenDirectory":
+        return self if self._parent is None else self._parent.top()
+
+    def check_present(self) -> None:
+        """Raises `RunDirGone` if the run's directory has been deleted."""
+        if self.gone():
+            raise RunDirGone(self.top().path)
+
+    def failure(self, name: str, error: BaseException) -> WriteFailed:
+        """The one-line error for a failed write of `name` in this directory."""
+        if self.gone():
+            return RunDirGone(self.top().path)
+        if isinstance(error, WriteFailed):
+            return error
+        return write_failure(self.path / name, error)
+
+    def in_place(self) -> bool:
+        """Whether `path` still names this directory."""
+        try:
+            return os.path.samestat(os.stat(self.path), os.fstat(self.fd))
+        except OSError:
+            return False
+
+    def where(self) -> Path:
+        """Where the directory is now: `path`, unless it was moved since it was opened."""
+        if self._fd is None or self.in_place():
+            return self.path
+        with contextlib.suppress(OSError):
+            now = os.readlink(_PROC_FD / str(self._fd))
+            if now.startswith("/") and not now.endswith(" (deleted)"):
+                return Path(now)
+        return self.path
+
+    def _path_through_fd(self) -> str | None:
+        through = _PROC_FD / str(self.fd)
+        return str(through) if os.path.isdir(through) else None
+
+    @contextlib.contextmanager
+    def for_tensorflow(self, name: str = "") -> Iterator[str]:
+        """A path by which TensorFlow (which opens files by name) reaches `name` in this
+        directory, wherever it is: through the descriptor where the system allows, else
+        its path, checked to name this directory before and after the block.
+
+        Raises:
+            RunDirGone, RunDirMoved: the directory was deleted, or moved where its path
+                cannot follow.
+        """
+        through = self._path_through_fd()
+        if through is not None:
+            yield os.path.join(through, name) if name else through
+            return
+        self._check_in_place()
+        yield str(self.path / name) if name else str(self.path)
+        self._check_in_place()
+
+    def _check_in_place(self) -> None:
+        self.check_present()
+        if not self.in_place():
+            raise RunDirMoved(self.top().path)
+
+    # -- whole files, atomically
+
+    @contextlib.contextmanager
+    def open_atomic(self, name: str) -> Iterator[IO[bytes]]:
+        """Opens a temporary file beside `name` for binary writing; renames it over `name` on
+        success (see the module-level `open_atomic`).
+
+        Raises:
+            WriteFailed: the file system refused the write (e.g. a full disk).
+            RunDirGone: the directory has been deleted.
+        """
+        temp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            self.check_present()
+            fd = self.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+            with os.fdopen(fd, "wb") as file:
+                yield file
+                file.flush()
+                os.fsync(file.fileno())
+            self.replace(temp, name)  # a link at `name` is replaced, not followed
+            self.sync()
+        except BaseException as error:
+            with contextlib.suppress(OSError, ValueError):
+                os.unlink(temp, dir_fd=self.fd)
+            if isinstance(error, OSError):
+                raise self.failure(name, error) from error
+            raise
+
+    def write_bytes_atomic(self, name: str, data: bytes) -> None:
+        with self.open_atomic(name) as file:
+            file.write(data)
+
+
+RunPath = Union[Path, OpenDirectory]  # a run directory: by its path, or held open
+
+
+@contextlib.contextmanager
+def held(directory: RunPath) -> Iterator[OpenDirectory]:
+    """The directory as an `OpenDirectory`: itself, or opened at its path for the block.
+
+    Raises:
+        OSError: there is no directory at the path.
+    """
+    if isinstance(directory, OpenDirectory):
+        yield directory
+        return
+    with OpenDirectory.at(Path(directory)) as opened:
+        yield opened
+
+
+# --------------------------------------------------------------------------------------------
 # One writer per run directory
 
 
@@ -163,11 +449,14 @@ class RunDirectory:
     """A run directory held by this process: its path, its lock and what it created.
 
     Use `create` for a new run and `reopen` for a resume; `release` (or the end of the
-    process) lets the next writer in. Owned by the main thread.
+    process) lets the next writer in. `directory` is the directory held open: the run's files
+    are written through it (see `OpenDirectory`). Owned by the main thread.
     """
 
-    def __init__(self, path: Path, lock_fd: int, *, new: bool, created: Path | None = None):
-        self.path = path
+    def __init__(self, directory: OpenDirectory, lock_fd: int, *, new: bool,
+                 created: Path | None = None):
+        self.path = directory.path
+        self.directory = directory
         self.new = new  # a new run (False: a resumed one)
         self._lock_fd: int | None = lock_fd
         self._created = created  # the outermost directory this process created, if any
@@ -177,23 +466,27 @@ class RunDirectory:
         """Creates (or takes an empty) directory for a new run and locks it.
 
         Raises:
-            RunDirError: it cannot be created, another process holds it, or it holds a run.
+            RunDirError: it cannot be created, another process holds it, it holds a run, or
+                its lock file is a link.
         """
         path = Path(path)
         if not path.is_dir():
             check_run_dir_writable(path)  # creates nothing
         created = _top_missing_dir(path)
+        directory = None
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            lock_fd = _lock(path)  # before the check below: a live run is named as such
-        except OSError as error:
-            _remove_created(created)
+            path.mkdir(parents=True, exist_ok=True)  # the run's own path, before the run has it
+            directory = OpenDirectory.at(path)
+            lock_fd = _lock(directory)  # before the check below: a live run is named as such
+        except (OSError, RunDirError) as error:
+            _remove_created(created, directory)
+            if directory is not None:
+                directory.close()
+            if isinstance(error, RunDirError):
+                raise
             raise RunDirError(f"cannot create run directory {path}: {error.strerror or error}; "
                               "choose another --logdir") from None
-        except RunDirError:
-            _remove_created(created)
-            raise
-        run_dir = cls(path, lock_fd, new=True, created=created)
+        run_dir = cls(directory, lock_fd, new=True, created=created)
         try:
             _check_existing_run_dir(Path(os.path.abspath(path)), os.stat(path))
         except RunDirError:
@@ -206,27 +499,41 @@ class RunDirectory:
         """Locks an existing run directory to continue it.
 
         Raises:
-            RunDirError: it is not a directory, cannot be written, or another process holds it.
+            RunDirError: it is not a directory, cannot be written, another process holds it,
+                or its lock file is a link.
         """
         path = Path(path)
         if not path.is_dir():
             raise RunDirError(f"cannot resume: {path} is not a run directory; check the "
                               "--resume path")
         try:
-            return cls(path, _lock(path), new=False)
+            directory = OpenDirectory.at(path)
         except OSError as error:
             raise RunDirError(f"cannot resume {path}: {error.strerror or error}; check the "
                               "--resume path") from None
+        try:
+            return cls(directory, _lock(directory), new=False)
+        except OSError as error:
+            directory.close()
+            raise RunDirError(f"cannot resume {path}: {error.strerror or error}; check the "
+                              "--resume path") from None
+        except RunDirError:
+            directory.close()
+            raise
+
+    def where(self) -> Path:
+        """Where the run directory is now (it may have been moved while the run ran)."""
+        return self.directory.where()
 
     def discard(self) -> None:
         """Releases the directory and removes what a new run created: a run that fails to
         start leaves nothing behind (a resumed run's directory is left as it is)."""
         if self.new and self._created is not None:
-            shutil.rmtree(self._created, ignore_errors=True)
+            _remove_created(self._created, self.directory)
         elif self.new:
             for name in (*RUN_FILES, LOCK_FILE):  # the directory existed, without a run
-                with contextlib.suppress(OSError):
-                    (self.path / name).unlink(missing_ok=True)
+                with contextlib.suppress(OSError, ValueError):
+                    os.unlink(name, dir_fd=self.directory.fd)
         self.release()
 
     def release(self) -> None:
@@ -234,6 +541,7 @@ class RunDirectory:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
+        self.directory.close()
 
     def __enter__(self) -> "RunDirectory":
         return self
@@ -242,22 +550,37 @@ class RunDirectory:
         self.release()
 
 
-def _lock(path: Path) -> int:
+def _lock(directory: OpenDirectory) -> int:
     """Takes the run directory's lock and records the holder in it; returns the descriptor.
 
+    The lock file is opened without following a link and must be the directory's own plain
+    file: a planted link (or a second name of another file) is refused before anything is
+    written to it.
+
     Raises:
-        RunDirError: another process holds the lock (named in the message).
+        RunDirError: another process holds the lock (named in the message), or the lock file
+            is a link, not a plain file, or a second name of another file.
         OSError: the lock file cannot be opened or written.
     """
-    lock_path = path / LOCK_FILE
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock_path = directory.path / LOCK_FILE
+    try:
+        fd = directory.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except LinkFound:
+        raise RunDirError(f"{lock_path} is a symbolic link; a run follows no link in its "
+                          "directory: remove it, then try again") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+        os.close(fd)
+        kind = "not a plain file" if not stat.S_ISREG(status.st_mode) else "a hard link"
+        raise RunDirError(f"{lock_path} is {kind}; a run's lock is a file of its own: "
+                          "remove it, then try again")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = _read_holder(fd)
         os.close(fd)
-        raise RunDirError(f"{path} is in use by another process ({holder}); wait for it to "
-                          "end or stop it, then try again") from None
+        raise RunDirError(f"{directory.path} is in use by another process ({holder}); wait "
+                          "for it to end or stop it, then try again") from None
     except OSError:
         os.close(fd)
         raise
@@ -279,9 +602,12 @@ def _read_holder(fd: int) -> str:
     return text or "host and pid unknown"
 
 
-def _remove_created(created: Path | None) -> None:
-    if created is not None:
-        shutil.rmtree(created, ignore_errors=True)
+def _remove_created(created: Path | None, directory: OpenDirectory | None) -> None:
+    """Removes the directories a failed start created, unless the run's directory is no
+    longer at its path (moved in the meantime: then what is there is not ours)."""
+    if created is None or (directory is not None and not directory.in_place()):
+        return
+    shutil.rmtree(created, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,37 +641,19 @@ def open_atomic(path: Path) -> Iterator[IO[bytes]]:
 
     On leaving the block the data is flushed and fsynced, then `os.replace`d over `path`, so
     readers see either the old file or the whole new one. If the block (or the rename) raises,
-    the temporary file is removed and `path` is left as it was.
+    the temporary file is removed and `path` is left as it was. A link at `path` is replaced,
+    never followed.
 
     Raises:
         WriteFailed: the file system refused the write (e.g. a full disk).
     """
     path = Path(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
-        with os.fdopen(fd, "wb") as file:
-            yield file
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-        fsync_dir(path.parent)
-    except BaseException as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        if isinstance(error, OSError):
-            raise write_failure(path, error) from error
-        raise
-
-
-def fsync_dir(directory: Path) -> None:
-    """Makes a rename in `directory` durable (best effort: not every platform allows it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        parent = OpenDirectory.at(path.parent)
+    except OSError as error:
+        raise write_failure(path, error) from error
+    with parent, parent.open_atomic(path.name) as file:
+        yield file
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -365,9 +673,13 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     NaN and infinities (not valid JSON) are written as null; paths as strings; numpy scalars
     and arrays as their Python values.
     """
-    text = json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False,
-                      default=_json_default)
-    write_text_atomic(path, text + "\n")
+    write_text_atomic(path, json_text(obj))
+
+
+def json_text(obj: Any) -> str:
+    """`obj` as `write_json_atomic` writes it."""
+    return json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False,
+                      default=_json_default) + "\n"
 
 
 def _json_safe(obj: Any) -> Any:

@@ -11,13 +11,19 @@ scripts keep working. Every CSV row goes out in one write, so a crash never leav
 that a resume would keep; whole files are written atomically (`fast_dqn.run_dir`). A failed
 write raises `WriteFailed`, naming the file.
 
+Every file is reached through the run directory held open (`OpenDirectory`), never through
+a link inside it: a linked CSV is refused, not appended to. A row logged after the directory
+was deleted raises `RunDirGone`.
+
 TensorFlow is imported only when the first TensorBoard scalar is logged, so this module (and
 the tests of everything that writes CSVs) loads without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fnmatch
 import io
 import json
 import math
@@ -26,8 +32,8 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from fast_dqn.run_dir import (CONFIG_FILE, EPISODES_FILE, EVALUATIONS_FILE, SUMMARY_FILE,
-                              WriteFailed, library_versions, write_failure, write_json_atomic,
-                              write_text_atomic)
+                              LinkFound, OpenDirectory, RunPath, WriteFailed, held, json_text,
+                              library_versions)
 
 TENSORBOARD_FILES = "events.out.tfevents.*"
 
@@ -56,8 +62,11 @@ class RunLogs:
     thread only.
     """
 
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dir: RunPath):
+        """`run_dir`: the run directory held open (a run's), or its path (opened when first
+        used)."""
+        self._directory = run_dir if isinstance(run_dir, OpenDirectory) else None
+        self._path = Path(run_dir.path if isinstance(run_dir, OpenDirectory) else run_dir)
         self._writer = None  # TensorBoard writer, created on first use
         self._tf = None  # the tensorflow module, imported with the writer
         self._scalar_metadata = None
@@ -75,24 +84,52 @@ class RunLogs:
             WriteFailed: a file cannot be written.
         """
         episodes, evaluations = kept_rows if kept_rows is not None else (None, None)
-        self._episodes_csv = _CsvLog(self.run_dir / EPISODES_FILE, EPISODE_COLUMNS,
+        self._episodes_csv = _CsvLog(self.directory, EPISODES_FILE, EPISODE_COLUMNS,
                                      kept_rows=episodes)
-        self._evaluations_csv = _CsvLog(self.run_dir / EVALUATIONS_FILE, EVALUATION_COLUMNS,
+        self._evaluations_csv = _CsvLog(self.directory, EVALUATIONS_FILE, EVALUATION_COLUMNS,
                                         kept_rows=evaluations)
+
+    @property
+    def directory(self) -> OpenDirectory:
+        """The run directory, held open: every file of the run is written through it.
+
+        Raises:
+            WriteFailed: a directory given by its path is not there.
+        """
+        if self._directory is None:
+            try:
+                self._directory = OpenDirectory.at(self._path)
+            except OSError as error:
+                raise WriteFailed(self._path, error.strerror or str(error),
+                                  disk_full=False) from None
+        return self._directory
+
+    @property
+    def run_dir(self) -> Path:
+        """Where the run directory is now (it may have been moved while the run ran)."""
+        return self._path if self._directory is None else self._directory.where()
 
     def write_config(self, config_dict: Mapping[str, Any]) -> None:
         """Writes `config.json`: the resolved settings plus `"library_versions"` (atomically)."""
         payload = dict(config_dict)
         payload["library_versions"] = library_versions()
-        write_json_atomic(self.run_dir / CONFIG_FILE, payload)
+        self.directory.write_bytes_atomic(CONFIG_FILE, json_text(payload).encode())
 
     def add_to_config(self, entries: Mapping[str, Any]) -> None:
         """Sets `entries` in `config.json`, atomically, leaving the rest as written: what a run
-        finds out once built (whether XLA compiles on its device), a resume's --timesteps."""
-        path = self.run_dir / CONFIG_FILE
-        saved = json.loads(path.read_text())
+        finds out once built (whether XLA compiles on its device), a resume's --timesteps.
+
+        Raises:
+            WriteFailed: it cannot be read (a link, say) or written.
+            ValueError: it is not JSON.
+        """
+        try:
+            saved = json.loads(self.directory.read_bytes(CONFIG_FILE))
+        except OSError as error:
+            raise self.directory.failure(CONFIG_FILE, error) from error
         if any(saved.get(key) != value for key, value in entries.items()):
-            write_json_atomic(path, {**saved, **entries})
+            self.directory.write_bytes_atomic(CONFIG_FILE,
+                                              json_text({**saved, **entries}).encode())
 
     def log_episode(self, row: EpisodeRow) -> None:
         """Appends one finished game to `episodes.csv`."""
@@ -126,7 +163,7 @@ class RunLogs:
             if self._writer is None:
                 self._open_writer()
             tf = self._tf
-            with self._writer.as_default():
+            with self.directory.for_tensorflow(), self._writer.as_default():
                 for tag, value in scalars.items():
                     tf.summary.write(tag, tf.constant(float(value), tf.float32),
                                      step=int(step), metadata=self._scalar_metadata)
@@ -136,7 +173,10 @@ class RunLogs:
     def _open_writer(self) -> None:
         import tensorflow as tf  # only here: the rest of the module runs without it
         self._tf = tf
-        self._writer = tf.summary.create_file_writer(os.fspath(self.run_dir))
+        # TensorFlow writes by path: it is given one through the held directory (it checks
+        # by that path, at every flush, that its events file is still there).
+        with self.directory.for_tensorflow() as logdir:
+            self._writer = tf.summary.create_file_writer(logdir)
         # What tensorboard's own tf.summary.scalar writes, without needing the tensorboard
         # package (TensorFlow 2.21 no longer installs it): a float32 tensor tagged for the
         # "scalars" plugin (its ScalarPluginData, version 0, serializes to empty content).
@@ -149,20 +189,28 @@ class RunLogs:
         if self._writer is None:
             return
         try:
-            self._writer.flush()
+            with self.directory.for_tensorflow():
+                self._writer.flush()
         except Exception as error:  # noqa: BLE001 -- TensorFlow's errors are not OSError
             raise self._tensorboard_failure(error) from error
 
     def _tensorboard_failure(self, error: Exception) -> Exception:
+        if isinstance(error, WriteFailed):
+            return error  # the directory was moved or deleted
         if self._tf is not None and not isinstance(error, (self._tf.errors.OpError, OSError)):
             return error  # a bug, not the disk: keep its traceback
-        files = sorted(self.run_dir.glob(TENSORBOARD_FILES), key=os.path.getmtime)
-        path = files[-1] if files else self.run_dir / TENSORBOARD_FILES
-        return write_failure(path, error)
+        directory = self.directory
+        with contextlib.suppress(OSError):
+            files = sorted((name for name in directory.names()
+                            if fnmatch.fnmatch(name, TENSORBOARD_FILES)),
+                           key=lambda name: getattr(directory.lstat(name), "st_mtime", 0))
+            if files:
+                return directory.failure(files[-1], error)
+        return directory.failure(TENSORBOARD_FILES, error)
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Writes `summary.json` (atomically), replacing any earlier one."""
-        write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+        self.directory.write_bytes_atomic(SUMMARY_FILE, json_text(summary).encode())
 
     def close(self) -> None:
         """Closes the CSVs and the TensorBoard writer. Calling it again does nothing.
@@ -176,7 +224,8 @@ class RunLogs:
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
-                writer.close()
+                with self.directory.for_tensorflow():
+                    writer.close()
             except Exception as error:  # noqa: BLE001 -- TensorFlow's errors are not OSError
                 raise self._tensorboard_failure(error) from error
 
@@ -197,24 +246,35 @@ class NullRunLog:
         pass
 
 
-def check_logs_match(run_dir: Path, step: int, episodes: int, evaluations: int) -> None:
+def check_logs_match(run_dir: RunPath, step: int, episodes: int, evaluations: int) -> None:
     """Checks that the CSVs hold what a checkpoint at `step` counted, before a resume
     changes them: games 1..episodes up to that step, and `evaluations` evaluations, of which
     only those logged at the step itself may be followed by more (an evaluation owed by a
     stop is played after the resume at the checkpoint's own step, then a crash may come
     before the next checkpoint).
 
+    The CSVs are read without following a link: a linked one is refused.
+
     Raises:
         ValueError: naming the file and what differs.
     """
-    numbers = [int(row[0]) for row in _logged_rows(run_dir / EPISODES_FILE, EPISODE_COLUMNS,
-                                                   step)]
+    run_path = run_dir.path if isinstance(run_dir, OpenDirectory) else Path(run_dir)
+    numbers, timesteps = [], []
+    try:
+        with held(run_dir) as directory:
+            numbers = [int(row[0]) for row in _logged_rows(directory, EPISODES_FILE,
+                                                           EPISODE_COLUMNS, step)]
+            timesteps = [int(row[0]) for row in _logged_rows(directory, EVALUATIONS_FILE,
+                                                             EVALUATION_COLUMNS, step)]
+    except FileNotFoundError:  # no directory: no rows
+        pass
+    except OSError as error:
+        raise ValueError(f"cannot read {run_path}: {error.strerror or error}") from None
     if numbers != list(range(1, len(numbers) + 1)) or len(numbers) != episodes:
-        raise ValueError(f"{run_dir / EPISODES_FILE} holds {len(numbers)} games up to step "
+        raise ValueError(f"{run_path / EPISODES_FILE} holds {len(numbers)} games up to step "
                          f"{step} (numbered {_span(numbers)}); the checkpoint counts "
                          f"{episodes}")
-    path = run_dir / EVALUATIONS_FILE
-    timesteps = [int(row[0]) for row in _logged_rows(path, EVALUATION_COLUMNS, step)]
+    path = run_path / EVALUATIONS_FILE
     up_to = len(timesteps)
     before = sum(timestep < step for timestep in timesteps)
     if up_to < evaluations:
@@ -229,23 +289,28 @@ def _span(numbers: list[int]) -> str:
     return f"{numbers[0]}..{numbers[-1]}" if numbers else "none"
 
 
-def _logged_rows(path: Path, columns: Sequence[str], step: int) -> list[list[str]]:
+def _logged_rows(directory: OpenDirectory, name: str, columns: Sequence[str],
+                 step: int) -> list[list[str]]:
     """The complete rows of a CSV log with a timestep up to `step` (read only)."""
-    if not path.exists():
+    if directory.lstat(name) is None:
         return []
-    rows = _read_rows(path, columns)
+    rows = _read_rows(directory, name, columns)
     timestep = columns.index("timestep")
     return [row for row in rows if int(row[timestep]) <= step]
 
 
-def _read_rows(path: Path, columns: Sequence[str]) -> list[list[str]]:
+def _read_rows(directory: OpenDirectory, name: str, columns: Sequence[str]) -> list[list[str]]:
     """The complete rows of a CSV log; a torn last line (a crash mid-write) is left out.
 
     Raises:
-        ValueError: the file is not such a log (wrong header, a row that does not parse).
+        ValueError: the file is a link, or not such a log (wrong header, a row that does
+            not parse).
     """
+    path = directory.path / name
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = directory.read_bytes(name).decode("utf-8")
+    except LinkFound as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"cannot read {path}: {error}") from None
     lines = text.split("\n")[:-1]  # the piece after the last newline is empty or torn
@@ -265,18 +330,23 @@ class _CsvLog:
     """An append-only CSV whose rows each go out in one unbuffered write.
 
     Opening with `kept_rows` keeps the first rows already there (dropping the rest and a
-    torn last line) and rewrites the file atomically if anything was dropped.
+    torn last line) and rewrites the file atomically if anything was dropped. The file is
+    opened in the held run directory without following a link.
     """
 
-    def __init__(self, path: Path, columns: Sequence[str], *, kept_rows: int | None):
-        self.path = path
+    def __init__(self, directory: OpenDirectory, name: str, columns: Sequence[str], *,
+                 kept_rows: int | None):
+        self._directory = directory
+        self._name = name
+        self.path = directory.path / name
         self.columns = tuple(columns)
         try:
-            if kept_rows is not None and path.exists():
+            if kept_rows is not None and directory.lstat(name) is not None:
                 self._keep_first_rows(kept_rows)
-            self._file = open(path, "ab", buffering=0)  # noqa: SIM115 -- closed in close()
+            fd = directory.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK)
+            self._file = open(fd, "ab", buffering=0)  # noqa: SIM115 -- closed in close()
         except OSError as error:
-            raise write_failure(path, error) from error
+            raise directory.failure(name, error) from error
         try:
             if os.fstat(self._file.fileno()).st_size == 0:
                 self._write_line(self.columns)
@@ -285,6 +355,8 @@ class _CsvLog:
             raise
 
     def append(self, values: Sequence[Any]) -> None:
+        # A row written to a deleted directory's file would be lost without a word.
+        self._directory.check_present()
         self._write_line([_csv_value(v) for v in values])
 
     def close(self) -> None:
@@ -300,17 +372,17 @@ class _CsvLog:
                 data = data[written:]
                 written = self._file.write(data)
         except OSError as error:
-            raise write_failure(self.path, error) from error
+            raise self._directory.failure(self._name, error) from error
 
     def _keep_first_rows(self, count: int) -> None:
-        raw = self.path.read_bytes()
-        kept = _read_rows(self.path, self.columns)[:count]
+        raw = self._directory.read_bytes(self._name)
+        kept = _read_rows(self._directory, self._name, self.columns)[:count]
         text = io.StringIO()
         writer = csv.writer(text, lineterminator="\n")
         writer.writerow(self.columns)
         writer.writerows(kept)
         if text.getvalue().encode("utf-8") != raw:
-            write_text_atomic(self.path, text.getvalue())
+            self._directory.write_bytes_atomic(self._name, text.getvalue().encode("utf-8"))
 
 
 def _hours(hours: float) -> str:

@@ -56,6 +56,7 @@ def save(out: Path, capacity: int, replay_device: str) -> dict:
             rng.integers(0, 6, FILL_CHUNK), rng.integers(-1, 2, FILL_CHUNK),
             rng.random(FILL_CHUNK) < 0.001, rng.random(FILL_CHUNK) < 0.001))
     filled = peak_gb()
+    out.mkdir(parents=True, exist_ok=True)  # save_checkpoint makes no run directory
     start = time.perf_counter()
     save_checkpoint(out, {"step": capacity}, None, memory.state_dict())
     return {"allocated_gb": after_allocation, "filled_gb": filled, "saved_gb": peak_gb(),

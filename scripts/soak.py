@@ -23,7 +23,9 @@ run holds its directory, and a second sweep (scripts/all_games.sh into OUT, whic
 run under the name the sweep gives it); the first cycle gets a second sweep too, once the
 new run has written config.json and before its first checkpoint (a sweep that ignored the
 run's lock would take it for a dead run and move it aside). Last, the run is resumed once
-more and left to finish.
+more and left to finish; its directory is renamed while it runs (at its first checkpoint
+after the resume), and it must finish whole in the new place, leaving nothing at the old
+path (then it is renamed back for the checks).
 
 Run it from the repository root (20 kills take about 15 minutes on 2 cores):
 
@@ -50,6 +52,7 @@ What it checks (the first failure stops it, with the trainer's stderr tail):
   holder still running and holding the lock;
 - a resume that finishes a run's final work: exit 0, summary.json "finished", at the step
   the run had;
+- the final run, renamed while it runs: nothing at the old path after its exit;
 - at the end: exit 0 and summary.json "finished"; episodes.csv numbered 1..n without gaps or
   repeats, its timesteps non-decreasing; evaluations.csv at distinct multiples of the
   evaluation period, none missing up to the final step; the final checkpoint verifies and
@@ -137,6 +140,7 @@ SECOND_WRITER_SECONDS = 10.0
 FINAL_SECONDS = 900.0
 POLL_SECONDS = 0.05
 IN_USE = "is in use by another process"
+MOVED_SUFFIX = ".moved"  # the final run's directory is renamed to this while it runs
 TIMESTEP_COLUMN = {EPISODES_FILE: 1, EVALUATIONS_FILE: 0}  # CSV log: its timestep column
 
 Rows = dict[str, list[tuple[str, ...]]]  # CSV log name: its rows
@@ -193,6 +197,7 @@ class Tally:
     failures: int = 0
     final_step: int | None = None
     steps_per_second: float = STEPS_PER_SECOND_BOUND  # see timesteps_for
+    renamed: bool = False  # the final run's directory was renamed while it ran
     without_replay: bool = False  # the run's setting (--without-replay), not a figure
 
 
@@ -654,12 +659,18 @@ def final_run(run_dir: Path, logs: Path, tally: Tally) -> None:
     run = launch(launch_args(run_dir, False, timesteps), logs / "final")
     tally.resumes += 1
     try:
+        tally.renamed = move_while_running(run_dir, run)
         run.process.wait(timeout=FINAL_SECONDS)
     except subprocess.TimeoutExpired:
         raise SoakFailure(f"the final run did not finish within {FINAL_SECONDS:.0f} s",
                           run.stderr_tail()) from None
     finally:
         kill_if_running(run)
+    if tally.renamed:
+        if run_dir.exists():
+            raise SoakFailure(f"{run_dir} was made again after the run's directory was "
+                              f"renamed to {run_dir.name}{MOVED_SUFFIX}")
+        run_dir.with_name(run_dir.name + MOVED_SUFFIX).rename(run_dir)  # for the checks
     cycle.alive, cycle.status = time.monotonic() - run.started, run.process.returncode
     cycle.phase = "finished"
     if cycle.status != 0 or "Traceback" in run.stderr():
@@ -670,6 +681,19 @@ def final_run(run_dir: Path, logs: Path, tally: Tally) -> None:
     manifest = check_after(run_dir, run, cycle, kept, due, tally)
     tally.final_step = cycle.after
     check_final(run_dir, manifest, timesteps, tally)
+
+
+def move_while_running(run_dir: Path, run: Launch) -> bool:
+    """Renames the run's directory when the run prints its first "checkpoint at step" line
+    (mid-run, while that checkpoint is written); False if the run ended before any."""
+    out = run.log.with_suffix(".out")
+    deadline = time.monotonic() + LOCK_SECONDS
+    while "checkpoint at step" not in out.read_text(errors="replace"):
+        if not run.running() or time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_SECONDS)
+    run_dir.rename(run_dir.with_name(run_dir.name + MOVED_SUFFIX))
+    return True
 
 
 def check_final(run_dir: Path, manifest: dict, timesteps: int, tally: Tally) -> None:
@@ -790,7 +814,7 @@ def figures(tally: Tally, seconds: float, passed: bool) -> dict:
             "second_sweeps": tally.second_sweeps, "sweeps_left_alone": tally.sweeps_left_alone,
             "rows_lost": tally.rows_lost, "rows_repeated": tally.rows_repeated,
             "failures": tally.failures, "final_step": tally.final_step,
-            "without_replay": tally.without_replay,
+            "without_replay": tally.without_replay, "renamed_mid_run": tally.renamed,
             "wall_seconds": round(seconds, 1)}
 
 
@@ -802,7 +826,9 @@ def summary_line(figs: dict) -> str:
             f"{figs['second_sweeps']} second sweeps left the run alone, rows lost "
             f"{figs['rows_lost']}, "
             f"rows repeated {figs['rows_repeated']}, failures {figs['failures']}, final step "
-            f"{figs['final_step']}, wall {figs['wall_seconds']:.0f} s")
+            f"{figs['final_step']}"
+            f"{', renamed mid-run' if figs['renamed_mid_run'] else ''}, "
+            f"wall {figs['wall_seconds']:.0f} s")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -21,12 +21,13 @@ import pytest
 
 from fast_dqn import checkpoints
 from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHECKPOINT,
-                                  OLD_CHECKPOINT, CheckpointError, latest_checkpoint,
-                                  network_prefix, read_manifest, read_replay_into, replay_in,
-                                  save_checkpoint, verify_checkpoint)
+                                  OLD_CHECKPOINT, CheckpointError, check_checkpoint_names,
+                                  clear_leftovers, latest_checkpoint, network_prefix,
+                                  read_manifest, read_replay_into, replay_in, save_checkpoint,
+                                  verify_checkpoint)
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import acted_transitions
-from fast_dqn.run_dir import WriteFailed
+from fast_dqn.run_dir import OpenDirectory, RunDirGone, WriteFailed
 
 CAPACITY = 8
 
@@ -239,11 +240,11 @@ def test_crash_between_the_two_renames_leaves_the_old_checkpoint(tmp_path, monke
     real_replace = os.replace
     renames = []
 
-    def replace(src, dst):
+    def replace(src, dst, **dir_fds):
         renames.append((Path(src).name, Path(dst).name))
         if len(renames) == 2:
             raise OSError(errno.EIO, "simulated crash")
-        real_replace(src, dst)
+        real_replace(src, dst, **dir_fds)
 
     monkeypatch.setattr(checkpoints.os, "replace", replace)
     with pytest.raises(WriteFailed, match="simulated crash") as error:
@@ -434,7 +435,8 @@ def test_the_crc32_kept_while_streaming_matches_the_file_beyond_numpys_buffer(tm
         return real_write(self, data)
 
     monkeypatch.setattr(checkpoints._ChecksummingWriter, "write", write)
-    path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), {"big": big})
+    arrays = {**replay_arrays(1), "big": big}  # beside a memory's files, which a resume reads
+    path = save_checkpoint(tmp_path, {"step": 1}, fake_network(b"n"), arrays)
     assert len([size for size in writes if size > 1_000_000]) >= 2  # streamed in pieces
     file = path / "replay" / "big.npy"
     data = file.read_bytes()
@@ -586,3 +588,162 @@ def test_without_arrays_the_manifest_lists_no_replay(tmp_path):
     assert list(manifest["files"]) == ["network/ckpt.data"]
     assert not (path / "replay").exists()
     assert not replay_in(path, manifest)
+
+
+# -- the run directory's edges: links, leftovers, a moved or deleted directory --------------
+
+
+def test_a_save_through_the_held_directory_follows_it_when_moved(tmp_path):
+    path, moved = tmp_path / "run", tmp_path / "run.moved"
+    path.mkdir()
+    with OpenDirectory.at(path) as directory:
+        save_checkpoint(directory, {"step": 1}, fake_network(b"net1"), replay_arrays(1))
+        path.rename(moved)
+        save_checkpoint(directory, {"step": 2}, fake_network(b"net2"), replay_arrays(2))
+    assert not path.exists()
+    assert_checkpoint_of(latest_checkpoint(moved), 2)
+    assert sorted(p.name for p in moved.iterdir()) == [CHECKPOINT]
+
+
+def test_a_save_into_a_deleted_directory_is_run_dir_gone_and_recreates_nothing(tmp_path):
+    path = tmp_path / "run"
+    path.mkdir()
+    with OpenDirectory.at(path) as directory:
+        save_checkpoint(directory, {"step": 1}, fake_network(b"net1"), replay_arrays(1))
+        shutil.rmtree(path)
+        with pytest.raises(RunDirGone, match="was deleted while the run ran"):
+            save_checkpoint(directory, {"step": 2}, fake_network(b"net2"), replay_arrays(2))
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("name", [NEW_CHECKPOINT, OLD_CHECKPOINT, CHECKPOINT])
+def test_a_link_where_a_checkpoint_belongs_is_refused_at_the_start(tmp_path, name):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / name).symlink_to(outside, target_is_directory=True)
+    with OpenDirectory.at(run) as directory:
+        with pytest.raises(CheckpointError, match=rf"{re.escape(str(run / name))} is a "
+                                                  "symbolic link"):
+            check_checkpoint_names(directory)
+    assert (outside / "victim.txt").read_text() == "keep"
+
+
+def test_a_file_where_a_checkpoint_belongs_is_refused_at_the_start(tmp_path):
+    (tmp_path / NEW_CHECKPOINT).write_text("x")
+    with OpenDirectory.at(tmp_path) as directory:
+        with pytest.raises(CheckpointError, match="checkpoint.tmp is not a directory"):
+            check_checkpoint_names(directory)
+
+
+def test_leftovers_of_a_crash_are_cleared_without_following_links_inside(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    save(run, 1)
+    for name in (NEW_CHECKPOINT, OLD_CHECKPOINT):
+        (run / name / "network").mkdir(parents=True)
+        (run / name / "network" / "linked").symlink_to(outside, target_is_directory=True)
+    with OpenDirectory.at(run) as directory:
+        check_checkpoint_names(directory)  # plain directories: a crash's, not refused
+        clear_leftovers(directory)
+    assert sorted(p.name for p in run.iterdir()) == [CHECKPOINT]
+    assert (outside / "victim.txt").read_text() == "keep"
+    assert_checkpoint_of(latest_checkpoint(run), 1)
+
+
+def test_an_old_checkpoint_that_is_the_latest_is_kept(tmp_path):
+    save(tmp_path, 1)
+    os.replace(tmp_path / CHECKPOINT, tmp_path / OLD_CHECKPOINT)  # a crash between renames
+    with OpenDirectory.at(tmp_path) as directory:
+        clear_leftovers(directory)
+    assert_checkpoint_of(latest_checkpoint(tmp_path), 1)
+
+
+def test_a_link_planted_at_the_staging_name_during_a_run_is_removed_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    save(run, 1)
+    (run / NEW_CHECKPOINT).symlink_to(outside, target_is_directory=True)
+    (run / OLD_CHECKPOINT).symlink_to(outside, target_is_directory=True)
+    save(run, 2)
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+    assert (outside / "victim.txt").read_text() == "keep"
+    assert_checkpoint_of(latest_checkpoint(run), 2)
+
+
+def test_a_save_after_a_damaged_checkpoint_keeps_the_old_one_until_the_swap(tmp_path,
+                                                                            monkeypatch):
+    save(tmp_path, 1)
+    os.replace(tmp_path / CHECKPOINT, tmp_path / OLD_CHECKPOINT)
+    (tmp_path / CHECKPOINT / "network").mkdir(parents=True)  # no manifest: not a checkpoint
+    real_replace = os.replace
+
+    def crash_at_the_swap(src, dst, **kwargs):
+        raise OSError(errno.EIO, "simulated crash")
+
+    monkeypatch.setattr(checkpoints.os, "replace", crash_at_the_swap)
+    with pytest.raises(WriteFailed, match="simulated crash"):
+        save(tmp_path, 2)
+    monkeypatch.setattr(checkpoints.os, "replace", real_replace)
+    assert latest_checkpoint(tmp_path) == tmp_path / OLD_CHECKPOINT
+    assert_checkpoint_of(latest_checkpoint(tmp_path), 1)
+
+
+def test_verify_refuses_a_manifest_that_leaves_out_a_file_the_loader_reads(tmp_path):
+    path = save(tmp_path, 7)
+    manifest = json.loads((path / MANIFEST).read_text())
+    del manifest["files"]["replay/cursor.npy"]
+    rewrite_manifest(path, manifest)
+    with pytest.raises(CheckpointError, match=r"does not list replay/cursor\.npy, which a "
+                                              "resume reads"):
+        verify_checkpoint(path)
+
+
+def test_verify_refuses_a_file_the_manifest_does_not_list(tmp_path):
+    path = save(tmp_path, 7)
+    (path / "replay" / "extra.npy").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=r"replay/extra\.npy is not in the manifest"):
+        verify_checkpoint(path)
+
+
+@pytest.mark.parametrize("name", ["replay/cursor.npy", "network/ckpt.data", "replay"])
+def test_verify_refuses_a_link_inside_the_checkpoint_with_the_same_bytes(tmp_path, name):
+    path = save(tmp_path, 7)
+    outside = tmp_path / "outside"
+    shutil.move(path / name, outside)  # the same bytes, so only the link is wrong
+    (path / name).symlink_to(outside)
+    with pytest.raises(CheckpointError, match="is a symbolic link; a checkpoint follows no link"):
+        verify_checkpoint(path)
+
+
+def test_the_readers_open_no_link(tmp_path):
+    path = save(tmp_path, 7)
+    outside = tmp_path / "outside.npy"
+    shutil.move(path / "replay" / "size.npy", outside)
+    (path / "replay" / "size.npy").symlink_to(outside)
+    with pytest.raises(CheckpointError, match=r"replay/size\.npy is a symbolic link"):
+        read_replay_into(path, ReplayMemory(CAPACITY, np.random.default_rng(0)))
+    (path / MANIFEST).rename(tmp_path / "manifest.json")
+    (path / MANIFEST).symlink_to(tmp_path / "manifest.json")
+    with pytest.raises(CheckpointError, match="manifest.json: it is a symbolic link"):
+        read_manifest(path)
+
+
+def test_a_linked_checkpoint_directory_is_not_a_checkpoint(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    save(elsewhere, 1)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CHECKPOINT).symlink_to(elsewhere / CHECKPOINT, target_is_directory=True)
+    assert latest_checkpoint(run) is None
+    with pytest.raises(CheckpointError, match="is a symbolic link"):
+        verify_checkpoint(run / CHECKPOINT)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fast_dqn import run_logs
-from fast_dqn.run_dir import write_failure
+from fast_dqn.run_dir import OpenDirectory, write_failure
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
                              float_fields)
 from fast_dqn.launch import main, prepare_config
@@ -171,12 +171,13 @@ def test_largest_seed_runs_with_evaluations(tmp_path, algo):
     assert summary["finished"] and summary["seed"] == MAX_SEED and summary["evaluations"] == 2
 
 
-def _disk_full(path, *args, **kwargs):
-    raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+def _disk_full(directory, name, *args, **kwargs):
+    """`OpenDirectory.write_bytes_atomic` on a full disk: how the run writes config.json."""
+    raise write_failure(directory.path / name, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
 def test_failed_write_of_a_new_run_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(run_logs, "write_json_atomic", _disk_full)  # config.json
+    monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", _disk_full)  # config.json
     logdir = tmp_path / "new" / "nested" / "run"
     assert main([f"--logdir={logdir}"], ALGO_DQN) == 2
     err = capsys.readouterr().err
@@ -194,7 +195,7 @@ def test_logdir_with_a_tilde_is_the_home_directory(tmp_path, monkeypatch):
 
 def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, capsys,
                                                                       monkeypatch):
-    monkeypatch.setattr(run_logs, "write_json_atomic", _disk_full)
+    monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", _disk_full)
     logdir = tmp_path / "run"
     logdir.mkdir()
     (logdir / "notes.txt").write_text("mine")

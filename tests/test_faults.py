@@ -28,7 +28,7 @@ from fast_dqn import launch, run_logs
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, verify_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN
-from fast_dqn.run_dir import write_failure
+from fast_dqn.run_dir import OpenDirectory, write_failure
 from tests.cli_runs import (FAST, RUN_FAST_DQN, Launch, assert_no_traceback, read_csv,
                             run_cli, snapshot, start, step_of, summary, wait_for,
                             wait_for_line)
@@ -279,14 +279,15 @@ def test_tensorboard_on_a_full_disk_names_its_file(small_disk, fill_disk):
 
 
 def test_a_failed_summary_is_one_line_naming_the_checkpoint(tmp_path, capsys, monkeypatch):
-    real = run_logs.write_json_atomic
+    real = OpenDirectory.write_bytes_atomic  # how the run writes its whole files
 
-    def summary_disk_full(path, obj):
-        if Path(path).name == "summary.json":
-            raise write_failure(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-        real(path, obj)
+    def summary_disk_full(directory, name, data):
+        if name == "summary.json":
+            raise write_failure(directory.path / name,
+                                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        real(directory, name, data)
 
-    monkeypatch.setattr(run_logs, "write_json_atomic", summary_disk_full)
+    monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", summary_disk_full)
     run_dir = tmp_path / "run"
     status = launch.main([*FAST, "--timesteps=800", "--evaluate=0", "--checkpoint-every=0",
                           f"--logdir={run_dir}"], ALGO_FAST_DQN)
@@ -446,3 +447,126 @@ def test_a_signal_while_a_resume_reads_its_checkpoint_changes_nothing(stopped_ru
     assert one_line(capsys.readouterr().err) == ("stopped before the resumed run began; "
                                                  "nothing was changed")
     assert snapshot(copy) == before
+
+
+# -- the run directory's edges: a planted link, leftovers, a moved or deleted directory ---------
+
+
+def test_a_planted_lock_link_is_refused_in_one_line_and_its_target_is_untouched(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / ".lock").symlink_to(victim)
+    result = run_cli(RUN_FAST_DQN, [*FAST, "--timesteps=800", f"--logdir={run_dir}"],
+                     tmp_path / "planted", timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"{run_dir / '.lock'} is a symbolic link" in one_line(result.stderr)
+    assert victim.read_text() == "someone else's file\n"
+    assert sorted(path.name for path in run_dir.iterdir()) == [".lock"]
+
+
+def resume_extending(copy: Path, tmp_path: Path, name: str, steps: int = 400):
+    """Resumes a copy of the stopped run for `steps` more steps (a run of seconds)."""
+    step = step_of(read_manifest(latest_checkpoint(copy)))
+    return run_cli(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={step + steps}"],
+                   tmp_path / name, timeout=180)
+
+
+def test_a_linked_episodes_csv_is_refused_on_resume_and_not_appended_to(stopped_run,
+                                                                        tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    outside = tmp_path / "outside.csv"
+    (copy / "episodes.csv").rename(outside)
+    (copy / "episodes.csv").symlink_to(outside)
+    before, outside_before = snapshot(copy), outside.read_bytes()
+    result = resume_extending(copy, tmp_path, "linked-csv")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"{copy / 'episodes.csv'}: it is a symbolic link" in one_line(result.stderr)
+    assert outside.read_bytes() == outside_before
+    assert snapshot(copy) == before
+
+
+@pytest.mark.parametrize("name", ["checkpoint.tmp", "checkpoint.old"])
+def test_a_planted_checkpoint_link_is_refused_at_the_start(stopped_run, tmp_path, name):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep")
+    (copy / name).symlink_to(outside, target_is_directory=True)
+    before = snapshot(copy)
+    result = resume_extending(copy, tmp_path, name)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"{copy / name} is a symbolic link" in one_line(result.stderr)
+    assert "training on" not in result.stdout  # refused before anything was built
+    assert sorted(path.name for path in outside.iterdir()) == ["victim.txt"]
+    assert snapshot(copy) == before
+
+
+def test_a_manifest_that_leaves_out_a_linked_replay_file_is_refused(stopped_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(stopped_run, copy)
+    checkpoint = latest_checkpoint(copy)
+    outside = tmp_path / "cursor.npy"
+    (checkpoint / "replay" / "cursor.npy").rename(outside)
+    (checkpoint / "replay" / "cursor.npy").symlink_to(outside)
+    resign(checkpoint, lambda manifest: manifest["files"].pop("replay/cursor.npy"))
+    before = snapshot(copy)
+    result = resume_extending(copy, tmp_path, "unlisted")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert re.search(r"manifest\.json does not list replay/cursor\.npy",
+                     one_line(result.stderr)), result.stderr
+    assert snapshot(copy) == before
+
+
+def start_run_to_move(tmp_path: Path, run_dir: Path) -> Launch:
+    """A run with a checkpoint every 400 steps, off a terminal: it prints "checkpoint at
+    step N" as each starts; waits for the first."""
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=2400", "--evaluate=800",
+                               "--eval-episodes=2", "--eval-max-episode-steps=200",
+                               "--checkpoint-every=400", f"--logdir={run_dir}"],
+                tmp_path / "moved-run")
+    wait_for_line(run, "checkpoint at step")
+    return run
+
+
+def test_a_run_whose_directory_is_renamed_finishes_whole_in_its_new_place(tmp_path):
+    run_dir, moved = tmp_path / "run", tmp_path / "run.moved"
+    run = start_run_to_move(tmp_path, run_dir)
+    run_dir.rename(moved)  # while its first checkpoint is being written
+    result = run.finish(timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_no_traceback(result)
+    assert not run_dir.exists()
+    assert f"files in {moved}" in result.stdout
+    done = summary(moved)
+    assert done["finished"] is True and done["steps"] == 2400
+    manifest = verify_checkpoint(latest_checkpoint(moved))
+    assert step_of(manifest) == 2400
+    run_logs.check_logs_match(moved, 2400, manifest["counters"]["games"]["episodes"],
+                              manifest["evaluator"]["evaluations"])
+    assert [int(row["timestep"]) for row in read_csv(moved / "evaluations.csv")] == \
+        [800, 1600, 2400]
+    assert len(list(moved.glob("events.out.tfevents.*"))) == 1
+    assert sorted(path.name for path in moved.iterdir() if path.name.startswith("checkpoint")) \
+        == ["checkpoint"]
+    again = run_cli(RUN_FAST_DQN, ["--resume", str(moved)], tmp_path / "again", timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{moved} is finished" in again.stdout
+
+
+def test_a_run_whose_directory_is_deleted_stops_in_one_line_and_recreates_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    run = start_run_to_move(tmp_path, run_dir)
+    deadline = time.monotonic() + 30
+    while run_dir.exists():  # as `rm -rf`: the run may add a file while it is removed
+        shutil.rmtree(run_dir, ignore_errors=True)
+        assert time.monotonic() < deadline, "the run directory could not be removed"
+    result = run.finish(timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = one_line(result.stderr)
+    assert line == (f"error: the run directory {run_dir} was deleted while the run ran; the "
+                    "run stops (nothing is written in its place)"), line
+    assert not run_dir.exists()

@@ -99,6 +99,8 @@ def test_a_device_memory_saves_the_host_bytes_in_chunks_and_reads_them_back(tmp_
     # 7 rows of 7,056 bytes at a time: the 64 rows go to and from the disk in 10 chunks.
     monkeypatch.setattr(checkpoints, "DEVICE_CHUNK_BYTES", 7 * 84 * 84)
     host, device = host_and_device()
+    for name in ("host", "device"):
+        (tmp_path / name).mkdir()  # save_checkpoint makes no run directory
     save_checkpoint(tmp_path / "host", {"step": 1}, None, host.state_dict())
     save_checkpoint(tmp_path / "device", {"step": 1}, None, device.state_dict())
     for name in ("frames", "actions", "rewards", "terminals", "episode_ends", "sampleable",

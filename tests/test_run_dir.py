@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from fast_dqn.run_dir import (LOCK_FILE, RunDirectory, RunDirError, WriteFailed,
-                              check_run_dir_writable, default_run_dir, disk_space_warning,
-                              free_bytes, library_versions, open_atomic, write_bytes_atomic,
-                              write_failure, write_json_atomic, write_text_atomic)
+from fast_dqn import run_dir as run_dir_module
+from fast_dqn.run_dir import (LOCK_FILE, OpenDirectory, RunDirectory, RunDirError, RunDirGone,
+                              RunDirMoved, WriteFailed, check_run_dir_writable, default_run_dir,
+                              disk_space_warning, free_bytes, library_versions, open_atomic,
+                              write_bytes_atomic, write_failure, write_json_atomic,
+                              write_text_atomic)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -278,7 +280,7 @@ def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
     target = tmp_path / "config.json"
     write_json_atomic(target, {"version": 1})
 
-    def broken_replace(src, dst):
+    def broken_replace(src, dst, **dir_fds):
         raise OSError("disk fell off")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -360,3 +362,91 @@ def test_module_imports_without_tensorflow():
             "r.library_versions(); run.discard();"
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+# ---------------------------------------------------------------------------- links and moves
+
+
+@pytest.mark.parametrize("how", ["create", "reopen"])
+def test_a_planted_lock_link_is_refused_and_its_target_left_alone(tmp_path, how):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the run's\n")
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(RunDirError, match=rf"{re.escape(str(path / LOCK_FILE))} is a symbolic "
+                                          "link; a run follows no link"):
+        getattr(RunDirectory, how)(path)
+    assert victim.read_text() == "not the run's\n"
+    assert (path / LOCK_FILE).is_symlink()
+
+
+def test_a_lock_file_with_a_second_name_elsewhere_is_refused(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the run's\n")
+    path = tmp_path / "run"
+    path.mkdir()
+    os.link(victim, path / LOCK_FILE)
+    with pytest.raises(RunDirError, match="is a hard link"):
+        RunDirectory.reopen(path)
+    assert victim.read_text() == "not the run's\n"
+
+
+def test_writes_go_to_the_locked_directory_after_it_is_moved(tmp_path):
+    path, moved = tmp_path / "run", tmp_path / "run.moved"
+    with RunDirectory.create(path) as run_dir:
+        path.rename(moved)
+        run_dir.directory.write_bytes_atomic("summary.json", b"{}\n")
+        assert run_dir.where() == moved
+        assert run_dir.path == path  # the path it was opened by, for messages
+    assert (moved / "summary.json").read_bytes() == b"{}\n"
+    assert not path.exists()
+
+
+def test_a_write_after_the_directory_is_deleted_is_run_dir_gone_and_recreates_nothing(
+        tmp_path):
+    path = tmp_path / "run"
+    with RunDirectory.create(path) as run_dir:
+        shutil.rmtree(path)
+        with pytest.raises(RunDirGone, match=rf"the run directory {re.escape(str(path))} was "
+                                             "deleted while the run ran"):
+            run_dir.directory.write_bytes_atomic("summary.json", b"{}\n")
+    assert not path.exists()
+
+
+def test_an_atomic_write_replaces_a_link_and_leaves_its_target_alone(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the run's\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").symlink_to(victim)
+    write_text_atomic(tmp_path / "run" / "summary.json", "{}\n")
+    assert victim.read_text() == "not the run's\n"
+    assert not (tmp_path / "run" / "summary.json").is_symlink()
+    assert (tmp_path / "run" / "summary.json").read_text() == "{}\n"
+
+
+def test_tensorflow_is_given_a_path_that_follows_the_directory(tmp_path):
+    path, moved = tmp_path / "run", tmp_path / "run.moved"
+    path.mkdir()
+    with OpenDirectory.at(path) as directory:
+        path.rename(moved)
+        with directory.for_tensorflow("events") as events:
+            Path(events).write_text("x")  # as TensorFlow would open it: by name
+    assert (moved / "events").read_text() == "x"
+    assert not path.exists()
+
+
+def test_without_a_path_through_the_descriptor_a_move_stops_tensorflow_writes(tmp_path,
+                                                                               monkeypatch):
+    """Where the system has no /proc/self/fd, TensorFlow gets the path, checked before and
+    after it writes."""
+    monkeypatch.setattr(run_dir_module, "_PROC_FD", tmp_path / "no-proc")
+    path = tmp_path / "run"
+    path.mkdir()
+    with OpenDirectory.at(path) as directory:
+        with directory.for_tensorflow("events") as events:
+            assert events == str(path / "events")
+        with pytest.raises(RunDirMoved, match="was moved while the run ran"):
+            with directory.for_tensorflow("events") as events:
+                path.rename(tmp_path / "run.moved")  # while TensorFlow writes
+    assert not path.exists()

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 from fast_dqn import run_logs
 from fast_dqn.config import Config
 from fast_dqn.counters import EpisodeStats
-from fast_dqn.run_dir import WriteFailed, library_versions
+from fast_dqn.run_dir import RunDirGone, WriteFailed, library_versions
 from fast_dqn.run_logs import (EPISODE_COLUMNS, EVALUATION_COLUMNS, EpisodeRow, RunLogs,
                                check_logs_match)
 
@@ -257,15 +258,26 @@ def test_log_episode_on_a_full_disk_names_episodes_csv(tmp_path, tiny_disk, fill
         logs.close()
 
 
-def test_opening_the_logs_on_a_full_disk_names_episodes_csv(tmp_path):
-    # /dev/full answers every write with ENOSPC, as a full disk does.
-    if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full here")
-    (tmp_path / "episodes.csv").symlink_to("/dev/full")
-    path = re.escape(str(tmp_path / "episodes.csv"))
+def test_opening_the_logs_on_a_full_disk_names_episodes_csv(tmp_path, tiny_disk, fill_disk,
+                                                            monkeypatch):
+    # Where the tmpfs mounts the disk really is full; elsewhere the header's write answers
+    # ENOSPC as a full disk does. (Not through a link to /dev/full: a run follows no link.)
+    if tiny_disk is not None:
+        run_dir = tiny_disk
+        fill_disk(tiny_disk)
+    else:
+        run_dir = tmp_path
+
+        class FullDiskFile(io.FileIO):
+            def write(self, data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(run_logs, "open", lambda fd, mode, buffering=0:
+                            FullDiskFile(fd, mode), raising=False)
+    path = re.escape(str(run_dir / "episodes.csv"))
     with pytest.raises(WriteFailed, match=f"cannot write {path}: No space left on device; "
                        "free some disk space") as failure:
-        RunLogs(tmp_path).open()
+        RunLogs(run_dir).open()
     assert failure.value.disk_full
 
 
@@ -427,3 +439,60 @@ def test_tensorboard_lists_the_scalars_of_a_real_run(tmp_path, capsys):
     assert [datum.step for datum in data["eval/mean_return"]] == [300]
     assert [datum.step for datum in data["train/loss"]] == [200, 300]
     assert all(math.isfinite(datum.value) for datum in data["train/loss"])
+
+
+# ---------------------------------------------------------------------------- links, moves
+
+
+def test_a_linked_episodes_csv_is_refused_on_resume_and_its_target_left_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    write_logs(run_dir, [(1, 100), (2, 200)], [200])
+    outside = tmp_path / "outside.csv"
+    (run_dir / "episodes.csv").rename(outside)
+    (run_dir / "episodes.csv").symlink_to(outside)
+    before = outside.read_bytes()
+    with pytest.raises(ValueError, match=r"episodes\.csv: it is a symbolic link"):
+        check_logs_match(run_dir, 200, 2, 1)
+    with pytest.raises(WriteFailed, match=r"episodes\.csv: it is a symbolic link"):
+        RunLogs(run_dir).open(kept_rows=(2, 1))
+    with pytest.raises(WriteFailed, match=r"episodes\.csv: it is a symbolic link"):
+        RunLogs(run_dir).open()
+    assert outside.read_bytes() == before
+
+
+def test_rows_go_to_the_run_directory_after_it_is_moved(tmp_path):
+    run_dir, moved = tmp_path / "run", tmp_path / "run.moved"
+    logs = opened(run_dir)
+    logs.log_episode(row(1, 100))
+    run_dir.rename(moved)
+    logs.log_episode(row(2, 200))
+    logs.write_summary({"steps": 200})
+    logs.close()
+    assert [r[0] for r in read_csv(moved / "episodes.csv")[1:]] == ["1", "2"]
+    assert json.loads((moved / "summary.json").read_text()) == {"steps": 200}
+    assert logs.run_dir == moved
+    assert not run_dir.exists()
+
+
+def test_a_row_after_the_directory_is_deleted_stops_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    logs = opened(run_dir)
+    logs.log_episode(row(1, 100))
+    shutil.rmtree(run_dir)
+    try:
+        with pytest.raises(RunDirGone, match="was deleted while the run ran"):
+            logs.log_episode(row(2, 200))
+        with pytest.raises(RunDirGone):
+            logs.write_summary({"steps": 200})
+    finally:
+        logs.close()
+    assert not run_dir.exists()
+
+
+def test_a_fifo_in_place_of_a_csv_is_refused_not_waited_on(tmp_path):
+    run_dir = tmp_path / "run"
+    write_logs(run_dir, [(1, 100)], [])
+    (run_dir / "episodes.csv").unlink()
+    os.mkfifo(run_dir / "episodes.csv")  # reading it would wait for a writer forever
+    with pytest.raises(ValueError, match=r"episodes\.csv: .*it is not a regular file"):
+        check_logs_match(run_dir, 100, 1, 0)
