@@ -21,3 +21,4 @@ def test_a_run_killed_three_times_finishes_with_every_row_once(tmp_path):
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["kills"] == 3, figures
     assert figures["rows_lost"] == 0 and figures["rows_repeated"] == 0, figures
+    assert figures["renamed_mid_run"], figures  # the final run, moved while it ran
