@@ -23,3 +23,4 @@ def test_a_run_killed_three_times_finishes_with_every_row_once(tmp_path):
     assert figures["rows_lost"] == 0 and figures["rows_repeated"] == 0, figures
     assert figures["second_sweeps"] >= 1, figures  # the first cycle's, before a checkpoint
     assert figures["sweeps_left_alone"] == figures["second_sweeps"], figures
+    assert figures["renamed_mid_run"], figures  # the final run, moved while it ran
