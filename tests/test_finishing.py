@@ -146,8 +146,11 @@ def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, 
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
     def read_only_run_dir(path, flags, *args, **kwargs):
-        if flags & writing and os.path.abspath(path).startswith(str(run_dir)):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        where = str(path)
+        if kwargs.get("dir_fd") is not None:  # a run opens its files relative to its directory
+            where = os.path.join(os.readlink(f"/proc/self/fd/{kwargs['dir_fd']}"), where)
+        if flags & writing and os.path.abspath(where).startswith(str(run_dir)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), where)
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only_run_dir)

@@ -191,6 +191,7 @@ def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expec
     run_dir = write_run_dir(tmp_path / "run")
     steps = {"checkpoint": 5, "checkpoint.old": 4}
     for name in complete:
+        (tmp_path / name).mkdir()  # a checkpoint is written into a directory that exists
         write_checkpoint(tmp_path / name, steps[name])
         (tmp_path / name / "checkpoint").rename(run_dir / name)
     (run_dir / "checkpoint" / "network").mkdir(parents=True, exist_ok=True)  # else incomplete
