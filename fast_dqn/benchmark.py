@@ -34,7 +34,7 @@ from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.transitions import SlotBatch, Transitions
+from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
 from fast_dqn.samplers import SERIAL
 from fast_dqn.trainer import Trainer, TrainerTimes
@@ -163,8 +163,8 @@ def zero_slots(rows: int) -> SlotBatch:
     """`rows` minibatch rows that all gather slot 0, with the memory's own types."""
     slots = np.zeros((rows, HISTORY), np.int32)
     mask = np.ones((rows, HISTORY), np.uint8)
-    return SlotBatch(slots, mask, slots, mask, np.zeros(rows, np.int32),
-                     np.zeros(rows, np.float32), np.zeros(rows, bool))
+    return SlotBatch(state_slots=slots, state_mask=mask, next_slots=slots, next_mask=mask,
+                     **minibatch_columns(rows))
 
 
 def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,

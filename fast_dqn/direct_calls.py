@@ -60,10 +60,12 @@ class DirectCall:
         return () if outputs is None else tf.nest.flatten(outputs)
 
 
+# (purpose, call, tensors) -> the call's outputs: runs one hot call on its inputs.
 Dispatch = Callable[[str, DirectCall, list], Sequence[tf.Tensor]]
 
 
-def _run(purpose: str, call: DirectCall, tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+def run_call(purpose: str, call: DirectCall, tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+    """The ordinary dispatch: runs `call` on its inputs, now tensors."""
     return call(*tensors)
 
 
@@ -73,11 +75,11 @@ class DirectCalls:
     updates, and the general call's argument matching and checks cost more host time than
     the rest of the call (docs/throughput.md, "Figures behind choices in the code").
 
-    `dispatch(purpose, call, tensors)` runs a call on its inputs; the benchmark's simulated
-    GPU passes one that times the device's work from there.
+    `dispatch(purpose, call, tensors)` runs a call on its inputs, where the device's work
+    begins; the benchmark's simulated GPU passes one that times the device's work from there.
     """
 
-    def __init__(self, dispatch: Dispatch = _run):
+    def __init__(self, dispatch: Dispatch = run_call):
         self._dispatch = dispatch
         self.calls: dict[tuple, DirectCall] = {}
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fast_dqn.host_arrays import aligned_zeros
-from fast_dqn.transitions import FRAME_SHAPE, Batch, SlotBatch, empty_batch
+from fast_dqn.transitions import FRAME_SHAPE, MINIBATCH_COLUMNS, Batch, SlotBatch, empty_batch
 
 
 class UpdatingNetwork(Protocol):
@@ -102,7 +102,7 @@ class HostFrames:
         rows = len(slots.actions)
         if out is None:
             out = empty_batch(rows)
-        out = Batch(*(array[:rows] for array in out))
+        out = out._make(array[:rows] for array in out)
         np.take(self.array, slots.state_slots, axis=0, out=out.states, mode="clip")
         out.states[slots.state_mask == 0] = 0  # frames before the episode's start
         # The next state shares three frames with the state. For a valid slot, every frame
@@ -112,9 +112,8 @@ class HostFrames:
         np.take(self.array, slots.next_slots[:, -1], axis=0, out=out.next_states[:, -1],
                 mode="clip")
         out.next_states[slots.next_mask == 0] = 0
-        out.actions[...] = slots.actions
-        out.rewards[...] = slots.rewards
-        out.terminals[...] = slots.terminals
+        for name in MINIBATCH_COLUMNS:  # the columns beside the states, by name
+            getattr(out, name)[...] = getattr(slots, name)
         return out
 
     def update(self, network: UpdatingNetwork, minibatches: Batch, count: int) -> None:

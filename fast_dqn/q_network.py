@@ -1,22 +1,25 @@
-"""The Nature-DQN Q-network, its training step and the target network (TensorFlow 2).
+"""The Nature-DQN Q-network and the target network, and the traced calls that run the
+learning rule and the greedy query on them (TensorFlow 2).
 
-This, the calls it makes (direct_calls.py), the replay frames on the device
-(device_frames.py), the benchmark's simulated GPU (simulated_gpu.py) and the TensorBoard
-writer are the only modules that import TensorFlow; this one is imported first in a run,
-quietly (fast_dqn/quiet_tensorflow.py).
-Architecture, loss and optimizer follow Mnih et al. (2015): three convolutions and two dense
-layers on 84x84x4 frames scaled by 1/255, Huber loss on the TD error, centered RMSProp with
-learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root.
+This, the learning rule (update_rule.py), the calls it makes (direct_calls.py), the replay
+frames on the device (device_frames.py), the benchmark's simulated GPU (simulated_gpu.py) and
+the TensorBoard writer are the only modules that import TensorFlow; this one is imported
+first in a run, quietly (fast_dqn/quiet_tensorflow.py).
+The architecture follows Mnih et al. (2015): three convolutions and two dense layers on
+84x84x4 frames scaled by 1/255 (or Wang et al.'s dueling streams).
 
-The loss is summed over the minibatch, not averaged: DeepMind's Lua code back-propagates each
-sample's clipped TD error and accumulates the 32 gradients, and pfrl's Nature reproduction uses
-`batch_accumulator="sum"`. With a mean the gradient is 32 times smaller while the optimizer's
-epsilon stays 0.01, so most updates would be many times smaller than Nature's.
+The update itself (TD targets, the summed Huber loss, the RMSProp step) is one function,
+`update_rule.dqn_update`, which this module does not reimplement: `QNetwork` traces it (one
+update from a host minibatch, or from slots whose states it gathers from the frames on the
+device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
+(`direct_calls`). Each of those paths calls `QNetwork.update_function`, which a caller may
+replace (the simulated GPU passes a stand-in).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import random
@@ -26,10 +29,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fast_dqn.config import FRAME_SIZE, HISTORY, Config
-from fast_dqn.direct_calls import DirectCall, DirectCalls, borrowed_tensor
-from fast_dqn.transitions import Batch, SlotBatch
+from fast_dqn.config import Config
+from fast_dqn.direct_calls import Dispatch, DirectCalls, borrowed_tensor, run_call
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
+from fast_dqn.update_rule import UpdateFunction, dqn_update, nature_rmsprop
 
 # TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
 # something is wrong (see quiet_tensorflow.py), or always with FAST_DQN_TF_LOGS=1.
@@ -37,8 +41,10 @@ with quiet_tensorflow_start():
     import tensorflow as tf
 
 keras = tf.keras
-STATE_SHAPE = (HISTORY, FRAME_SIZE, FRAME_SIZE)
 SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 or K updates
+
+# (network, states) -> the greedy actions (B,) int32: what the traced queries run.
+GreedyFunction = Callable[[Any, tf.Tensor], tf.Tensor]
 
 
 def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
@@ -123,6 +129,11 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
     return keras.Model(states, q_values, name=name)
 
 
+def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
+    """argmax_a Q(s, a) of `network` for a batch of uint8 states."""
+    return tf.argmax(network(states, training=False), axis=1, output_type=tf.int32)
+
+
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """frames[slots] with the masked frames zero: the states `HostFrames.gather` makes on
     the host, made where the frames are. The masked frames are gathered from `frames`' last
@@ -146,34 +157,45 @@ def in_order(step: Any, count: tf.Tensor) -> None:
     tf.while_loop(lambda k: k < count, body, (tf.constant(0),), parallel_iterations=1)
 
 
-def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
-    abs_x = tf.abs(x)
-    quadratic = tf.minimum(abs_x, delta)
-    return 0.5 * tf.square(quadratic) + delta * (abs_x - quadratic)
+def gathered_batch(frames: tf.Tensor, slots: SlotBatch) -> Batch:
+    """The minibatch whose states `slots` names, its states gathered from `frames` (the
+    replay memory's frames on the device); the other columns as they are, by name."""
+    return Batch(states=gather_states(frames, slots.state_slots, slots.state_mask),
+                 next_states=gather_states(frames, slots.next_slots, slots.next_mask),
+                 **{name: getattr(slots, name) for name in MINIBATCH_COLUMNS})
 
 
 class QNetwork:
-    """Online and target Nature CNNs with the DQN update.
+    """Online and target Nature CNNs, the learning rule's traced calls and the greedy query.
 
     Thread use: in the fast scheme the trainer thread calls `update_many`, the sampler loop
     calls `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
     trainer is drained. The target network is frozen in between, so the two never race.
 
     `seed` fixes the initial weights; no global random generator is touched.
+
+    Substitutions, for the benchmark's simulated GPU (fast_dqn/simulated_gpu.py):
+    `update_function` replaces the learning rule (default: `update_rule.dqn_update` with this
+    discount and target), `greedy_function` the query's arithmetic, and `dispatch` runs each
+    hot call (`direct_calls.DirectCalls`). Every traced path calls the ones given.
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
                  discount: float, seed: int, xla: bool = False, double: bool = False,
-                 dueling: bool = False):
+                 dueling: bool = False, update_function: UpdateFunction | None = None,
+                 greedy_function: GreedyFunction = greedy, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
         self.discount = discount
         self.double = double
         seeds = random.Random(seed)
         self.online = build_nature_cnn(n_actions, "online", seeds, dueling)
         self.target = build_nature_cnn(n_actions, "target", seeds, dueling)
-        self.optimizer = keras.optimizers.RMSprop(
-            learning_rate=lr, rho=rho, epsilon=epsilon, centered=True, momentum=0.0)
+        self.optimizer = nature_rmsprop(lr, rho, epsilon)
         self.optimizer.build(self.online.trainable_variables)
+        self.update_function: UpdateFunction = update_function or functools.partial(
+            dqn_update, discount=discount, double=double)
+        self.greedy_function = greedy_function
+        self._dispatch = dispatch
         # Sums over the updates since the last `take_train_stats`, kept on the device so
         # that an update never waits for a host copy. The run counts the updates.
         self._loss_sum = tf.Variable(0.0, trainable=False)
@@ -189,15 +211,14 @@ class QNetwork:
         device, and the greedy queries. With `xla` the update and the samplers' query are
         compiled, each one program: on a GPU one launch instead of one per op."""
         self.xla = xla
-        self._update_fn = tf.function(self._update_step, jit_compile=xla, reduce_retracing=True)
+        self._update_fn = tf.function(self._update, jit_compile=xla, reduce_retracing=True)
         # One trace for every count of updates per call (a loop, see `in_order`), itself not
-        # compiled: with XLA its iterations call the compiled single update (`_update_steps`).
-        self._update_many_fn = tf.function(self._update_steps, jit_compile=False)
+        # compiled: with XLA its iterations call the compiled single update (`_updates`).
+        self._update_many_fn = tf.function(self._updates, jit_compile=False)
         # The same two, gathering the states from the replay memory's frames on the device.
-        self._update_slots_fn = tf.function(self._update_step_from_slots, jit_compile=xla,
+        self._update_slots_fn = tf.function(self._update_from_slots, jit_compile=xla,
                                             reduce_retracing=True)
-        self._update_many_slots_fn = tf.function(self._update_steps_from_slots,
-                                                 jit_compile=False)
+        self._update_many_slots_fn = tf.function(self._updates_from_slots, jit_compile=False)
         # The samplers' batched query of the target network has one batch size (W) for the
         # whole run, so XLA compiles it once; the online network's queries come in every
         # size an evaluation's shrinking set of games asks for, each a compilation.
@@ -205,19 +226,22 @@ class QNetwork:
             True: tf.function(self._greedy_target, jit_compile=xla, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
         }
+        self._functions = {"query": self._greedy_fns[True], "update": self._update_fn,
+                           "update_many": self._update_many_fn,
+                           SLOT_UPDATES[0]: self._update_slots_fn,
+                           SLOT_UPDATES[1]: self._update_many_slots_fn}
         # The hot calls' traces, called directly (fast_dqn/direct_calls.py).
-        self.direct_calls = DirectCalls(
-            dispatch=lambda purpose, call, tensors: self._dispatch(purpose, call, tensors))
+        self.direct_calls = DirectCalls(dispatch=self._dispatch)
 
     def sync_target(self) -> None:
         for target_var, online_var in zip(self.target.variables, self.online.variables):
             target_var.assign(online_var)
 
     def _greedy_target(self, states: tf.Tensor) -> tf.Tensor:
-        return tf.argmax(self.target(states, training=False), axis=1, output_type=tf.int32)
+        return self.greedy_function(self.target, states)
 
     def _greedy_online(self, states: tf.Tensor) -> tf.Tensor:
-        return tf.argmax(self.online(states, training=False), axis=1, output_type=tf.int32)
+        return self.greedy_function(self.online, states)
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
@@ -233,20 +257,15 @@ class QNetwork:
         Where XLA cannot compile it on this device, the network goes on uncompiled and the
         call is made again: a call that failed to compile has changed nothing."""
         try:
-            return self.direct_calls.call(purpose, self._function_for(purpose), arrays,
+            return self.direct_calls.call(purpose, self._functions[purpose], arrays,
                                           variables, any_count, borrow)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
                 tf.errors.InternalError) as error:
             if not (self.xla and _xla_refused(error)):
                 raise
             self._run_uncompiled(error)
-            return self.direct_calls.call(purpose, self._function_for(purpose), arrays,
+            return self.direct_calls.call(purpose, self._functions[purpose], arrays,
                                           variables, any_count, borrow)
-
-    def _function_for(self, purpose: str) -> Any:
-        return {"query": self._greedy_fns[True], "update": self._update_fn,
-                "update_many": self._update_many_fn, SLOT_UPDATES[0]: self._update_slots_fn,
-                SLOT_UPDATES[1]: self._update_many_slots_fn}[purpose]
 
     def _run_uncompiled(self, error: Exception) -> None:
         """Rebuilds the calls without XLA, once, and says so in one line."""
@@ -262,63 +281,41 @@ class QNetwork:
         else:
             print(line, file=sys.stderr, flush=True)
 
-    def _dispatch(self, purpose: str, call: DirectCall,
-                  tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
-        """Runs `call` on its inputs, now tensors; where the device's work begins (the
-        simulated GPU times it from here)."""
-        return call(*tensors)
-
     def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
         """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
         is for reading a trained network (a notebook, an analysis of values) and the tests."""
         network = self.target if use_target else self.online
         return network(tf.constant(states), training=False).numpy()
 
-    def td_targets(self, rewards: tf.Tensor, next_states: tf.Tensor,
-                   terminals: tf.Tensor) -> tf.Tensor:
-        """r + discount * max_a' Q_target(s', a'), with no bootstrap from terminal transitions.
+    # The traced bodies. A minibatch arrives column by column, in the order of its named
+    # tuple (`Batch`, `SlotBatch`, made from `transitions.MINIBATCH_COLUMNS`), and is
+    # rebuilt by name before the learning rule reads it.
 
-        With `double` (van Hasselt et al. 2016): r + discount * Q_target(s', a*), where
-        a* = argmax_a' Q_online(s', a').
-        """
-        target_q = self.target(next_states, training=False)
-        if self.double:
-            chosen = tf.argmax(self.online(next_states, training=False), axis=1,
-                               output_type=tf.int32)
-            next_q = tf.gather(target_q, chosen, axis=1, batch_dims=1)
-        else:
-            next_q = tf.reduce_max(target_q, axis=1)
-        not_terminal = 1.0 - tf.cast(terminals, tf.float32)
-        return rewards + self.discount * not_terminal * next_q
+    def _update(self, *columns: tf.Tensor) -> None:
+        """One update: the learning rule on the minibatch, its stats summed on the device."""
+        stats = self.update_function(self.online, self.target, self.optimizer, Batch(*columns))
+        self._loss_sum.assign_add(stats.loss)
+        self._q_sum.assign_add(stats.mean_q)
 
-    def _update_step(self, states, actions, rewards, next_states, terminals):
-        targets = tf.stop_gradient(self.td_targets(rewards, next_states, terminals))
-        with tf.GradientTape() as tape:
-            q = self.online(states, training=True)
-            q_taken = tf.gather(q, actions, axis=1, batch_dims=1)
-            per_transition = huber(targets - q_taken)
-            loss = tf.reduce_sum(per_transition)
-        gradients = tape.gradient(loss, self.online.trainable_variables)
-        self.optimizer.apply_gradients(zip(gradients, self.online.trainable_variables))
-        # Reported per transition, as other tools plot it; the gradient is of the sum.
-        self._loss_sum.assign_add(tf.reduce_mean(per_transition))
-        self._q_sum.assign_add(tf.reduce_mean(q_taken))
+    def _update_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> None:
+        self._update(*gathered_batch(frames, SlotBatch(*columns)))
+
+    def _updates(self, *stacked: tf.Tensor) -> None:
+        # With XLA each iteration calls the compiled single update: one launch per update,
+        # the same floats as K single calls (a compiled loop of K gives other floats).
+        step = self._update_fn if self.xla else self._update
+        in_order(lambda k: step(*(column[k] for column in stacked)), tf.shape(stacked[0])[0])
+
+    def _updates_from_slots(self, frames: tf.Tensor, *stacked: tf.Tensor) -> None:
+        step = self._update_slots_fn if self.xla else self._update_from_slots
+        in_order(lambda k: step(frames, *(column[k] for column in stacked)),
+                 tf.shape(stacked[0])[0])
+
+    # The host's calls.
 
     def update(self, batch: Batch) -> None:
         """One minibatch update of the online network."""
-        self._update_one(batch)
-
-    def _update_one(self, batch: Batch) -> None:
-        arrays = [batch.states, batch.actions, batch.rewards, batch.next_states,
-                  batch.terminals]
-        self._call_directly("update", arrays)
-
-    def _update_steps(self, states, actions, rewards, next_states, terminals):
-        # With XLA each iteration calls the compiled single update: one launch per update,
-        # the same floats as K single calls (a compiled loop of K gives other floats).
-        step = self._update_fn if self.xla else self._update_step
-        in_order(lambda k: step(states[k], actions[k], rewards[k], next_states[k], terminals[k]),
-                 tf.shape(actions)[0])
+        self._call_directly("update", list(batch))
 
     def update_many(self, batches: Batch, count: int) -> None:
         """`count` updates one after another in one compiled call: update k on rows
@@ -328,21 +325,11 @@ class QNetwork:
         per-call host cost (dispatch, argument conversion) once.
         """
         if count == 1:
-            self._update_one(batches)
+            self._call_directly("update", list(batches))
             return
         size = len(batches.actions) // count
         stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
         self._call_directly("update_many", stacked, any_count=True)
-
-    def _update_step_from_slots(self, frames, state_slots, state_mask, next_slots, next_mask,
-                                actions, rewards, terminals):
-        self._update_step(gather_states(frames, state_slots, state_mask), actions, rewards,
-                          gather_states(frames, next_slots, next_mask), terminals)
-
-    def _update_steps_from_slots(self, frames, *stacked):
-        step = self._update_slots_fn if self.xla else self._update_step_from_slots
-        in_order(lambda k: step(frames, *(column[k] for column in stacked)),
-                 tf.shape(stacked[0])[0])
 
     def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
         """`update_many` with the states gathered from `frames` (the replay memory's frames
@@ -411,9 +398,10 @@ def dispatched_ops(network: QNetwork, batch_size: int,
     nodes of their traced graphs but constants and inputs, counted before TensorFlow's graph
     optimizer. With XLA each of the two runs as one compiled program: one launch."""
     states = tf.TensorSpec((batch_size, *STATE_SHAPE), tf.uint8)
-    update = network._update_fn.get_concrete_function(
-        states, tf.TensorSpec((batch_size,), tf.int32), tf.TensorSpec((batch_size,), tf.float32),
-        states, tf.TensorSpec((batch_size,), tf.bool))
+    minibatch = Batch(states=states, next_states=states, **{
+        name: tf.TensorSpec((batch_size, *shape), tf.as_dtype(dtype))
+        for name, (shape, dtype) in MINIBATCH_COLUMNS.items()})
+    update = network._update_fn.get_concrete_function(*minibatch)
     query = network._greedy_fns[True].get_concrete_function(
         tf.TensorSpec((num_envs, *STATE_SHAPE), tf.uint8))
     return _op_types(update), _op_types(query)
@@ -440,7 +428,8 @@ def _xla_refused(error: Exception) -> bool:
 
 def q_network_settings(config: Config) -> dict[str, Any]:
     """QNetwork's keyword arguments from `config`: Nature's optimizer settings and discount,
-    and the Double DQN target or the dueling architecture where it asks for them."""
+    and the Double DQN target or the dueling architecture where it asks for them (the
+    learning rule, `update_rule.dqn_update`, is the default)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
                 discount=config.discount, seed=config.seed, xla=use_xla(config.xla),
                 double=config.double, dueling=config.dueling)

@@ -14,9 +14,10 @@ import numpy as np
 
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
-from fast_dqn.q_network import SLOT_UPDATES, QNetwork, gather_states, q_network_settings
+from fast_dqn.q_network import SLOT_UPDATES, QNetwork, q_network_settings
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
+from fast_dqn.update_rule import UpdateStats
 
 with quiet_tensorflow_start():
     import tensorflow as tf
@@ -30,15 +31,46 @@ class SimulatedGpu:
     query_ms: float
 
 
+class SimulatedArithmetic:
+    """Stand-ins for the network's arithmetic, of the learning rule's and the query's
+    signatures (`update_rule.UpdateFunction`, `q_network.GreedyFunction`): the network's own
+    traced calls run them where they would run the real ones.
+
+    The update counts itself (`updates_on_device`, which the tests read) and keeps one pixel
+    of the states it is given (`last_pixel`): from frames on the device, the network gathers
+    the states before the update, and a kept pixel keeps those gathers in the compiled
+    function; a reduction over them would be CPU work of the simulation's own (a pass over
+    each 900 KB result, 15% of the update's CPU time timed alone), which no GPU's update
+    makes. The query's actions are all 0.
+    """
+
+    def __init__(self):
+        self.updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.last_pixel = tf.Variable(0, dtype=tf.uint8, trainable=False)
+
+    def update(self, online: Any, target: Any, optimizer: Any, batch: Batch) -> UpdateStats:
+        self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
+                                          _last_pixel(batch.next_states)))
+        self.updates_on_device.assign_add(1)
+        nothing = tf.constant(0.0)
+        return UpdateStats(loss=nothing, mean_q=nothing)
+
+    @staticmethod
+    def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
+        return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
+
+
 class SimulatedQNetwork(QNetwork):
     """A QNetwork on a simulated GPU, for the benchmark where no GPU is at hand.
 
     Everything the host does for the network's work runs for real: the arguments become
-    tensors (the copies a GPU needs), a compiled function is dispatched once per call, and
-    a query's actions are copied back. Only the arithmetic is replaced: the function does
-    nothing but count the updates (and, from frames on the device, gather the states), and
-    the call then waits, releasing the interpreter lock as a GPU's kernels would. Its
-    actions are all 0 and its weights never change.
+    tensors (the copies a GPU needs), the network's traced calls are dispatched as it
+    dispatches them (one host call per K updates, with XLA or without), and a query's
+    actions are copied back. Only the arithmetic is replaced, by substitution: the network
+    runs `SimulatedArithmetic`'s update and query instead of the learning rule and the
+    argmax (from frames on the device it still gathers the states), and the call then waits,
+    releasing the interpreter lock as a GPU's kernels would. Its actions are all 0 and its
+    weights never change.
 
     A query waits `gpu.query_ms` after its call. An update call lasts `gpu.update_ms` per
     update counted from its dispatch: the gather of the states is device work, part of a
@@ -46,47 +78,15 @@ class SimulatedQNetwork(QNetwork):
     only when the CPU's gather does).
     """
 
-    def __init__(self, n_actions: int, gpu: SimulatedGpu, **settings: Any):
-        super().__init__(n_actions, **settings)
+    def __init__(self, n_actions: int, gpu: SimulatedGpu,
+                 arithmetic: SimulatedArithmetic | None = None, **settings: Any):
         self.gpu = gpu
         self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
-        self._gathered = tf.Variable(0, dtype=tf.uint8, trainable=False)
-        self._updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._dispatched_at: float | None = None  # the current update call's first dispatch
-
-    def _build_functions(self, xla: bool) -> None:
-        """The real network's calls, dispatched as it dispatches them (one host call per K
-        updates, with XLA or without), with stand-ins for their arithmetic."""
-        super()._build_functions(xla)
-        self._update_fn = tf.function(self._count_updates, reduce_retracing=True)
-        self._update_many_fn = tf.function(self._count_updates, reduce_retracing=True)
-        self._update_slots_fn = tf.function(self._gather_and_count, reduce_retracing=True)
-        self._update_many_slots_fn = tf.function(self._gather_and_count,
-                                                 reduce_retracing=True)
-        no_arithmetic = tf.function(self._no_actions, reduce_retracing=True)
-        self._greedy_fns = {True: no_arithmetic, False: no_arithmetic}
-
-    def _count_updates(self, states, actions, rewards, next_states, terminals):
-        """The stand-in for an update call's arithmetic: it counts the updates that reached
-        the device (`updates_on_device`, which the tests read)."""
-        stacked = len(actions.shape) == 2  # (K, B) for K updates in one call
-        count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
-        self._updates_on_device.assign_add(count)
-
-    def _gather_and_count(self, frames, state_slots, state_mask, next_slots, next_mask,
-                          actions, rewards, terminals):
-        """The real gather of the states from the frames on the device. One pixel of each
-        result is kept, so that the gathers are not left out of the compiled function; a
-        reduction over them would be CPU work of the simulation's own (a pass over each 900 KB
-        result, 15% of the update's CPU time timed alone), which no GPU's update makes."""
-        states = gather_states(frames, state_slots, state_mask)
-        next_states = gather_states(frames, next_slots, next_mask)
-        self._gathered.assign(tf.maximum(_last_pixel(states), _last_pixel(next_states)))
-        self._count_updates(states, actions, rewards, next_states, terminals)
-
-    @staticmethod
-    def _no_actions(states: tf.Tensor) -> tf.Tensor:
-        return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
+        self.arithmetic = arithmetic or SimulatedArithmetic()
+        super().__init__(n_actions, update_function=self.arithmetic.update,
+                         greedy_function=self.arithmetic.greedy, dispatch=self._timed_dispatch,
+                         **settings)
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         actions = super().greedy_actions(states, use_target)
@@ -108,16 +108,17 @@ class SimulatedQNetwork(QNetwork):
         time.sleep(max(0.0, self._dispatched_at + busy - time.perf_counter()))
         self.simulated_seconds += busy
 
-    def _dispatch(self, purpose: str, call: DirectCall,
-                  tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
-        # Only the trainer's thread makes slot updates; queries come from the acting loop.
+    def _timed_dispatch(self, purpose: str, call: DirectCall,
+                        tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+        """Runs a hot call, noting when the current slot update's device work began.
+        Only the trainer's thread makes slot updates; queries come from the acting loop."""
         if purpose in SLOT_UPDATES and self._dispatched_at is None:
             self._dispatched_at = time.perf_counter()
-        return super()._dispatch(purpose, call, tensors)
+        return call(*tensors)
 
     @property
     def updates_on_device(self) -> int:
-        return int(self._updates_on_device.numpy())
+        return int(self.arithmetic.updates_on_device.numpy())
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)

@@ -39,8 +39,8 @@ _STOP = None  # sentinel that ends the thread
 
 class Trainer:
     """The update path: draws minibatches from `memory` into its two buffers and makes the
-    network's updates on them (the update itself is `QNetwork`'s minibatch step: TD targets
-    from the target network, the summed Huber loss, one centred RMSProp step).
+    network's updates on them (each update is the learning rule, `update_rule.dqn_update`:
+    TD targets from the target network, the summed Huber loss, one centred RMSProp step).
 
     Thread use: `prepare(k, buffer)` and `update(minibatches, k)` may run on two threads at
     once as long as they use different buffers (`TrainerThread`); `update_now` runs alone.

@@ -4,7 +4,9 @@
 signature plays); the actors' rounds, the staging area, the sampler buffers, the replay
 memory and its checkpoint arrays are all built from it. A minibatch reaches the network
 either as states (`Batch`, gathered on the host) or as the slots its states are made of
-(`SlotBatch`, gathered where the frames are); `fast_dqn.frame_store` decides which.
+(`SlotBatch`, gathered where the frames are); `fast_dqn.frame_store` decides which. What a
+minibatch carries beside its states is declared once too (`MINIBATCH_COLUMNS`), and both
+kinds are made from that declaration.
 """
 
 from __future__ import annotations
@@ -76,34 +78,49 @@ def replay_bytes(capacity: int) -> int:
     return capacity * BYTES_PER_TRANSITION
 
 
-class Batch(NamedTuple):
-    """A minibatch; states are (B, HISTORY, 84, 84) uint8, oldest frame first."""
+# What a minibatch carries beside its two states, one value per transition (its shape and
+# dtype), declared once: `Batch`, `SlotBatch`, the host store's buffers and gathers, the
+# network's traced update inputs and the benchmark's stand-in minibatches are all made from
+# it by name, so a column added here (and filled by `ReplayMemory.slot_batch`) reaches the
+# learning rule (fast_dqn/update_rule.py) from either frame store.
+MINIBATCH_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
+    "actions": ((), np.int32),
+    "rewards": ((), np.float32),  # clipped to their sign
+    "terminals": ((), np.bool_),  # no bootstrap from the next state
+}
+STATE_SHAPE = (HISTORY, *FRAME_SHAPE)
 
-    states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_states: np.ndarray
-    terminals: np.ndarray
+
+def _minibatch_type(name: str, states: tuple[str, ...], doc: str) -> type:
+    """A named tuple of arrays: the `states` fields, then MINIBATCH_COLUMNS in order."""
+    fields = [(field, np.ndarray) for field in (*states, *MINIBATCH_COLUMNS)]
+    minibatch = NamedTuple(name, fields)  # type: ignore[misc]
+    minibatch.__doc__ = doc
+    minibatch.__module__ = __name__
+    return minibatch
+
+
+Batch = _minibatch_type("Batch", ("states", "next_states"), """A minibatch (or K stacked one
+    after another): states and next states (B, HISTORY, 84, 84) uint8, oldest frame first,
+    then the MINIBATCH_COLUMNS.""")
+
+SlotBatch = _minibatch_type(
+    "SlotBatch", ("state_slots", "state_mask", "next_slots", "next_mask"), """Minibatches as
+    the slots their states are made of, for a gather where the frames live (the training
+    device), then the MINIBATCH_COLUMNS. State i is frames[state_slots[i]] ((N, HISTORY)
+    int32, oldest frame first) with the frames where state_mask[i] ((N, HISTORY) uint8) is 0
+    set to zero (before the episode's start); likewise its next state. `HostFrames.gather`
+    makes the same states as a `Batch` on the host.""")
+
+
+def minibatch_columns(rows: int) -> dict[str, np.ndarray]:
+    """Zeroed MINIBATCH_COLUMNS for `rows` transitions, by name."""
+    return {name: np.zeros((rows, *shape), dtype)
+            for name, (shape, dtype) in MINIBATCH_COLUMNS.items()}
 
 
 def empty_batch(batch_size: int) -> Batch:
     """Buffers for the minibatches a host frame store gathers (`HostFrames.gather`)."""
-    states_shape = (batch_size, HISTORY, *FRAME_SHAPE)
-    return Batch(np.zeros(states_shape, np.uint8), np.zeros(batch_size, np.int32),
-                 np.zeros(batch_size, np.float32), np.zeros(states_shape, np.uint8),
-                 np.zeros(batch_size, bool))
-
-
-class SlotBatch(NamedTuple):
-    """Minibatches as the slots their states are made of, for a gather where the frames live
-    (the training device). State i is frames[state_slots[i]] with the frames where
-    state_mask[i] is 0 set to zero (before the episode's start); likewise its next state.
-    `HostFrames.gather` makes the same states as a `Batch` on the host."""
-
-    state_slots: np.ndarray  # (N, HISTORY) int32, oldest frame first
-    state_mask: np.ndarray  # (N, HISTORY) uint8
-    next_slots: np.ndarray
-    next_mask: np.ndarray
-    actions: np.ndarray  # (N,) int32
-    rewards: np.ndarray  # (N,) float32
-    terminals: np.ndarray  # (N,) bool
+    return Batch(states=np.zeros((batch_size, *STATE_SHAPE), np.uint8),
+                 next_states=np.zeros((batch_size, *STATE_SHAPE), np.uint8),
+                 **minibatch_columns(batch_size))

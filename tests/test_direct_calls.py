@@ -97,10 +97,11 @@ def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
     frames.put_rows(0, rng.integers(0, 256, (64, 84, 84), dtype=np.uint8))
     slots = rng.integers(0, 64, (4 * 32, 4)).astype(np.int32)
     mask = (rng.random((4 * 32, 4)) < 0.8).astype(np.uint8)
-    minibatches = SlotBatch(slots, mask, (slots + 1) % 64, mask,
-                            rng.integers(0, N_ACTIONS, 4 * 32).astype(np.int32),
-                            rng.normal(size=4 * 32).astype(np.float32),
-                            rng.random(4 * 32) < 0.1)
+    minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
+                            next_mask=mask,
+                            actions=rng.integers(0, N_ACTIONS, 4 * 32).astype(np.int32),
+                            rewards=rng.normal(size=4 * 32).astype(np.float32),
+                            terminals=rng.random(4 * 32) < 0.1)
     config = Config(xla="off", seed=4)
     direct, ordinary = make_q_network(config, N_ACTIONS), make_q_network(config, N_ACTIONS)
     direct.update_from_slots(frames.variable, minibatches, 4)

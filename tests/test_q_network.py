@@ -1,4 +1,6 @@
-"""Tests of fast_dqn.q_network on the CPU: the Nature CNN, the optimizer, the DQN update.
+"""Tests of fast_dqn.q_network and fast_dqn.update_rule on the CPU: the Nature CNN, the
+optimizer, the DQN update (against a naive NumPy reference on a hand-made minibatch), and the
+substitution of the update that the simulated GPU relies on.
 
 Networks are expensive to build and trace on a 2-core CPU, so a few are shared per module;
 a test that trains a network builds its own, so the order of tests never matters.
@@ -16,10 +18,14 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
+from fast_dqn.direct_calls import DirectCall  # noqa: E402
 from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
-                                configure_device, dueling_q_values, huber, make_q_network)
-from fast_dqn.simulated_gpu import SimulatedGpu, make_simulated_q_network  # noqa: E402
-from fast_dqn.transitions import Batch  # noqa: E402
+                                configure_device, dueling_q_values, make_q_network,
+                                q_network_settings)
+from fast_dqn.simulated_gpu import (SimulatedArithmetic, SimulatedGpu,  # noqa: E402
+                                    SimulatedQNetwork, make_simulated_q_network)
+from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
+from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
 
 keras = tf.keras
 N_ACTIONS = 6
@@ -43,10 +49,14 @@ def random_batch(seed: int, size: int = 32, n_actions: int = N_ACTIONS,
                  terminals=terminals)
 
 
+def as_tensors(batch: Batch) -> Batch:
+    return Batch(*(tf.constant(column) for column in batch))
+
+
 def td_errors(network: QNetwork, batch: Batch) -> np.ndarray:
     """r + discount * max Q_target(s') (no bootstrap at terminals) - Q_online(s, a)."""
-    targets = network.td_targets(tf.constant(batch.rewards), tf.constant(batch.next_states),
-                                 tf.constant(batch.terminals)).numpy()
+    targets = td_targets(network.online, network.target, as_tensors(batch),
+                         discount=network.discount, double=network.double).numpy()
     q_taken = network.q_values(batch.states)[np.arange(len(batch.actions)), batch.actions]
     return targets - q_taken
 
@@ -216,9 +226,13 @@ def test_terminal_transitions_do_not_bootstrap():
     output_bias = network.target.layers[-1].bias
     output_bias.assign([1e6, 2e6])  # the target network now says every state is worth ~2e6
     rng = np.random.default_rng(0)
-    next_states = tf.constant(rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8))
-    targets = network.td_targets(tf.constant([0.5, -1.0, 1.0]), next_states,
-                                 tf.constant([True, True, False])).numpy()
+    next_states = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
+    minibatch = Batch(states=next_states, next_states=next_states,
+                      actions=np.zeros(3, np.int32),
+                      rewards=np.array([0.5, -1.0, 1.0], np.float32),
+                      terminals=np.array([True, True, False]))
+    targets = td_targets(network.online, network.target, as_tensors(minibatch),
+                         discount=network.discount, double=False).numpy()
     assert targets[0] == 0.5 and targets[1] == -1.0
     assert targets[2] == pytest.approx(1.0 + 0.99 * 2e6, rel=1e-3)
     # a minibatch of terminal transitions trains on r alone: a modest loss
@@ -477,15 +491,14 @@ def test_double_target_is_valued_by_the_target_network_at_the_online_choice():
     # Row 2 is terminal: the reward alone, -1.
     online = FixedQ([[1.0, 3.0, 0.0], [5.0, 0.0, 1.0], [0.0, 9.0, 0.0]])
     target = FixedQ([[6.0, 4.0, 5.0], [2.0, 1.0, 0.0], [7.0, 8.0, 9.0]])
-    rewards = tf.constant([1.0, 0.0, -1.0])
-    terminals = tf.constant([False, False, True])
-    next_states = tf.zeros((3, 4, 84, 84), tf.uint8)
+    states = tf.zeros((3, 4, 84, 84), tf.uint8)
+    minibatch = Batch(states=states, next_states=states, actions=tf.zeros(3, tf.int32),
+                      rewards=tf.constant([1.0, 0.0, -1.0]),
+                      terminals=tf.constant([False, False, True]))
     expected = {False: [4.0, 1.0, -1.0], True: [3.0, 1.0, -1.0]}
     for double, targets in expected.items():
-        network = network_from(Config(discount=0.5, double=double), n_actions=3)
-        network.online, network.target = online, target
         np.testing.assert_array_equal(
-            network.td_targets(rewards, next_states, terminals).numpy(), targets)
+            td_targets(online, target, minibatch, discount=0.5, double=double).numpy(), targets)
 
 
 def test_dueling_aggregation_subtracts_the_mean_advantage():
@@ -595,26 +608,27 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     `device_work_ms` of clock) done within them, or later when that gather takes longer."""
     from fast_dqn import simulated_gpu
     from fast_dqn.device_frames import DeviceFrames
-    from fast_dqn.transitions import SlotBatch
     network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
                                        SimulatedGpu(update_ms=20.0, query_ms=10.0))
     rng = np.random.default_rng(0)
     frames = DeviceFrames(64)
     slots = rng.integers(0, 64, (2 * 32, 4)).astype(np.int32)
     mask = np.ones((2 * 32, 4), np.uint8)
-    minibatches = SlotBatch(slots, mask, (slots + 1) % 64, mask,
-                            rng.integers(0, N_ACTIONS, 2 * 32).astype(np.int32),
-                            np.zeros(2 * 32, np.float32), np.zeros(2 * 32, bool))
+    minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
+                            next_mask=mask,
+                            actions=rng.integers(0, N_ACTIONS, 2 * 32).astype(np.int32),
+                            rewards=np.zeros(2 * 32, np.float32),
+                            terminals=np.zeros(2 * 32, bool))
     network.update_from_slots(frames.variable, minibatches, 2)  # traced before the clock
     clock = FakeClock()
-    dispatch = QNetwork._dispatch
+    run = DirectCall.__call__
 
-    def dispatch_taking_device_time(self, purpose, call, tensors):
-        outputs = dispatch(self, purpose, call, tensors)
+    def run_taking_device_time(self, *tensors):
+        outputs = run(self, *tensors)
         clock.time += device_work_ms / 1000.0
         return outputs
 
-    monkeypatch.setattr(QNetwork, "_dispatch", dispatch_taking_device_time)
+    monkeypatch.setattr(DirectCall, "__call__", run_taking_device_time)
     monkeypatch.setattr(simulated_gpu.time, "perf_counter", clock.perf_counter)
     monkeypatch.setattr(simulated_gpu.time, "sleep", clock.sleep)
     before = network.simulated_seconds
@@ -628,7 +642,6 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given():
     """The simulated GPU keeps the real gather (its host-visible cost): what it keeps of the
     last update's states is the pixel of the frames its slots name, worked out by hand."""
     from fast_dqn.device_frames import DeviceFrames
-    from fast_dqn.transitions import SlotBatch
     network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
                                        SimulatedGpu(update_ms=0.0, query_ms=0.0))
     frames = DeviceFrames(64)
@@ -638,11 +651,176 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given():
     next_slots = np.zeros((2 * 32, 4), np.int32)
     slots[-1, -1], next_slots[-1, -1] = 40, 9  # the last update's last states end there
     mask = np.ones((2 * 32, 4), np.uint8)
-    batch = SlotBatch(slots, mask, next_slots, mask, np.zeros(2 * 32, np.int32),
-                      np.zeros(2 * 32, np.float32), np.zeros(2 * 32, bool))
+    batch = SlotBatch(state_slots=slots, state_mask=mask, next_slots=next_slots,
+                      next_mask=mask, actions=np.zeros(2 * 32, np.int32),
+                      rewards=np.zeros(2 * 32, np.float32), terminals=np.zeros(2 * 32, bool))
     network.update_from_slots(frames.variable, batch, 2)
-    assert int(network._gathered.numpy()) == 41
+    assert int(network.arithmetic.last_pixel.numpy()) == 41
     masked = mask.copy()
     masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
     network.update_from_slots(frames.variable, batch._replace(state_mask=masked), 2)
-    assert int(network._gathered.numpy()) == 10
+    assert int(network.arithmetic.last_pixel.numpy()) == 10
+
+
+# ------------------------------------------- the learning rule against a naive reference
+
+
+class LinearQ:
+    """Q(s, .) = s W for float states (B, F): a network whose gradient is known by hand."""
+
+    def __init__(self, weights: list[list[float]]):
+        self.weights = keras.Variable(np.array(weights, np.float32))  # as a Keras layer's
+        self.trainable_variables = [self.weights]
+
+    def __call__(self, states: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return tf.matmul(states, self.weights)
+
+
+# A hand-made minibatch of 4 transitions with 3 features and 2 actions. Row 2 is terminal;
+# the TD errors fall on both sides of the Huber loss's kink (|error| below and above 1).
+ONLINE_W = [[0.5, -1.0], [2.0, 0.25], [-0.5, 1.5]]
+TARGET_W = [[1.0, 0.0], [0.0, 2.0], [3.0, -1.0]]
+HAND_MADE = dict(
+    states=[[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [2.0, 2.0, 0.0], [0.5, 0.0, 0.5]],
+    next_states=[[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [9.0, 9.0, 9.0], [0.0, 0.5, 1.0]],
+    actions=[1, 0, 0, 1], rewards=[1.0, 0.0, -1.0, 0.5], terminals=[False, False, True, False])
+
+
+def naive_update(double: bool, discount: float, lr: float) -> tuple[np.ndarray, float, float]:
+    """The DQN update written out transition by transition in float64: the targets, the
+    Huber loss with its gradient (the TD error clipped to [-1, 1]) summed over the minibatch,
+    and one plain gradient step. Returns the new weights, the mean loss and the mean Q(s, a)."""
+    online, target = np.array(ONLINE_W), np.array(TARGET_W)
+    gradient = np.zeros_like(online)
+    losses, q_taken = [], []
+    for i, action in enumerate(HAND_MADE["actions"]):
+        state = np.array(HAND_MADE["states"][i])
+        next_state = np.array(HAND_MADE["next_states"][i])
+        if HAND_MADE["terminals"][i]:
+            y = HAND_MADE["rewards"][i]
+        else:
+            target_q = [next_state @ target[:, a] for a in range(2)]
+            online_q = [next_state @ online[:, a] for a in range(2)]
+            best = online_q.index(max(online_q)) if double else target_q.index(max(target_q))
+            y = HAND_MADE["rewards"][i] + discount * target_q[best]
+        q = state @ online[:, action]
+        error = y - q
+        losses.append(0.5 * error**2 if abs(error) <= 1 else abs(error) - 0.5)
+        q_taken.append(q)
+        gradient[:, action] += -min(max(error, -1.0), 1.0) * state
+    return online - lr * gradient, sum(losses) / len(losses), sum(q_taken) / len(q_taken)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_the_update_is_the_naive_dqn_update_on_a_hand_made_minibatch(double):
+    minibatch = Batch(**{name: tf.constant(value, tf.int32 if name == "actions" else None)
+                         for name, value in HAND_MADE.items()})
+    online, target = LinearQ(ONLINE_W), LinearQ(TARGET_W)
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    stats = dqn_update(online, target, optimizer, minibatch, discount=0.9, double=double)
+    weights, loss, mean_q = naive_update(double, discount=0.9, lr=0.1)
+    np.testing.assert_allclose(online.weights.numpy(), weights, rtol=1e-6, atol=1e-6)
+    assert float(stats.loss) == pytest.approx(loss, rel=1e-6)
+    assert float(stats.mean_q) == pytest.approx(mean_q, rel=1e-6)
+    np.testing.assert_array_equal(target.weights.numpy(), np.float32(TARGET_W))  # untouched
+
+
+def test_the_hand_made_minibatch_tells_the_two_targets_apart():
+    """Row 0's next state: the online network prefers action 0 (2 > 0.25), the target
+    network action 1 (2 > 0), so the Double target differs from Nature's there."""
+    assert naive_update(False, 0.9, 0.1)[1] != naive_update(True, 0.9, 0.1)[1]
+
+
+# ----------------------------------------------------- the update function substituted
+
+
+def four_paths(network: QNetwork, seed: int = 0) -> float:
+    """Updates by every path the loops take: a host minibatch, K host minibatches in one
+    call, and from slots of frames on the device, one and K in a call (7 updates). Returns
+    the sum of the rewards the 7 minibatches carry."""
+    from fast_dqn.device_frames import DeviceFrames
+    rng = np.random.default_rng(seed)
+    frames = DeviceFrames(64)
+    frames.put_rows(0, rng.integers(0, 256, (64, 84, 84), dtype=np.uint8))
+    host = [random_batch(seed + k) for k in range(4)]
+    network.update(host[0])
+    network.update_many(Batch(*(np.concatenate(c) for c in zip(*host[1:]))), 3)
+    rewards = sum(float(batch.rewards.sum()) for batch in host)
+    for count in (1, 2):
+        slots = rng.integers(0, 64, (count * 32, 4)).astype(np.int32)
+        minibatches = SlotBatch(state_slots=slots, state_mask=np.ones_like(slots, np.uint8),
+                                next_slots=(slots + 1) % 64,
+                                next_mask=np.ones_like(slots, np.uint8),
+                                actions=np.zeros(count * 32, np.int32),
+                                rewards=rng.normal(size=count * 32).astype(np.float32),
+                                terminals=np.zeros(count * 32, bool))
+        network.update_from_slots(frames.variable, minibatches, count)
+        rewards += float(minibatches.rewards.sum())
+    return rewards
+
+
+class RecordingUpdate:
+    """An update function that changes no weight: it counts its calls and sums the rewards
+    of the minibatches it is given, on the device."""
+
+    def __init__(self):
+        self.calls = tf.Variable(0, dtype=tf.int64)
+        self.rewards = tf.Variable(0.0)
+
+    def __call__(self, online, target, optimizer, batch: Batch) -> UpdateStats:
+        self.calls.assign_add(1)
+        self.rewards.assign_add(tf.reduce_sum(batch.rewards))
+        return UpdateStats(loss=tf.constant(1.5), mean_q=tf.constant(-2.0))
+
+
+def weights(network: QNetwork) -> list[np.ndarray]:
+    return [np.array(v) for v in network.online.variables + network.optimizer.variables]
+
+
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_the_update_function_given_is_the_one_every_path_runs(xla):
+    recording = RecordingUpdate()
+    network = QNetwork(N_ACTIONS, update_function=recording,
+                       **q_network_settings(Config(xla=xla, seed=3)))
+    before = weights(network)
+    rewards = four_paths(network)
+    assert int(recording.calls.numpy()) == 7
+    assert float(recording.rewards.numpy()) == pytest.approx(rewards, rel=1e-5)
+    assert network.take_train_stats(7) == (1.5, -2.0)  # its stats, summed as the rule's
+    for a, b in zip(before, weights(network)):
+        np.testing.assert_array_equal(a, b)  # the learning rule itself never ran
+
+
+class RecordingArithmetic(SimulatedArithmetic):
+    """The simulated GPU's stand-in, also summing the rewards it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.rewards = tf.Variable(0.0)
+
+    def update(self, online, target, optimizer, batch: Batch) -> UpdateStats:
+        self.rewards.assign_add(tf.reduce_sum(batch.rewards))
+        return super().update(online, target, optimizer, batch)
+
+
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_the_simulation_runs_the_arithmetic_it_is_given_on_every_path(xla):
+    arithmetic = RecordingArithmetic()
+    network = SimulatedQNetwork(N_ACTIONS, SimulatedGpu(update_ms=0.0, query_ms=0.0),
+                                arithmetic=arithmetic,
+                                **q_network_settings(Config(xla=xla, seed=3)))
+    before = weights(network)
+    rewards = four_paths(network, seed=5)
+    assert network.updates_on_device == 7
+    assert float(arithmetic.rewards.numpy()) == pytest.approx(rewards, rel=1e-5)
+    assert network.greedy_actions(random_batch(9, size=3).states).tolist() == [0, 0, 0]
+    for a, b in zip(before, weights(network)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_minibatch_carries_the_declared_columns_by_name():
+    """Batch and SlotBatch are made from MINIBATCH_COLUMNS: its columns follow the states."""
+    assert Batch._fields == ("states", "next_states", *MINIBATCH_COLUMNS)
+    assert SlotBatch._fields == ("state_slots", "state_mask", "next_slots", "next_mask",
+                                 *MINIBATCH_COLUMNS)
+    assert list(MINIBATCH_COLUMNS) == ["actions", "rewards", "terminals"]
