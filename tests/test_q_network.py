@@ -774,7 +774,7 @@ class RecordingUpdate:
 
 
 def weights(network: QNetwork) -> list[np.ndarray]:
-    return [np.array(v) for v in network.online.variables + network.optimizer.variables]
+    return [v.numpy() for v in network.online.variables + network.optimizer.variables]
 
 
 @pytest.mark.parametrize("xla", ["on", "off"])
