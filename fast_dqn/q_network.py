@@ -13,7 +13,9 @@ The update itself (TD targets, the summed Huber loss, the RMSProp step) is one f
 update from a host minibatch, or from slots whose states it gathers from the frames on the
 device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
 (`direct_calls`). Each of those paths calls `QNetwork.update_function`, which a caller may
-replace (the simulated GPU passes a stand-in).
+replace. The benchmark's simulated GPU replaces the traced calls themselves (`traced_calls`):
+its stand-ins do per call what main's simulation always did, which a stand-in of the update
+run through these paths would not (see `QNetwork`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import random
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,9 +44,12 @@ with quiet_tensorflow_start():
 
 keras = tf.keras
 SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 or K updates
+# Every traced call by purpose: the samplers' query of the target network, the online
+# network's query, and the updates from host minibatches and from slots, 1 or K per call.
+CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES)
 
-# (network, states) -> the greedy actions (B,) int32: what the traced queries run.
-GreedyFunction = Callable[[Any, tf.Tensor], tf.Tensor]
+# xla -> the traced function of each of CALL_PURPOSES: what a network's calls run.
+TracedCalls = Callable[[bool], Mapping[str, Any]]
 
 
 def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
@@ -174,16 +179,21 @@ class QNetwork:
 
     `seed` fixes the initial weights; no global random generator is touched.
 
-    Substitutions, for the benchmark's simulated GPU (fast_dqn/simulated_gpu.py):
-    `update_function` replaces the learning rule (default: `update_rule.dqn_update` with this
-    discount and target), `greedy_function` the query's arithmetic, and `dispatch` runs each
-    hot call (`direct_calls.DirectCalls`). Every traced path calls the ones given.
+    Substitutions: `update_function` replaces the learning rule (default:
+    `update_rule.dqn_update` with this discount and target); every traced path calls the one
+    given. For the benchmark's simulated GPU (fast_dqn/simulated_gpu.py), `traced_calls`
+    replaces the traced calls of every purpose in `CALL_PURPOSES` (a table that lacks one is
+    refused, so no call of this class escapes the simulation), and `dispatch` runs each hot
+    call (`direct_calls.DirectCalls`). The simulation replaces whole calls rather than the
+    update inside them: its host cost must be the real calls' per call (one dispatch per K
+    updates, the states of all K gathered), and a stand-in run K times in this class's loop
+    costs a loop iteration and a gather per update, or with XLA keeps none of the gather.
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
                  discount: float, seed: int, xla: bool = False, double: bool = False,
                  dueling: bool = False, update_function: UpdateFunction | None = None,
-                 greedy_function: GreedyFunction = greedy, dispatch: Dispatch = run_call):
+                 traced_calls: TracedCalls | None = None, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
         self.discount = discount
         self.double = double
@@ -194,7 +204,7 @@ class QNetwork:
         self.optimizer.build(self.online.trainable_variables)
         self.update_function: UpdateFunction = update_function or functools.partial(
             dqn_update, discount=discount, double=double)
-        self.greedy_function = greedy_function
+        self._traced_calls = traced_calls or self._own_calls
         self._dispatch = dispatch
         # Sums over the updates since the last `take_train_stats`, kept on the device so
         # that an update never waits for a host copy. The run counts the updates.
@@ -207,10 +217,20 @@ class QNetwork:
         self._build_functions(xla)
 
     def _build_functions(self, xla: bool) -> None:
+        """The traced calls (this network's own, or the ones substituted), called directly."""
+        self.xla = xla
+        functions = dict(self._traced_calls(xla))
+        if set(functions) != set(CALL_PURPOSES):
+            raise ValueError(f"traced calls for {sorted(functions)}, not for "
+                             f"{sorted(CALL_PURPOSES)}")
+        self._functions = functions
+        # The hot calls' traces, called directly (fast_dqn/direct_calls.py).
+        self.direct_calls = DirectCalls(dispatch=self._dispatch)
+
+    def _own_calls(self, xla: bool) -> dict[str, Any]:
         """The traced calls: the update, K updates in one call, both from frames on the
         device, and the greedy queries. With `xla` the update and the samplers' query are
         compiled, each one program: on a GPU one launch instead of one per op."""
-        self.xla = xla
         self._update_fn = tf.function(self._update, jit_compile=xla, reduce_retracing=True)
         # One trace for every count of updates per call (a loop, see `in_order`), itself not
         # compiled: with XLA its iterations call the compiled single update (`_updates`).
@@ -226,29 +246,27 @@ class QNetwork:
             True: tf.function(self._greedy_target, jit_compile=xla, reduce_retracing=True),
             False: tf.function(self._greedy_online, reduce_retracing=True),
         }
-        self._functions = {"query": self._greedy_fns[True], "update": self._update_fn,
-                           "update_many": self._update_many_fn,
-                           SLOT_UPDATES[0]: self._update_slots_fn,
-                           SLOT_UPDATES[1]: self._update_many_slots_fn}
-        # The hot calls' traces, called directly (fast_dqn/direct_calls.py).
-        self.direct_calls = DirectCalls(dispatch=self._dispatch)
+        return {"query": self._greedy_fns[True], "online_query": self._greedy_fns[False],
+                "update": self._update_fn, "update_many": self._update_many_fn,
+                SLOT_UPDATES[0]: self._update_slots_fn,
+                SLOT_UPDATES[1]: self._update_many_slots_fn}
 
     def sync_target(self) -> None:
         for target_var, online_var in zip(self.target.variables, self.online.variables):
             target_var.assign(online_var)
 
     def _greedy_target(self, states: tf.Tensor) -> tf.Tensor:
-        return self.greedy_function(self.target, states)
+        return greedy(self.target, states)
 
     def _greedy_online(self, states: tf.Tensor) -> tf.Tensor:
-        return self.greedy_function(self.online, states)
+        return greedy(self.online, states)
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         """argmax_a Q(s, a) for a batch of uint8 states (B, HISTORY, 84, 84)."""
         if use_target:
             outputs = self._call_directly("query", [states], borrow=True)
             return outputs[0].numpy()
-        return self._greedy_fns[False](borrowed_tensor(states)).numpy()
+        return self._functions["online_query"](borrowed_tensor(states)).numpy()
 
     def _call_directly(self, purpose: str, arrays: list[np.ndarray],
                        variables: tuple[tf.Variable, ...] = (),

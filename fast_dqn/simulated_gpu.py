@@ -14,10 +14,9 @@ import numpy as np
 
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
-from fast_dqn.q_network import SLOT_UPDATES, QNetwork, q_network_settings
+from fast_dqn.q_network import SLOT_UPDATES, QNetwork, gathered_batch, q_network_settings
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
-from fast_dqn.update_rule import UpdateStats
 
 with quiet_tensorflow_start():
     import tensorflow as tf
@@ -31,32 +30,57 @@ class SimulatedGpu:
     query_ms: float
 
 
-class SimulatedArithmetic:
-    """Stand-ins for the network's arithmetic, of the learning rule's and the query's
-    signatures (`update_rule.UpdateFunction`, `q_network.GreedyFunction`): the network's own
-    traced calls run them where they would run the real ones.
+class SimulatedCalls:
+    """The simulated GPU's traced calls, one for each of the network's (`CALL_PURPOSES`), in
+    place of the network's own (`QNetwork`'s `traced_calls`): the host work of a call is the
+    real one's, the arithmetic is gone.
 
-    The update counts itself (`updates_on_device`, which the tests read) and keeps one pixel
-    of the states it is given (`last_pixel`): from frames on the device, the network gathers
-    the states before the update, and a kept pixel keeps those gathers in the compiled
-    function; a reduction over them would be CPU work of the simulation's own (a pass over
-    each 900 KB result, 15% of the update's CPU time timed alone), which no GPU's update
-    makes. The query's actions are all 0.
+    Each call, whatever its K, is one uncompiled function dispatched once, as a real call of
+    K updates is one host call. An update counts its updates (`updates_on_device`, which the
+    tests read); from frames on the device it gathers the states of all its minibatches, as
+    the real call's device work does, and keeps one pixel of them (`last_pixel`), so that
+    the gathers are not left out of the function; a reduction over them would be CPU work of
+    the simulation's own (a pass over each 900 KB result, 15% of the update's CPU time timed
+    alone), which no GPU's update makes. A query's actions are all 0.
+
+    Never compiled, with XLA or without: XLA keeps of a gather only the pixel kept (a call
+    of 64 updates from slots took 4.5 ms instead of 22), so the CPU would not do the
+    gather a GPU does within its time; and the real K call is an uncompiled loop whose
+    compiled iterations are device work, which the simulation's wait stands for.
     """
 
     def __init__(self):
         self.updates_on_device = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.last_pixel = tf.Variable(0, dtype=tf.uint8, trainable=False)
 
-    def update(self, online: Any, target: Any, optimizer: Any, batch: Batch) -> UpdateStats:
+    def __call__(self, xla: bool) -> dict[str, Any]:
+        def uncompiled(body: Any) -> Any:
+            return tf.function(body, reduce_retracing=True)
+
+        return {"query": uncompiled(self._no_actions),
+                "online_query": uncompiled(self._no_actions),
+                "update": uncompiled(self._count_updates),
+                "update_many": uncompiled(self._count_updates),
+                SLOT_UPDATES[0]: uncompiled(self._gather_and_count),
+                SLOT_UPDATES[1]: uncompiled(self._gather_and_count)}
+
+    def _count_updates(self, *columns: tf.Tensor) -> None:
+        """A host minibatch's update, or K stacked (actions (K, B)): counted, nothing more."""
+        actions = Batch(*columns).actions
+        stacked = len(actions.shape) == 2
+        count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
+        self.updates_on_device.assign_add(count)
+
+    def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> None:
+        """The real gather of the states of the call's minibatches (one or K stacked) from
+        the frames on the device, then counted."""
+        batch = gathered_batch(frames, SlotBatch(*columns))
         self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
                                           _last_pixel(batch.next_states)))
-        self.updates_on_device.assign_add(1)
-        nothing = tf.constant(0.0)
-        return UpdateStats(loss=nothing, mean_q=nothing)
+        self._count_updates(*batch)
 
     @staticmethod
-    def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
+    def _no_actions(states: tf.Tensor) -> tf.Tensor:
         return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
 
 
@@ -64,13 +88,12 @@ class SimulatedQNetwork(QNetwork):
     """A QNetwork on a simulated GPU, for the benchmark where no GPU is at hand.
 
     Everything the host does for the network's work runs for real: the arguments become
-    tensors (the copies a GPU needs), the network's traced calls are dispatched as it
-    dispatches them (one host call per K updates, with XLA or without), and a query's
-    actions are copied back. Only the arithmetic is replaced, by substitution: the network
-    runs `SimulatedArithmetic`'s update and query instead of the learning rule and the
-    argmax (from frames on the device it still gathers the states), and the call then waits,
-    releasing the interpreter lock as a GPU's kernels would. Its actions are all 0 and its
-    weights never change.
+    tensors (the copies a GPU needs), each call is dispatched once as the real network's is
+    (one host call per K updates, with XLA or without), and a query's actions are copied
+    back. Only the arithmetic is replaced, by substitution: the network is built with
+    `SimulatedCalls` in place of its own traced calls (from frames on the device they still
+    gather the states), and the call then waits, releasing the interpreter lock as a GPU's
+    kernels would. Its actions are all 0 and its weights never change.
 
     A query waits `gpu.query_ms` after its call. An update call lasts `gpu.update_ms` per
     update counted from its dispatch: the gather of the states is device work, part of a
@@ -79,14 +102,13 @@ class SimulatedQNetwork(QNetwork):
     """
 
     def __init__(self, n_actions: int, gpu: SimulatedGpu,
-                 arithmetic: SimulatedArithmetic | None = None, **settings: Any):
+                 calls: SimulatedCalls | None = None, **settings: Any):
         self.gpu = gpu
         self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
         self._dispatched_at: float | None = None  # the current update call's first dispatch
-        self.arithmetic = arithmetic or SimulatedArithmetic()
-        super().__init__(n_actions, update_function=self.arithmetic.update,
-                         greedy_function=self.arithmetic.greedy, dispatch=self._timed_dispatch,
-                         **settings)
+        self.simulated_calls = calls or SimulatedCalls()
+        super().__init__(n_actions, traced_calls=self.simulated_calls,
+                         dispatch=self._timed_dispatch, **settings)
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
         actions = super().greedy_actions(states, use_target)
@@ -118,7 +140,7 @@ class SimulatedQNetwork(QNetwork):
 
     @property
     def updates_on_device(self) -> int:
-        return int(self.arithmetic.updates_on_device.numpy())
+        return int(self.simulated_calls.updates_on_device.numpy())
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds)

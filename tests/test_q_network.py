@@ -19,10 +19,10 @@ import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.direct_calls import DirectCall  # noqa: E402
-from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
-                                configure_device, dueling_q_values, make_q_network,
-                                q_network_settings)
-from fast_dqn.simulated_gpu import (SimulatedArithmetic, SimulatedGpu,  # noqa: E402
+from fast_dqn.q_network import (CALL_PURPOSES, QNetwork, ScaleGradient,  # noqa: E402
+                                build_nature_cnn, configure_device, dueling_q_values,
+                                make_q_network, q_network_settings)
+from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedGpu,  # noqa: E402
                                     SimulatedQNetwork, make_simulated_q_network)
 from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
 from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
@@ -638,11 +638,12 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     assert network.updates_on_device == 4
 
 
-def test_a_simulated_slot_update_gathers_the_states_it_is_given():
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
     """The simulated GPU keeps the real gather (its host-visible cost): what it keeps of the
     last update's states is the pixel of the frames its slots name, worked out by hand."""
     from fast_dqn.device_frames import DeviceFrames
-    network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
+    network = make_simulated_q_network(Config(xla=xla), N_ACTIONS,
                                        SimulatedGpu(update_ms=0.0, query_ms=0.0))
     frames = DeviceFrames(64)
     frames.write(0, np.arange(1, 65, dtype=np.uint8)[:, None, None]
@@ -655,11 +656,11 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given():
                       next_mask=mask, actions=np.zeros(2 * 32, np.int32),
                       rewards=np.zeros(2 * 32, np.float32), terminals=np.zeros(2 * 32, bool))
     network.update_from_slots(frames.variable, batch, 2)
-    assert int(network.arithmetic.last_pixel.numpy()) == 41
+    assert int(network.simulated_calls.last_pixel.numpy()) == 41
     masked = mask.copy()
     masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
     network.update_from_slots(frames.variable, batch._replace(state_mask=masked), 2)
-    assert int(network.arithmetic.last_pixel.numpy()) == 10
+    assert int(network.simulated_calls.last_pixel.numpy()) == 10
 
 
 # ------------------------------------------- the learning rule against a naive reference
@@ -791,31 +792,80 @@ def test_the_update_function_given_is_the_one_every_path_runs(xla):
         np.testing.assert_array_equal(a, b)  # the learning rule itself never ran
 
 
-class RecordingArithmetic(SimulatedArithmetic):
-    """The simulated GPU's stand-in, also summing the rewards it is given."""
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_the_simulation_replaces_every_path(xla):
+    """Every update path and both queries run the simulated GPU's calls: 7 updates counted,
+    actions all 0, the weights and optimizer slots never changed."""
+    network = make_simulated_q_network(Config(xla=xla, seed=3), N_ACTIONS,
+                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    before = weights(network)
+    four_paths(network, seed=5)
+    assert network.updates_on_device == 7
+    states = random_batch(9, size=3).states
+    assert network.greedy_actions(states).tolist() == [0, 0, 0]
+    assert network.greedy_actions(states, use_target=False).tolist() == [0, 0, 0]
+    for a, b in zip(before, weights(network)):
+        np.testing.assert_array_equal(a, b)
 
-    def __init__(self):
-        super().__init__()
-        self.rewards = tf.Variable(0.0)
 
-    def update(self, online, target, optimizer, batch: Batch) -> UpdateStats:
-        self.rewards.assign_add(tf.reduce_sum(batch.rewards))
-        return super().update(online, target, optimizer, batch)
+def test_traced_calls_that_leave_out_a_purpose_are_refused():
+    """A call the substituted table lacks would run the network's own arithmetic in the
+    simulation: the network refuses the table instead."""
+    calls = SimulatedCalls()
+
+    def without_online_query(xla: bool):
+        return {purpose: function for purpose, function in calls(xla).items()
+                if purpose != "online_query"}
+
+    with pytest.raises(ValueError, match="online_query"):
+        QNetwork(N_ACTIONS, traced_calls=without_online_query,
+                 **q_network_settings(Config(xla="off")))
+
+
+def compiled_by_xla(call: DirectCall) -> bool:
+    """Whether a function that `call`'s graph runs is one XLA compiles."""
+    library = call._concrete.graph.as_graph_def().library.function
+    return any(function.attr["_XlaMustCompile"].b for function in library
+               if "_XlaMustCompile" in function.attr)
 
 
 @pytest.mark.parametrize("xla", ["on", "off"])
-def test_the_simulation_runs_the_arithmetic_it_is_given_on_every_path(xla):
-    arithmetic = RecordingArithmetic()
-    network = SimulatedQNetwork(N_ACTIONS, SimulatedGpu(update_ms=0.0, query_ms=0.0),
-                                arithmetic=arithmetic,
-                                **q_network_settings(Config(xla=xla, seed=3)))
-    before = weights(network)
-    rewards = four_paths(network, seed=5)
-    assert network.updates_on_device == 7
-    assert float(arithmetic.rewards.numpy()) == pytest.approx(rewards, rel=1e-5)
-    assert network.greedy_actions(random_batch(9, size=3).states).tolist() == [0, 0, 0]
-    for a, b in zip(before, weights(network)):
-        np.testing.assert_array_equal(a, b)
+def test_a_simulated_call_of_k_slot_updates_gathers_all_their_states_uncompiled(xla):
+    """The simulation stands for a GPU by doing the host's part of the real call
+    (docs/design.md): one dispatched function per call of K updates, in which the CPU
+    gathers the K minibatches' states (K x 32 states of 4 frames of 84 x 84, and as many
+    next states) at once, as the device would. Compiled, XLA keeps of the gather only the one pixel the stand-in keeps;
+    looped per update (the real network's loop), a call costs a loop iteration and a small
+    gather per update: either way the host cost measured is no longer the real call's.
+    The real network with XLA does compile its update: what `compiled_by_xla` looks for."""
+    from fast_dqn.device_frames import DeviceFrames
+    k, size = 3, 32
+    frames = DeviceFrames(64)
+    rng = np.random.default_rng(0)
+    slots = rng.integers(0, 64, (k * size, 4)).astype(np.int32)
+    mask = np.ones_like(slots, np.uint8)
+    minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
+                            next_mask=mask, actions=np.zeros(k * size, np.int32),
+                            rewards=np.zeros(k * size, np.float32),
+                            terminals=np.zeros(k * size, bool))
+    network = make_simulated_q_network(Config(xla=xla), N_ACTIONS,
+                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    network.update_from_slots(frames.variable, minibatches, k)
+    network.update_from_slots(frames.variable,
+                              SlotBatch(*(column[:size] for column in minibatches)), 1)
+    calls = {key[0]: call for key, call in network.direct_calls.calls.items()}
+    assert set(calls) == {"update_slots", "update_many_slots"}
+    for purpose, leading in (("update_many_slots", [None, size]), ("update_slots", [size])):
+        gathered = [op.outputs[0].shape.as_list()
+                    for op in calls[purpose]._concrete.graph.get_operations()
+                    if op.type in ("ResourceGather", "GatherV2")]
+        assert gathered == [leading + [4, 84, 84]] * 2, purpose  # states, next states
+        assert not compiled_by_xla(calls[purpose]), purpose
+    assert network.updates_on_device == k + 1
+    if xla == "on":
+        real = network_from(Config(xla="on"), seed=0)
+        real.update_from_slots(frames.variable, minibatches, k)
+        assert [compiled_by_xla(call) for call in real.direct_calls.calls.values()] == [True]
 
 
 def test_a_minibatch_carries_the_declared_columns_by_name():
