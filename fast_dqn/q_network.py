@@ -14,8 +14,8 @@ update from a host minibatch, or from slots whose states it gathers from the fra
 device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
 (`direct_calls`). Each of those paths calls `QNetwork.update_function`, which a caller may
 replace. The benchmark's simulated GPU replaces the traced calls themselves (`traced_calls`):
-its stand-ins do per call what main's simulation always did, which a stand-in of the update
-run through these paths would not (see `QNetwork`).
+its host cost per call must be the real calls', which a stand-in of the update run through
+these paths does not keep (see `QNetwork`).
 """
 
 from __future__ import annotations

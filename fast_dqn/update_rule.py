@@ -5,8 +5,8 @@
 summed over the minibatch, and one step of the optimizer on the online network. It is a
 function of (online network, target network, optimizer, minibatch) and nothing else: the
 network (fast_dqn/q_network.py) traces it, compiles it, loops it K times in one call and
-dispatches it, and the benchmark's simulated GPU (fast_dqn/simulated_gpu.py) hands the network
-a stand-in of the same signature. TensorFlow's closest form of a pure update: it writes the
+dispatches it; a caller may hand the network another function of the same signature
+(`QNetwork`'s `update_function`). TensorFlow's closest form of a pure update: it writes the
 new weights and optimizer slots into their variables instead of returning them.
 
 Nature's loss and optimizer (Mnih et al. 2015): the TD error is clipped to [-1, 1] in the

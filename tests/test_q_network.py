@@ -1,6 +1,6 @@
 """Tests of fast_dqn.q_network and fast_dqn.update_rule on the CPU: the Nature CNN, the
 optimizer, the DQN update (against a naive NumPy reference on a hand-made minibatch), and the
-substitution of the update that the simulated GPU relies on.
+substitutions of the update function and of the traced calls (the simulated GPU's).
 
 Networks are expensive to build and trace on a 2-core CPU, so a few are shared per module;
 a test that trains a network builds its own, so the order of tests never matters.
@@ -19,11 +19,11 @@ import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.direct_calls import DirectCall  # noqa: E402
-from fast_dqn.q_network import (CALL_PURPOSES, QNetwork, ScaleGradient,  # noqa: E402
-                                build_nature_cnn, configure_device, dueling_q_values,
-                                make_q_network, q_network_settings)
+from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
+                                configure_device, dueling_q_values, make_q_network,
+                                q_network_settings)
 from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedGpu,  # noqa: E402
-                                    SimulatedQNetwork, make_simulated_q_network)
+                                    make_simulated_q_network)
 from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
 from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
 
