@@ -29,10 +29,11 @@ import numpy as np
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
-                             Config, OneLineErrorParser, validate)
+                             Config, OneLineErrorParser, add_device_flag, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
+from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import SlotBatch, Transitions
 from fast_dqn.run_logs import NullRunLog
@@ -81,6 +82,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"XLA for the update, as run_fast_dqn.py's --xla (default: "
                              f"{Config.xla})")
     parser.add_argument("--seed", type=int, default=0)
+    add_device_flag(parser)
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
         parser.error("--workers and --steps must be at least 1, --random-steps at least 0")
@@ -343,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         configs = {w: bench_config(args, w) for w in args.workers}
+        select_device(args.device)  # before anything imports TensorFlow
     except ValueError as error:
         print(f"benchmark: error: {error}", file=sys.stderr)
         return 2

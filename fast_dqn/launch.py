@@ -35,15 +35,17 @@ import numpy as np
 
 from fast_dqn.agents import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
                              unstored_count)
-from fast_dqn.atari import GameSettings, resolve_game
+from fast_dqn.atari import GameSettings, game_of_new_run, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   check_checkpoint_names, clear_leftovers, latest_checkpoint,
                                   network_prefix, read_replay_into, read_unstored, replay_in,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
+from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
+from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
@@ -61,7 +63,7 @@ DESCRIPTIONS = {
                    "Daley & Amato (2021): samplers act with the target network while a "
                    "trainer thread updates the online network.",
 }
-RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resume
+RESUME_FLAGS = ("timesteps", "refill_replay", "device")  # what may be given beside --resume
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
@@ -90,7 +92,7 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
                          "checkpoint whose replay memory is missing); leave it out of a new run")
     config = Config(**with_protocol(settings))
     validate(config, algo)
-    config = config.replace(game=resolve_game(config.game))
+    config = config.replace(game=game_of_new_run(config.game, config, settings))
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
     config = config.replace(logdir=os.path.expanduser(logdir))
     check_memory_for(config.replay_capacity, num_envs(config, algo))
@@ -144,14 +146,15 @@ def check_memory_for(capacity: int, envs: int = 1, headroom_bytes: int = 2 * 102
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
-    """The settings of the run in --resume RUN_DIR; only --timesteps may change them."""
+    """The settings of the run in --resume RUN_DIR; only --timesteps may change them (and
+    --device, which is not a setting of the run)."""
     if not settings["resume"].strip():
         raise ValueError("--resume needs the run directory to continue; got an empty path")
     run_dir = Path(os.path.expanduser(settings.pop("resume")))
     extra = sorted(set(settings) - set(RESUME_FLAGS))
     if extra:
-        raise ValueError(f"only --timesteps and --refill-replay may be given with --resume; "
-                         f"got {', '.join(flag_name(name) for name in extra)}")
+        raise ValueError("only --timesteps, --refill-replay and --device may be given with "
+                         f"--resume; got {', '.join(flag_name(name) for name in extra)}")
     saved = saved_config(run_dir)
     if saved.get("algo") != algo:
         raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
@@ -301,6 +304,7 @@ def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
 def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
     try:
         config = prepare_config(argv, algo)
+        select_device(config.device)  # before anything imports TensorFlow
     except ValueError as error:
         return _refuse(error)
     try:
@@ -333,7 +337,8 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         if manifest is None:
             try:
                 run_log.write_config({"algo": algo, **config.saved_settings(),
-                                      "protocol_overrides": protocol_overrides(config)})
+                                      "protocol_overrides": protocol_overrides(config),
+                                      CODE_VERSIONS: [code_version(from_step=0)]})
             except WriteFailed as error:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
@@ -357,7 +362,10 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 if stop:  # reading a 7 GB memory takes a while: a signal ends the resume
                     loop.close()
                     return _stopped_before_start(stop)
-                run_log.add_to_config({"timesteps": config.timesteps})  # a resume's only change
+                run_log.add_to_config({  # a resume's only change, and the code it runs
+                    "timesteps": config.timesteps,
+                    CODE_VERSIONS: with_resume_entry(run_log.config_value(CODE_VERSIONS),
+                                                     code_version(loop.counters.step))})
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
                 return _refuse(f"cannot resume {run_dir.path}: {error}")

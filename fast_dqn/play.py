@@ -37,9 +37,10 @@ import numpy as np
 from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
-from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
+from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.evaluation import GreedyFn
+from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.run_dir import CONFIG_FILE
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
@@ -94,6 +95,7 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--max-steps", type=int, default=None,
                         help="agent steps after which a game is cut off (default: the run's "
                         "max_episode_steps)")
+    add_device_flag(parser)
     return parser
 
 
@@ -312,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_args(args)
         run = load_run(args.run_dir)
+        select_device(args.device)  # before the network's module imports TensorFlow
     except ValueError as error:
         parser.error(_one_line(error))
     try:

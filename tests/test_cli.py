@@ -35,7 +35,7 @@ BAD_INPUTS = [
     (ALGO_DQN, ["--replay-capacity=1000000000000"], "lower --replay-capacity"),
     (ALGO_DQN, ["--resume=/nonexistent/run"], "cannot resume"),
     (ALGO_DQN, ["--resume=/nonexistent/run", "--lr=0.1"],
-     "only --timesteps and --refill-replay may be given"),
+     "only --timesteps, --refill-replay and --device may be given"),
     (ALGO_FAST_DQN, ["--resume="], "--resume needs the run directory"),
     (ALGO_DQN, ["--resume=  "], "--resume needs the run directory"),
     (ALGO_FAST_DQN, ["--replay-start=0"], "--replay-start (0) must be at least --batch-size"),
@@ -43,6 +43,10 @@ BAD_INPUTS = [
     (ALGO_DQN, ["--replay-capacity=35", "--replay-start=32"],
      "--replay-capacity (35) must hold a minibatch and its frame history: at least 36"),
     (ALGO_FAST_DQN, ["--timesteps=4"], "--timesteps (4) must be at least --workers (8)"),
+    # Issue 36: a Gymnasium id whose defaults are another protocol's says so.
+    (ALGO_FAST_DQN, ["--game=ALE/Pong-v5"], "--game=ALE/Pong-v5 names Gymnasium's v5 "
+                                            "defaults (sticky actions 0.25)"),
+    (ALGO_DQN, ["--game=Pong-v4"], "repeat each action a random 2 to 4 frames"),
 ]
 
 

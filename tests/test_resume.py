@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
-from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
+from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
                             assert_no_traceback, interrupt, read_csv, run_cli, snapshot, start,
                             step_of, summary, without_hours)
 
@@ -48,14 +49,24 @@ def interrupted(tmp_path_factory) -> tuple[Path, Finished]:
     return run_dir, result
 
 
+# A run started under other code: copy b of the interrupted run says so, with a commit id
+# that is no commit of this checkout.
+OTHER_CODE = {"from_step": 0, "commit": "bf5bf59" + "0" * 33, "tree_changed": False,
+              "changed_files": []}
+
+
 @pytest.fixture(scope="module")
 def resumed_twice(interrupted, tmp_path_factory) -> list[tuple[Path, Finished]]:
-    """Two copies of the interrupted run, resumed side by side to RESUMED_STEPS."""
+    """Two copies of the interrupted run, resumed side by side to RESUMED_STEPS; the second
+    says it was started under other code (OTHER_CODE)."""
     run_dir, _ = interrupted
     root = tmp_path_factory.mktemp("resumed")
     copies = [root / "a", root / "b"]
     for copy in copies:
         shutil.copytree(run_dir, copy)
+    config_b = json.loads((copies[1] / "config.json").read_text())
+    (copies[1] / "config.json").write_text(json.dumps({**config_b,
+                                                       "code_versions": [OTHER_CODE]}))
     runs = [start(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={RESUMED_STEPS}"],
                   root / f"{copy.name}-resume") for copy in copies]
     return [(copy, run.finish(timeout=150)) for copy, run in zip(copies, runs)]
@@ -104,6 +115,37 @@ def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     assert evaluations == [800, 1600]  # every 800 steps, before and after the stop
     config = json.loads((resumed_dir / "config.json").read_text())
     assert config["timesteps"] == RESUMED_STEPS and config["evaluate"] == 800
+
+
+def checkout_commit() -> str:
+    """The commit of the checkout these tests run from, as git says it."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_config_json_records_the_code_of_the_start_and_of_a_resume_under_other_code(
+        interrupted, resumed_twice):
+    """Issue 36: config.json records the commit the run ran; a resume under another commit
+    goes on and adds it (with the step it took over at) to the list."""
+    run_dir, _ = interrupted
+    stopped_at = step_of(read_manifest(latest_checkpoint(run_dir)))
+    started = json.loads((run_dir / "config.json").read_text())["code_versions"]
+    assert len(started) == 1
+    assert started[0]["from_step"] == 0 and started[0]["commit"] == checkout_commit()
+    assert isinstance(started[0]["tree_changed"], bool)
+
+    (dir_a, result_a), (dir_b, result_b) = resumed_twice
+    assert result_b.returncode == 0, result_b.stderr[-3000:]
+    versions = json.loads((dir_b / "config.json").read_text())["code_versions"]
+    assert versions[0] == OTHER_CODE
+    assert len(versions) == 2
+    assert versions[1]["from_step"] == stopped_at
+    assert versions[1]["commit"] == checkout_commit()
+    # The same code as at the start: a clean tree adds nothing; a changed one cannot be
+    # compared, and is added.
+    same = json.loads((dir_a / "config.json").read_text())["code_versions"]
+    assert same[0] == started[0]
+    assert len(same) == (2 if started[0]["tree_changed"] else 1)
 
 
 def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
@@ -244,9 +286,10 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
 
 @pytest.mark.parametrize("script, args, prepare, message", [
     (RUN_FAST_DQN, ["--seed=3"], None,
-     "only --timesteps and --refill-replay may be given with --resume; got --seed"),
+     "only --timesteps, --refill-replay and --device may be given with --resume; got --seed"),
     (RUN_FAST_DQN, ["--timesteps=9", "--workers=2", "--lr=0.1"], None,
-     "only --timesteps and --refill-replay may be given with --resume; got --lr, --workers"),
+     "only --timesteps, --refill-replay and --device may be given with --resume; got --lr, "
+     "--workers"),
     (RUN_FAST_DQN, ["--timesteps=-1"], None, "--timesteps must be at least 1"),
     (RUN_FAST_DQN, ["--timesteps=400"], None,
      "is at step 500 and --timesteps is 400; a resume only extends a run"),
