@@ -44,6 +44,10 @@ from gymnasium.wrappers import AtariPreprocessing
 from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS, Config
 
 gym.register_envs(ale_py)
+# Each emulator made one by one (Gymnasium's env: play, the serial trainer, the benchmark)
+# prints the ALE's two-line banner at its Info level before ale-py's env lowers that level;
+# ale-py's vector env, the fast trainer's, prints none. Lowered here, before any is made.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 _CV2_FLAGS = {
     "area": cv2.INTER_AREA,

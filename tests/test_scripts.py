@@ -653,15 +653,15 @@ def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None,
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
     root = tmp_path / "runs"
-    summary = {"finished": True, "steps": 500000, "wall_seconds": 3600.0, "updates": 1,
+    summary = {"finished": True, "steps": 50_000_000, "wall_seconds": 3600.0, "updates": 1,
                "steps_per_second": 1000.0, "updates_per_second": 250.0, "device": "GPU:0",
                "last_evaluation": None, "game": "pong", "algo": "fast_dqn", "seed": 0}
     # pong: final evaluations 10 and 14 -> mean 12, std sqrt(8); (12 + 20.7) / 30 -> 109.0%
-    make_run(root, "pong", 0, [(250000, -20.0), (500000, 10.0)], summary)
-    make_run(root, "pong", 1, [(250000, 16.0), (500000, 14.0)],
+    make_run(root, "pong", 0, [(25_000_000, -20.0), (50_000_000, 10.0)], summary)
+    make_run(root, "pong", 1, [(25_000_000, 16.0), (50_000_000, 14.0)],
              dict(summary, steps_per_second=2000.0, seed=1))
     # breakout: (16.75 - 1.7) / (31.8 - 1.7) -> 50.0%
-    make_run(root, "breakout", 0, [(250000, 16.75)], dict(summary, finished=False))
+    make_run(root, "breakout", 0, [(25_000_000, 16.75)], dict(summary, finished=False))
     # alien: no evaluations yet, left out of the scores
     make_run(root, "alien", 0, None, None)
     # a directory set aside by all_games.sh is not a run
@@ -678,9 +678,9 @@ def test_summary_table_and_normalized_scores(runs_dir):
     rows = {line.split()[0]: line.split() for line in table[3:]}
     assert set(rows) == {"pong", "breakout", "alien"}
     # game  seeds  done  final-step  final-mean  std  best  human%  steps/s  updates/s  hours
-    assert rows["pong"][:11] == ["pong", "0,1", "2/2", "500,000", "12.0", "2.8", "13.0",
+    assert rows["pong"][:11] == ["pong", "0,1", "2/2", "50,000,000", "12.0", "2.8", "13.0",
                                  "109.0", "1,500", "250", "1.00"]
-    assert rows["breakout"][:8] == ["breakout", "0", "0/1", "250,000", "16.8", "-", "16.8",
+    assert rows["breakout"][:8] == ["breakout", "0", "0/1", "25,000,000", "16.8", "-", "16.8",
                                     "50.0"]
     assert rows["alien"][3:8] == ["-", "-", "-", "-", "-"]
     assert "over 2 game(s): median 79.5%, mean 79.5%" in result.stdout
@@ -743,13 +743,160 @@ def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys
     # by hand: the finite finals 5 (seed 0, step 1000), 7 and 9: mean 7, std 2, best 7;
     # (7 + 20.7) / 30 of the way from random to human
     row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
-    assert row[:8] == ["pong", "0,1,2", "0/3", "1,000", "7.0", "2.0", "7.0", "92.3"]
+    # a short run (1,000 steps): its score is marked, and left out of the median
+    assert row[:8] == ["pong", "0,1,2", "0/3", "1,000", "7.0", "2.0", "7.0", "92.3*"]
     notes = [line for line in output.splitlines() if "inf or nan" in line]
     assert len(notes) == 2, output
     assert str(root / "pong-fast_dqn-seed0" / "evaluations.csv") in notes[0]
     assert "1 row(s)" in notes[0] and "line 3 (step 2000)" in notes[0]
     assert str(seed2 / "evaluations.csv") in notes[1]
     assert "2 row(s)" in notes[1] and "line 3 (step inf), line 4 (step 2000)" in notes[1]
+
+
+def test_summary_averages_only_runs_of_the_same_settings_and_counts_each_seed_once(tmp_path,
+                                                                                    capsys):
+    """Regression (issue 36): five runs of seed 0 with different settings were "5 seeds",
+    averaged into one row, and 2,000-step runs entered the median unmarked."""
+    from scripts import summarize
+
+    root = tmp_path / "runs"
+    full = 50_000_000
+    # Pong: random -20.7, human 9.3 (a range of 30). By hand: the two full runs of the
+    # default settings, -5.7 and 0.3, average -2.7: (−2.7 + 20.7) / 30 = 60.0%; the run with
+    # another --lr, 9.3: 100.0%; the 2,000-step runs (seed 0 twice): -20.7, 0.0%, short.
+    make_run(root / "a", "pong", 0, [(full, -5.7)], timesteps=full)
+    make_run(root / "b", "pong", 1, [(full, 0.3)], timesteps=full)
+    make_run(root / "c", "pong", 0, [(full, 9.3)], timesteps=full, lr=0.001)
+    make_run(root / "d", "pong", 0, [(2000, -20.7)], timesteps=2000)
+    make_run(root / "e", "pong", 0, [(2000, -20.7)], timesteps=2000)
+    assert summarize.main([str(root)]) == 0
+    output = capsys.readouterr().out
+    rows = {line.split("  ")[0].strip(): line for line in output.splitlines()
+            if line.startswith("pong (")}
+    assert sorted(rows) == ["pong (lr=0.00025, timesteps=2000)",
+                            "pong (lr=0.00025, timesteps=50000000)",
+                            "pong (lr=0.001, timesteps=50000000)"], output
+
+    def cells(name: str) -> list[str]:
+        return rows[name][len(name):].split()
+
+    # seeds, done, final step, final mean, +- std, best, human %
+    assert cells("pong (lr=0.00025, timesteps=50000000)")[:7] == [
+        "0,1", "0/2", "50,000,000", "-2.7", "4.2", "-2.7", "60.0"]
+    assert cells("pong (lr=0.001, timesteps=50000000)")[:7] == [
+        "0", "0/1", "50,000,000", "9.3", "-", "9.3", "100.0"]
+    assert cells("pong (lr=0.00025, timesteps=2000)")[:7] == [
+        "0", "0/2", "2,000", "-20.7", "0.0", "-20.7", "0.0*"]
+    # the median and mean of 60 and 100; the short run is named, not counted
+    assert "human-normalized score over 2 game(s): median 80.0%, mean 80.0%" in output
+    short = next(line for line in output.splitlines() if line.startswith("* short run"))
+    assert "pong (lr=0.00025, timesteps=2000)" in short and "5,000,000" in short
+    assert "pong: 3 groups of runs with different settings" in output
+    assert "they differ in lr, timesteps" in output
+    assert "seed 0 appears in more than one run" in output and "counted as one seed" in output
+
+
+def test_seeds_are_counted_once_each_in_the_curves_titles():
+    from scripts import summarize
+
+    def run(seed: int) -> "summarize.Run":
+        return summarize.Run(Path(f"r{seed}"), "pong", seed, (), None)
+
+    assert summarize.seeds_text([run(0)] * 5) == "1 seed, 5 runs"
+    assert summarize.seeds_text([run(0), run(1), run(2)]) == "3 seeds"
+    assert summarize.seeds_text([run(0)]) == "1 seed"
+
+
+def test_a_score_that_rounds_to_zero_is_never_printed_as_minus_zero(tmp_path, capsys):
+    """Regression (issue 36): "median -0.0%"."""
+    from scripts import summarize
+
+    # (-20.71 + 20.7) / 30 = -0.033%: 0.0 at one decimal
+    make_run(tmp_path, "pong", 0, [(50_000_000, -20.71)])
+    assert summarize.main([str(tmp_path)]) == 0
+    output = capsys.readouterr().out
+    assert "median 0.0%, mean 0.0%" in output
+    assert "-0.0" not in output
+
+
+def make_logged_run(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """A run directory as a run leaves it: config.json, the two CSVs and TensorBoard scalars
+    written by the run's own logger; returns the scalars written, tag -> [(step, value)]."""
+    from fast_dqn.run_logs import RunLogs
+
+    make_run(run_dir.parent, "pong", 3, [(2000, -21.0), (4000, -19.5)],
+             {"finished": True, "steps": 4000}, replay_start=1000).rename(run_dir)
+    rows = ["episode,timestep,length,return,avg_length,avg_return,hours"]
+    rows += [f"{i},{800 * i},800,{-21 + i},800,{-21 + i / 2},{i / 3600}" for i in range(1, 6)]
+    (run_dir / "episodes.csv").write_text("\n".join(rows) + "\n")
+    written = {"train/loss": [(2000, 0.5), (3000, 0.25), (4000, 0.125)],
+               "train/mean_q": [(2000, 0.01), (3000, 0.03), (4000, 0.07)],
+               "train/steps_per_second": [(2000, 150.0), (3000, 160.0), (4000, 170.0)]}
+    logs = RunLogs(run_dir)
+    for step in (2000, 3000, 4000):
+        logs.log_scalars(step, {tag: dict(points)[step] for tag, points in written.items()})
+    logs.close()
+    return written
+
+
+def test_one_run_directory_gets_a_picture_with_five_panels(tmp_path, capsys):
+    """Issue 36, item 8: `summarize.py RUN` draws the run's returns, evaluations, loss,
+    mean Q and steps/s against steps, into the run directory."""
+    from scripts import summarize
+
+    run_dir = tmp_path / "run"
+    written = make_logged_run(run_dir)
+    assert summarize.main([str(run_dir)]) == 0
+    output = capsys.readouterr().out
+    picture = run_dir / "run.png"
+    assert f"wrote {picture}" in output
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".run.png")] == []
+
+    run = summarize.read_run(run_dir, [])
+    figure = summarize.run_figure(run, summarize.read_games(run_dir / "episodes.csv"),
+                                  summarize.read_scalars(run_dir, []))
+    panels = {axis.get_title(loc="left"): axis for axis in figure.axes}
+    assert list(panels) == ["training return", "evaluation return", "loss", "mean Q",
+                            "steps/s"]
+
+    def first_line(title: str) -> tuple[list[float], list[float]]:
+        line = panels[title].get_lines()[0]
+        return list(line.get_xdata()), list(line.get_ydata())
+
+    for title, tag in (("loss", "train/loss"), ("mean Q", "train/mean_q"),
+                       ("steps/s", "train/steps_per_second")):
+        steps, values = first_line(title)
+        assert steps == [step for step, _ in written[tag]]
+        assert values == pytest.approx([value for _, value in written[tag]], rel=1e-6)
+    # the games' mean of the last 100, as episodes.csv has it
+    assert first_line("training return") == ([800, 1600, 2400, 3200, 4000],
+                                             [-20.5, -20.0, -19.5, -19.0, -18.5])
+    evaluations = panels["evaluation return"].get_lines()[0]
+    assert list(evaluations.get_xdata()) == [2000, 4000]
+    assert list(evaluations.get_ydata()) == [-21.0, -19.5]
+
+
+def test_a_run_held_by_another_process_gets_no_picture_in_its_directory(tmp_path, capsys):
+    """A run directory belongs to the process that holds it: while a run holds it,
+    summarize writes nothing there, says so, and writes the picture where --plot says."""
+    from scripts import summarize
+
+    run_dir = tmp_path / "run"
+    make_logged_run(run_dir)
+    with held_lock(run_dir / ".lock"):
+        assert summarize.main([str(run_dir)]) == 0
+        output = capsys.readouterr().out
+        assert "no picture written into" in output and HOLDER in output
+        assert "--plot PNG" in output
+        assert not (run_dir / "run.png").exists()
+        elsewhere = tmp_path / "picture.png"
+        assert summarize.main([str(run_dir), "--plot", str(elsewhere)]) == 0
+        assert f"wrote {elsewhere}" in capsys.readouterr().out
+        assert elsewhere.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(
+        [".lock", "config.json", "episodes.csv", "evaluations.csv", "summary.json",
+         *(p.name for p in run_dir.glob("events.out.tfevents.*"))])
 
 
 @pytest.mark.slow
@@ -792,9 +939,11 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     assert set(rows) == {"pong", "breakout"}
     for row in rows.values():
         assert row["final_timestep"] == "2000"
-        assert row["human_normalized"] != ""
+        assert row["human_normalized"] != "" and row["short"] == "true"
         assert float(row["steps_per_second"]) > 0
-    assert "median" in summary.stdout
+    # 2,000-step runs: their scores are marked and left out of the median, with a line
+    assert "human-normalized score over" not in summary.stdout
+    assert "every score is from a short run" in summary.stdout
 
 
 @pytest.mark.slow
@@ -1041,8 +1190,8 @@ def test_summary_of_both_trainers_keeps_them_apart(tmp_path):
     table = result.stdout.split("\n\n")[0].splitlines()
     rows = {" ".join(line.split()[:2]): line.split() for line in table[3:]}
     assert rows["road_runner (fast_dqn)"][5] == "3,928.8"
-    assert rows["road_runner (fast_dqn)"][8] == "50.0"
-    assert rows["road_runner (dqn)"][8] == "0.0"
+    assert rows["road_runner (fast_dqn)"][8] == "50.0*"  # short runs: marked
+    assert rows["road_runner (dqn)"][8] == "0.0*"
     assert "seed 0 appears in more than one run" not in result.stdout
     assert (tmp_path / "curves.png").stat().st_size > 1000
 
