@@ -271,7 +271,9 @@ class Progress:
         steps = step - self._rate_step
         return steps / seconds if seconds > 0 and steps > 0 else None
 
-    def _eta(self, rate: float | None) -> str:
+    def _eta(self, rate: float | None, now: float) -> str:
+        if self._whole_epochs:
+            return self._eta_from_epochs(rate, now)
         remaining = max(0, self._total - self._step)
         if remaining == 0:
             return _duration(0)
@@ -279,12 +281,26 @@ class Progress:
             return "?"
         return _duration(remaining / rate + self._expected_pause_seconds())
 
+    def _eta_from_epochs(self, rate: float | None, now: float) -> str:
+        """Once learning has started: the steps left after the last epoch's end at the
+        whole epochs' rate, less the training time since that end, so that the ETA counts
+        down with the clock, not with the steps the samplers run ahead of their trainer
+        (and is not 0 while the last epoch's updates are still being made)."""
+        if self._epoch_end is None or rate is None:
+            return "?"
+        step, since, paused = self._epoch_end
+        if step >= self._total:
+            return _duration(0)
+        training = (now - since) - (self._paused_until(now) - paused)
+        return _duration(max(0.0, (self._total - step) / rate - training)
+                         + self._expected_pause_seconds())
+
     def _text(self, now: float) -> str:
         rate = self._rate(now)
         percent = min(100.0, 100.0 * self._step / self._total) if self._total else 100.0
         rate_text = "?" if rate is None else f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}"
         return (f"step {self._step}/{self._total} ({percent:.1f}%) | {self._phase_text(now)}"
-                f"{rate_text} steps/s training | ETA {self._eta(rate)} | {self._fields()}")
+                f"{rate_text} steps/s training | ETA {self._eta(rate, now)} | {self._fields()}")
 
     def _phase_text(self, now: float) -> str:
         if self._phase is None:

@@ -125,8 +125,12 @@ def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
     progress.phase("waiting for the trainer")
     assert stream.getvalue() == "waiting for the trainer at step 1000\n"
     clock.now = 40.0
-    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted
-    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 25 steps/s training | ")
+    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted; the phase named
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the trainer "
+                                        "0m30s | 25 steps/s training | ")
+    clock.now = 70.0
+    report(progress, 1400)  # acting again: the phase is over; 1400 steps / 70 s
+    assert last_line(stream).startswith("step 1400/1000000 (0.1%) | 20 steps/s training | ")
 
 
 def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
@@ -218,8 +222,9 @@ def test_once_learning_started_the_rate_and_eta_come_from_whole_epochs():
     report(progress, 11_000)  # 90 000 / 100 = 900 s
     assert "| 100 steps/s training | ETA 15m00s |" in last_line(stream)
     clock.now = 115.0
-    report(progress, 21_000)  # ahead again: the rate stays the whole epochs'; 80 000 / 100
-    assert "| 100 steps/s training | ETA 13m20s |" in last_line(stream)
+    report(progress, 21_000)  # ahead again: the rate stays the whole epochs', and the ETA
+    # counts down with the clock from the epoch's end: 900 s - 10 s (the running rate: 7m20s)
+    assert "| 100 steps/s training | ETA 14m50s |" in last_line(stream)
     with progress.paused("evaluation"):
         clock.now = 175.0
     clock.now = 265.0
