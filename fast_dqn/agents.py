@@ -118,6 +118,7 @@ class TrainingLoop:
         """What a stop taken now does before the process exits, e.g. "stopping at step
         50800: finishing the trainer's update call, then writing the checkpoint (about
         21 s)"."""
+        step = self.counters.step if step is None else step
         steps = []
         if self._trainer_busy:
             steps.append("finishing the trainer's update call")
@@ -127,14 +128,13 @@ class TrainingLoop:
             if self._saved == self._checkpoint_position() and not self._trainer_busy:
                 steps.append(f"its checkpoint at step {self.counters.step} is written")
             else:
-                steps.append(f"writing the checkpoint ({self._checkpoint_estimate()})")
-        step = self.counters.step if step is None else step
+                steps.append(f"writing the checkpoint ({self._checkpoint_estimate(step)})")
         return f"stopping at step {step}: {', then '.join(steps) or 'now'}"
 
-    def _checkpoint_estimate(self) -> str:
+    def _checkpoint_estimate(self, step: int) -> str:
         """The next checkpoint's write time, from the last one this process wrote (scaled
         by the replay memory's growth since); else, what it has to write."""
-        stored = len(self.memory)
+        stored = self._transitions_to_save(step)
         if self._last_write is not None:
             seconds, stored_then = self._last_write
             if self.config.checkpoint_replay and stored_then > 0:
@@ -143,6 +143,10 @@ class TrainingLoop:
         if self.config.checkpoint_replay:
             return f"{_bytes_text(replay_bytes(stored))} of replay memory and the networks"
         return "the networks"
+
+    def _transitions_to_save(self, step: int) -> int:
+        """The transitions a checkpoint taken once the loop stops at `step` holds."""
+        return len(self.memory)
 
     def _say(self, line: str) -> None:
         """A line that stays, through the progress line (above it on a terminal)."""
@@ -446,12 +450,19 @@ class FastDQN(TrainingLoop):
         self._acted: Transitions | None = None  # the last round's, staged in the next one
         # An epoch's transitions kept out of the memory while its updates are owed.
         self._unstored: Transitions | None = None
+        self._epoch_start = 0  # the step the running epoch began at (its rows not stored yet)
 
     def unstored_transitions(self) -> Transitions | None:
         return self._unstored
 
     def hold_unstored(self, transitions: Transitions | None) -> None:
         self._unstored = transitions
+
+    def _transitions_to_save(self, step: int) -> int:
+        """The memory's, and those acted since the epoch began (flushed into it, or held
+        apart, when the loop stops)."""
+        pending = max(0, step - self._epoch_start)
+        return min(self.memory.capacity, len(self.memory) + pending)
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
@@ -461,6 +472,7 @@ class FastDQN(TrainingLoop):
 
     def act_and_learn(self) -> None:
         counters = self.counters
+        self._epoch_start = counters.step  # a resumed run's rows are all stored
         self.finish_epoch_cut_short()
         if not self.stop_requested():  # else nothing acts: no fresh games, no evaluation owed
             self.start_acting()
@@ -529,6 +541,7 @@ class FastDQN(TrainingLoop):
         counters = self.counters
         counters.mark_learning_start()
         epoch_updates = counters.updates_due(end) - counters.updates
+        self._epoch_start = counters.step
         in_background = self.trainer_thread is not None and epoch_updates > 0
         if in_background:
             self.trainer_thread.start_epoch(epoch_updates)
@@ -592,6 +605,7 @@ class FastDQN(TrainingLoop):
         per piece: a sampler's carried rows, then its staged ones)."""
         self.memory.add_in_order(self._take_buffers())
         self._staging.clear()
+        self._epoch_start = self.counters.step
 
     def _take_buffers(self) -> list[Transitions]:
         """The epoch's transitions as the pieces a flush stores, in sampler order (views of
