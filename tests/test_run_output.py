@@ -258,7 +258,7 @@ README = REPO / "README.md"
 # The README's smoke command with a shorter schedule, to keep this test well under a minute
 # of training: the same kinds of lines in the same order (one learning epoch that ends at the
 # last step, an evaluation and a checkpoint there).
-SHORTER = ["--timesteps=1400", "--replay-capacity=2000", "--evaluate=300", "--eval-episodes=1",
+SHORTER = ["--timesteps=1400", "--replay-capacity=2000", "--evaluate=1100", "--eval-episodes=1",
            "--workers=4"]
 
 
