@@ -26,6 +26,7 @@ import faulthandler
 import io
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -677,13 +678,53 @@ def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
         except WriteFailed as error:
             if message is None:  # the first failure is the one to report
                 message, status = write_failed_line(error, loop, run_log.run_dir), 1
-    steps_per_second, _ = loop.counters.rates()
-    files = ("no files: the run directory was deleted" if run_log.directory.gone()
-             else f"files in {run_log.run_dir}")  # where it is now, if it was moved
     with contextlib.suppress(OSError):  # a terminal hung up: the files say it all
         if message is not None:
             print(message, file=sys.stderr)
-        print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the "
-              f"replay start, {loop.counters.updates} updates; {files}",
+        print(last_line(loop, run_log, finished and status == 0, failed=status == 1),
               flush=True)
     return status
+
+
+def last_line(loop: TrainingLoop, run_log: RunLogs, finished: bool, *, failed: bool) -> str:
+    """The run's last line: "done: ..." for a finished run only; for one stopped with work
+    left, where it stopped and the command that goes on; after an error (on stderr just
+    before it), where it stopped and where its files are."""
+    counters, config = loop.counters, loop.config
+    gone = run_log.directory.gone()
+    run_dir = run_log.run_dir  # where it is now, if it was moved
+    files = "no files: the run directory was deleted" if gone else f"files in {run_dir}"
+    if finished:
+        steps_per_second, _ = counters.rates()
+        return (f"done: {counters.step} steps, {steps_per_second:.0f} steps/s after the "
+                f"replay start, {counters.updates} updates; {files}")
+    where = f"stopped at step {counters.step} of {config.timesteps}"
+    if failed or gone:
+        return f"{where} by the error above; {files}"
+    if loop.saved_at is None:
+        return f"{where} before its first checkpoint; {files}"
+    resume = f"{resume_command(loop.algo)} --resume {shlex.quote(str(run_dir))}"
+    if loop.saved_at != counters.step:  # a second signal cut the stop's checkpoint short
+        return f"{where}; resume from its checkpoint at step {loop.saved_at} with: {resume}"
+    return f"{where}; resume with: {resume}"
+
+
+CONSOLE_SCRIPTS = {ALGO_FAST_DQN: "fast-dqn", ALGO_DQN: "fast-dqn-serial"}
+RUN_SCRIPTS = {ALGO_FAST_DQN: "run_fast_dqn.py", ALGO_DQN: "run_dqn.py"}
+MODULE_COMMAND = "python -m fast_dqn"  # fast_dqn.cli.PROG, which sets argv[0] to it + command
+
+
+def resume_command(algo: str) -> str:
+    """The command the run was started with, as its user typed it where the process can tell
+    (`sys.argv[0]`): `python run_fast_dqn.py` (with the script's path as given), the console
+    script `fast-dqn`, or `python -m fast_dqn train`; `python run_fast_dqn.py` (or
+    `run_dqn.py`) when it cannot."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if argv0.startswith(MODULE_COMMAND + " "):
+        return argv0
+    name = Path(argv0).name
+    if name == CONSOLE_SCRIPTS[algo]:
+        return name
+    if name == RUN_SCRIPTS[algo]:
+        return f"python {shlex.quote(argv0)}"
+    return f"python {RUN_SCRIPTS[algo]}"

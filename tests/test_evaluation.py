@@ -10,7 +10,7 @@ import pytest
 from fast_dqn.agents import DQN
 from fast_dqn.config import Config
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.evaluation import evaluate
+from fast_dqn.evaluation import Evaluated, evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory
 from tests.fakes import FakeRunLog, ScriptedPool
@@ -162,3 +162,10 @@ def test_an_evaluation_whose_pool_is_stopped_while_made_is_not_counted():
     assert asked == [True]  # the pool asks the running evaluation's request
     assert (evaluator.count, log.evaluations) == (0, [])
     assert evaluator.due(250_000)
+
+
+def test_an_evaluations_line_gives_its_step_mean_min_max_and_time():
+    """The line a run prints for each evaluation (issue 36: none was printed)."""
+    line = Evaluated(6000, [-21.0, -19.0, -20.0], 14.26).line()
+    assert line == ("evaluation at step 6000: mean -20.0 over 3 games (min -21.0, max -19.0), "
+                    "14.3 s")

@@ -569,4 +569,8 @@ def test_a_run_whose_directory_is_deleted_stops_in_one_line_and_recreates_nothin
     line = one_line(result.stderr)
     assert line == (f"error: the run directory {run_dir} was deleted while the run ran; the "
                     "run stops (nothing is written in its place)"), line
+    # Its last line says it stopped, not "done:" (issue 36).
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"stopped at step \d+ of 2400 by the error above; no files: the run "
+                        r"directory was deleted", last), last
     assert not run_dir.exists()

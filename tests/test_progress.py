@@ -125,8 +125,12 @@ def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
     progress.phase("waiting for the trainer")
     assert stream.getvalue() == "waiting for the trainer at step 1000\n"
     clock.now = 40.0
-    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted
-    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 25 steps/s training | ")
+    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted; the phase named
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the trainer "
+                                        "0m30s | 25 steps/s training | ")
+    clock.now = 70.0
+    report(progress, 1400)  # acting again: the phase is over; 1400 steps / 70 s
+    assert last_line(stream).startswith("step 1400/1000000 (0.1%) | 20 steps/s training | ")
 
 
 def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
@@ -171,7 +175,8 @@ def test_start_rate_leaves_out_the_steps_before_it():
     assert "| 5000 steps/s training |" in last_line(stream)
     progress.start_rate()
     clock.now = 20.0
-    report(progress, 51_000)  # 1000 steps in 10 s: 100 steps/s; 10 000 / 100 = 100 s
+    progress.epoch_ended(51_000)  # 1000 steps in 10 s: 100 steps/s; 10 000 / 100 = 100 s
+    report(progress, 51_000)
     assert last_line(stream).startswith("step 51000/61000 (83.6%) | 100 steps/s training | "
                                         "ETA 1m40s | ")
 
@@ -182,6 +187,7 @@ def test_start_rate_takes_the_step_it_starts_from():
     report(progress, 40_000)
     progress.start_rate(50_000)  # the loop knows a later step than the last one reported
     clock.now = 20.0
+    progress.epoch_ended(51_000)
     report(progress, 51_000)  # (51 000 - 50 000) / 10 s
     assert "| 100 steps/s training | ETA 1m40s |" in last_line(stream)
 
@@ -193,8 +199,62 @@ def test_start_rate_inside_a_pause_counts_only_the_rest_of_it():
         progress.start_rate()
         clock.now = 50.0  # 20 s of this pause come after the rate started
     clock.now = 60.0
+    progress.epoch_ended(1000)
     report(progress, 1000)  # 1000 steps / (60 - 30 - 20) s = 100 steps/s
     assert "| 100 steps/s training |" in last_line(stream)
+
+
+def test_once_learning_started_the_rate_and_eta_come_from_whole_epochs():
+    """Regression (issue 36): within an epoch the samplers run ahead, then wait for the
+    trainer, and the rate read at any moment swung the ETA by a factor of ten within
+    minutes (14h01m, 5d13h, 39h, 4d21h in 90 s). Now it is over whole epochs only."""
+    progress, stream, clock = plain(101_000)
+    clock.now = 5.0
+    report(progress, 1000)  # the random start
+    progress.start_rate(1000)
+    clock.now = 15.0
+    report(progress, 11_000)  # the samplers ran ahead: 10 000 steps in 10 s, epoch not done
+    # The running rate would say 1000 steps/s and an ETA of 90 000 / 1000 = 1m30s.
+    assert "| ? steps/s training | ETA ? |" in last_line(stream)
+    progress.phase("waiting for the trainer")
+    clock.now = 105.0
+    progress.epoch_ended(11_000)  # the whole epoch: 10 000 steps in 100 s
+    report(progress, 11_000)  # 90 000 / 100 = 900 s
+    assert "| 100 steps/s training | ETA 15m00s |" in last_line(stream)
+    clock.now = 115.0
+    report(progress, 21_000)  # ahead again: the rate stays the whole epochs', and the ETA
+    # counts down with the clock from the epoch's end: 900 s - 10 s (the running rate: 7m20s)
+    assert "| 100 steps/s training | ETA 14m50s |" in last_line(stream)
+    with progress.paused("evaluation"):
+        clock.now = 175.0
+    clock.now = 265.0
+    progress.epoch_ended(21_000)  # the second epoch: 10 000 steps in 160 - 60 = 100 s
+    report(progress, 21_000)
+    # 20 000 steps in 200 s = 100 steps/s; 800 s + no evaluation period given: 13m20s.
+    assert "| 100 steps/s training | ETA 13m20s |" in last_line(stream)
+
+
+def test_the_final_line_carries_the_last_evaluation_at_an_unchanged_step():
+    """Regression (issue 36): the smoke run's last progress line said "eval -" although
+    its evaluation at that step had been logged: `close` printed nothing when the step was
+    the one last printed."""
+    progress, stream, clock = plain(6000, every_seconds=30.0)
+    clock.now = 30.0
+    progress.update(6000, epsilon=1.0, recent_return=None, last_eval=None)
+    assert last_line(stream).endswith("| eval -")
+    with progress.paused("evaluation"):
+        clock.now = 40.0
+    progress.update(6000, epsilon=1.0, recent_return=None, last_eval=-21.0)  # not due
+    progress.close()
+    assert last_line(stream).startswith("step 6000/6000 (100.0%) | ")
+    assert last_line(stream).endswith("| eps 1.00 | return - | eval -21.0")
+
+
+def test_a_message_is_a_plain_line_off_a_terminal():
+    progress, stream, clock = plain(1000)
+    progress.message("evaluation at step 0: mean 1.0 over 2 games (min 0.0, max 2.0), 3.0 s")
+    assert stream.getvalue() == ("evaluation at step 0: mean 1.0 over 2 games (min 0.0, max "
+                                 "2.0), 3.0 s\n")
 
 
 def test_nested_pauses_charge_each_kind_its_own_time():
@@ -322,6 +382,79 @@ def test_the_terminal_line_shows_our_rate_and_eta_not_tqdms():
     assert "step/s" not in stream.getvalue() and "it/s" not in stream.getvalue()
     assert "<" not in stream.getvalue()  # tqdm's [elapsed<remaining]
     progress.close()
+
+
+def screen(output: str) -> list[str]:
+    """What a terminal shows of `output`, line by line: a carriage return moves to the
+    line's start and what follows overwrites it; escape sequences are dropped."""
+    output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    shown: list[str] = []
+    for raw in output.replace("\r\n", "\n").split("\n"):
+        line: list[str] = []
+        column = 0
+        for char in raw:
+            if char == "\r":
+                column = 0
+                continue
+            if column < len(line):
+                line[column] = char
+            else:
+                line.append(char)
+            column += 1
+        shown.append("".join(line).rstrip())
+    return shown
+
+
+def drawn(stream: io.StringIO) -> str:
+    """The progress line as last drawn on a terminal."""
+    return stream.getvalue().split("\r")[-1]
+
+
+def test_on_a_terminal_the_line_names_its_phase_while_it_lasts():
+    """Regression (issue 36): the terminal's line sat unchanged for minutes while the run
+    waited for its trainer (a log said so; the terminal did not)."""
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(10_000, stream=stream, clock=clock)
+    clock.now = 1.0
+    report(progress, 1000)
+    progress.phase("waiting for the trainer")
+    assert drawn(stream).startswith("step 1000/10000 (10.0%) | waiting for the trainer | ")
+    clock.now = 3.0
+    progress.tick()  # what the loop calls while it waits
+    assert "| waiting for the trainer 0m02s | " in drawn(stream)
+    progress.end_phase()
+    with progress.paused("evaluation", "evaluating 30 games"):
+        assert "| evaluating 30 games | " in drawn(stream)
+        clock.now = 10.0
+        progress.tick()
+        assert "| evaluating 30 games 0m07s | " in drawn(stream)
+    clock.now = 11.0
+    report(progress, 1000)
+    assert "evaluating" not in drawn(stream) and "waiting" not in drawn(stream)
+    assert "\n" not in stream.getvalue()  # a phase leaves no line behind on a terminal
+    progress.phase("waiting for the trainer")
+    clock.now = 12.0
+    report(progress, 1400)  # acting again: the phase is over
+    assert "waiting" not in drawn(stream)
+
+
+def test_on_a_terminal_a_checkpoint_and_a_message_stay_above_the_line():
+    """Regression (issue 36): "checkpoint at step N" was printed only off a terminal."""
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(10_000, stream=stream, clock=clock)
+    clock.now = 1.0
+    report(progress, 1000)
+    with progress.paused("checkpoint", "writing the checkpoint", lasting=True):
+        assert "| writing the checkpoint | " in drawn(stream)
+        clock.now = 5.0
+    progress.message("stopping at step 1000: writing the checkpoint (about 4 s)")
+    progress.close()
+    shown = [line for line in screen(stream.getvalue()) if line]
+    assert shown[:2] == ["checkpoint at step 1000",
+                         "stopping at step 1000: writing the checkpoint (about 4 s)"]
+    # 1000 steps in 1 s of training; 9000 / 1000 = 9 s + the final checkpoint at 4 s.
+    assert shown[2].startswith("step 1000/10000 (10.0%) | 1000 steps/s training | ETA 0m13s | ")
+    assert len(shown) == 3
 
 
 def test_the_terminal_bar_survives_an_overshoot():
