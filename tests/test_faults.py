@@ -32,6 +32,7 @@ from fast_dqn.run_dir import OpenDirectory, write_failure
 from tests.cli_runs import (FAST, RUN_FAST_DQN, Launch, assert_no_traceback, read_csv,
                             run_cli, snapshot, start, step_of, summary, wait_for,
                             wait_for_line)
+from tests.fakes import flip_byte
 
 pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
@@ -102,12 +103,11 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
 # -- a signal in each phase ------------------------------------------------------------------------
 
 
-def sigterm_soon_after_the_start(args: list[str], tmp_path: Path, seconds: float) -> None:
-    """Starts a fast run, sends SIGTERM `seconds` after its device line, and checks that it
-    exits with 143 within STOP_WITHIN seconds and without a traceback."""
+def sigterm_at_line(args: list[str], tmp_path: Path, line: str) -> None:
+    """Starts a fast run, sends SIGTERM once its output holds `line` (a phase it is in),
+    and checks that it exits with 143 within STOP_WITHIN seconds and without a traceback."""
     run = start(RUN_FAST_DQN, args, tmp_path / "first")
-    wait_for_line(run, "training on")
-    time.sleep(seconds)
+    wait_for_line(run, line)
     result = signal_and_finish(run, signal.SIGTERM)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert result.seconds < STOP_WITHIN, result.seconds
@@ -119,8 +119,8 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone
     run_dir = tmp_path / "run"
     args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=16",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    # The 400 random steps take about a second; the evaluation far longer.
-    sigterm_soon_after_the_start(args, tmp_path, seconds=6)
+    # The phase line comes as the evaluation starts (at the first sync point, 400).
+    sigterm_at_line(args, tmp_path, "evaluation at step 400")
     assert step_of(read_manifest(latest_checkpoint(run_dir))) == 400
     assert read_csv(run_dir / "evaluations.csv") == []  # cut short: neither logged nor counted
 
@@ -136,7 +136,8 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
     run_dir = tmp_path / "run"
     args = [*FAST, "--timesteps=20000", "--target-update=4000", "--evaluate=0",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    sigterm_soon_after_the_start(args, tmp_path, seconds=8)
+    # Once the epoch's 4,000 steps are acted, the loop waits for the trainer's 1,000 updates.
+    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 4400")
     done = summary(run_dir)
     assert 0 < done["updates"] < 1000  # inside the first epoch of learning (steps 400-4400)
     assert verify_checkpoint(latest_checkpoint(run_dir))
@@ -148,8 +149,8 @@ def test_a_crash_in_native_code_leaves_every_threads_stack_on_stderr(tmp_path):
     run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
                                "--checkpoint-every=0", f"--logdir={tmp_path / 'run'}"],
                 tmp_path / "crashed")
-    wait_for_line(run, "training on")
-    time.sleep(3)  # acting and training, on the main and the trainer threads
+    # The end of the first epoch of learning: the main thread waits for the trainer's.
+    wait_for_line(run, "waiting for the trainer at step 800")
     result = signal_and_finish(run, signal.SIGSEGV)
     assert result.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in result.stderr, result.stderr[-3000:]
@@ -317,12 +318,6 @@ def stopped_run(tmp_path_factory) -> Path:
     return run_dir
 
 
-def flip_a_byte(path: Path, offset_fraction: float = 0.5) -> None:
-    data = bytearray(path.read_bytes())
-    data[int(len(data) * offset_fraction)] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 def resign(checkpoint: Path, change) -> None:
     """Edits the manifest and writes a checksum that fits the edit, as the documented rule
     says: CRC-32 of the content without "checksum", keys sorted, compact separators. Only
@@ -351,15 +346,15 @@ def drop_a_game(run_dir: Path) -> None:
 
 DAMAGE = {
     # name: (what is done to (run_dir, checkpoint), what the one line says)
-    "replay-byte": (lambda run, ckpt: flip_a_byte(ckpt / "replay" / "frames.npy"),
+    "replay-byte": (lambda run, ckpt: flip_byte(ckpt / "replay" / "frames.npy"),
                     r"replay/frames\.npy is damaged: CRC-32"),
     "network-truncated": (lambda run, ckpt: truncate(network_data(ckpt)),
                           r"network/ckpt\.data-\S+ holds \d+ bytes; the manifest says"),
-    "network-index-byte": (lambda run, ckpt: flip_a_byte(Path(network_prefix(ckpt) + ".index")),
+    "network-index-byte": (lambda run, ckpt: flip_byte(Path(network_prefix(ckpt) + ".index")),
                            r"ckpt\.index is damaged"),
     "replay-deleted": (lambda run, ckpt: shutil.rmtree(ckpt / "replay"),
                        r"replay/\w+\.npy is missing"),
-    "manifest-edited": (lambda run, ckpt: flip_a_byte(ckpt / MANIFEST, 0.3),
+    "manifest-edited": (lambda run, ckpt: flip_byte(ckpt / MANIFEST, fraction=0.3),
                         r"manifest\.json (is damaged|cannot|is not)|cannot read .*manifest"),
     "manifest-no-step": (lambda run, ckpt: resign(ckpt, lambda m: m["counters"].pop("step")),
                          r"manifest\.json: 'step' is missing"),
