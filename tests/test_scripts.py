@@ -793,7 +793,7 @@ def test_real_two_game_sweep_then_summary(tmp_path):
                   "--out", out, "--python", PY, "--",
                   "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
                   "--evaluate=1000", "--eval-episodes=2", "--target-update=400", "--workers=4",
-                  "--max-episode-steps=300"], timeout=900)
+                  "--max-episode-steps=300", "--eval-max-episode-steps=300"], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
@@ -850,7 +850,7 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
 # checkpoint comes at its end, so for most of its life it has only config.json and logs.
 RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
-              "--target-update=1000", "--timesteps=4000", "--evaluate=2000", "--eval-episodes=2",
+              "--target-update=1000", "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
               "--eval-max-episode-steps=500", "--xla=off")
 
 
