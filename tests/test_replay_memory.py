@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 
 from fast_dqn.config import HISTORY
-from fast_dqn.acting import FrameHistory
 from fast_dqn.launch import check_memory_for
 from fast_dqn.replay_memory import ReplayMemory, clip_reward
 from fast_dqn.staging import SamplerBuffer
 from fast_dqn.transitions import (BYTES_PER_TRANSITION, FRAME_SHAPE, acted_transitions,
                                   zero_transitions)
-from tests.fakes import (Reference, Step, Stream, actor_states, expected_valid, id_frame,
-                         ids_of, naive_transitions, random_frame, random_stream)
+from tests.fakes import (actor_states, expected_valid, id_frame, ids_of, naive_transitions,
+                         random_stream)
 
 # ------------------------------------------------------------------------------- helpers
 
