@@ -79,6 +79,13 @@ def wait_until(done: Callable[[], bool], what: str, process: subprocess.Popen,
         time.sleep(0.02)
 
 
+def assert_refused_in_one_line(result: subprocess.CompletedProcess, script: str) -> None:
+    """Bad input: exit status 2 and one line on stderr, `SCRIPT: error: ...`."""
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{script}: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def commands(stdout: str) -> list[list[str]]:
     """The commands of a --dry-run listing (lines that are not comments)."""
     return [shlex.split(line) for line in stdout.splitlines()
@@ -209,9 +216,7 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
 @pytest.mark.slow
 def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", tmp_path / "o", *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("all_games.sh: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "all_games.sh")
     assert result.stdout == ""
 
 
@@ -612,9 +617,7 @@ def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
 @pytest.mark.slow
 def test_speedtest_bad_options_exit_2(tmp_path, args):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "s", *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("speedtest.sh: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "speedtest.sh")
 
 
 @pytest.mark.slow
@@ -778,9 +781,7 @@ def test_summary_bad_input_exits_2(tmp_path, case):
     if case in ("plot-dir", "csv-dir"):
         make_run(tmp_path, "pong", 0, [(1, 1.0)], None)
     result = run([PY, SUMMARIZE, *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("summarize.py: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "summarize.py")
 
 
 # ---------------------------------------------------------------------------- end to end
