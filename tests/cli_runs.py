@@ -27,6 +27,9 @@ TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
 STOP_SECONDS = 20  # a signalled run must be gone within this
+# `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
+# once its epoch's steps are all taken and before its updates are (see the file).
+FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"
 
 
 def start(script: Path, args: list[str], log: Path,

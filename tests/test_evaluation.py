@@ -13,7 +13,7 @@ from fast_dqn.loop_parts import LoopParts
 from fast_dqn.evaluation import Evaluated, evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory
-from tests.fakes import FakeRunLog, ScriptedPool
+from tests.fakes import FakeRunLog, RecordingNetwork, ScriptedPool, Tape
 
 
 def test_each_env_plays_exactly_one_whole_game_through_its_lives():
@@ -46,29 +46,11 @@ def test_epsilon_replaces_the_greedy_action_at_the_given_rate():
     assert set(np.unique(actions)) == {0, 1, 2, 3}
 
 
-class RecordingNetwork:
-    n_actions = 4
-
-    def __init__(self):
-        self.use_target: list[bool] = []
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        self.use_target.append(use_target)
-        return np.zeros(len(states), dtype=np.int64)
-
-    def update(self, batch) -> None:
-        raise AssertionError("an evaluation does not train")
-
-    def sync_target(self) -> None:
-        raise AssertionError("an evaluation does not touch the target")
-
-    def take_train_stats(self, updates: int):
-        return float("nan"), float("nan")
-
-
 def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch):
     config = Config(eval_episodes=3, eval_epsilon=0.05, seed=5)
-    network = RecordingNetwork()
+    tape = Tape()
+    network = RecordingNetwork(tape)
+    network.n_actions = 4  # the scripted pools'
     pools = []
 
     def make_pool(should_stop) -> ScriptedPool:
@@ -88,7 +70,9 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
     loop = DQN(parts)
     loop.run_evaluation()
     assert seen["epsilon"] == 0.05
-    assert network.use_target and not any(network.use_target)  # the online network only
+    queries = [use_target for _, kind, use_target, *_ in tape.events if kind == "query"]
+    assert queries and not any(queries)  # the online network only
+    assert [kind for _, kind, *_ in tape.events if kind != "query"] == []  # no train, no sync
     timestep, returns = loop.run_log.evaluations[0]
     assert returns == [1 * 5, 2 * 6, 3 * 9]
     assert len(pools) == 1 and len(pools[0].actions) == 9

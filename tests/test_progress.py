@@ -9,19 +9,13 @@ import io
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from fast_dqn import progress as progress_module
 from fast_dqn.progress import Progress
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock
 
 
 class FakeTerminal(io.StringIO):
@@ -498,28 +492,102 @@ def _seconds(eta: str) -> float:
     return 3600.0 * int(match[1]) + 60.0 * int(match[2])
 
 
-def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path):
-    """A tiny run with evaluations and checkpoints: the ETA printed at the halfway point is
-    compared with the time the run then took to finish, measured from outside."""
-    import time
+class WorkClock:
+    """The time a run takes by its work alone: each env step, trainer update and checkpoint
+    moves it on by a fixed cost, whatever the machine's load (threads share it)."""
 
-    from tests.cli_runs import FAST, RUN_FAST_DQN, start
+    ENV_STEP = 0.010  # an env step, in training and in evaluations
+    UPDATE = 0.040  # a minibatch update: a learning step costs twice a random one
+    CHECKPOINT = 6.0
 
-    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=4000", "--evaluate=1000", "--eval-episodes=4",
-                               "--checkpoint-every=1000", "--progress-every=1",
-                               f"--logdir={tmp_path / 'run'}"], tmp_path / "run")
-    out = run.log.with_suffix(".out")
-    halfway = None  # (the ETA printed, when it was seen)
-    while run.process.poll() is None and halfway is None:
-        for line in out.read_text().splitlines():
-            match = re.match(r"step (\d+)/4000 .*\| ETA (\S+) \|", line)
-            if match and int(match[1]) >= 2000 and match[2] != "?":
-                halfway = (_seconds(match[2]), time.monotonic())
-                break
-        time.sleep(0.02)
-    result = run.finish(timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert halfway is not None, result.stdout
+    def __init__(self):
+        self.now = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+class TimedPool:
+    """An env pool whose every step costs its envs' steps on the work clock."""
+
+    def __init__(self, pool, clock: WorkClock):
+        self._pool, self._clock = pool, clock
+
+    def step(self, actions):
+        self._clock.advance(self._pool.num_envs * WorkClock.ENV_STEP)
+        return self._pool.step(actions)
+
+    def receive(self):
+        self._clock.advance(self._pool.num_envs * WorkClock.ENV_STEP)
+        return self._pool.receive()
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+
+class TimedLines(io.StringIO):
+    """The progress line's output, each line with the work clock's time when it was written."""
+
+    def __init__(self, clock: WorkClock):
+        super().__init__()
+        self.clock = clock
+        self.lines: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        self.lines.extend((self.clock.now, line) for line in text.splitlines())
+        return super().write(text)
+
+
+@pytest.mark.slow
+def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path, monkeypatch):
+    """A tiny real run with evaluations and checkpoints, whose progress line reads a clock
+    that its work moves (WorkClock: env steps, updates, checkpoints at fixed costs), so that
+    the machine's load cannot move it: the ETA printed at the halfway point is compared with
+    the time the run then took to finish on that clock. Evaluations and checkpoints are
+    about half of the time left, so an ETA that left them out would fail."""
+    from fast_dqn import launch, trainer
+    from fast_dqn.config import ALGO_FAST_DQN
+    from tests.cli_runs import FAST
+
+    clock = WorkClock()
+    lines = TimedLines(clock)
+    make_pool, save_checkpoint = launch.make_pool, launch.save_checkpoint
+    update = trainer.Trainer.update
+
+    def timed_update(self, minibatches, count):
+        clock.advance(count * WorkClock.UPDATE)
+        update(self, minibatches, count)
+
+    def timed_save(*args, **kwargs):
+        clock.advance(WorkClock.CHECKPOINT)
+        save_checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "make_pool", lambda *a, **k: TimedPool(make_pool(*a, **k), clock))
+    monkeypatch.setattr(launch, "save_checkpoint", timed_save)
+    monkeypatch.setattr(trainer.Trainer, "update", timed_update)
+    monkeypatch.setattr(launch, "Progress", lambda *a, **k: Progress(
+        *a, **{**k, "clock": clock, "stream": lines}))
+    # Every evaluation game is cut at 100 steps (an untrained player rarely ends one sooner),
+    # so that each evaluation costs about the same: the ETA counts them at their mean. The
+    # periods are multiples of the sync points' 400 steps, where both pauses fall.
+    status = launch.main([*FAST, "--timesteps=2000", "--evaluate=400", "--eval-episodes=4",
+                          "--eval-max-episode-steps=100", "--checkpoint-every=800",
+                          "--progress-every=0.5", "--xla=off", f"--logdir={tmp_path / 'run'}"],
+                         ALGO_FAST_DQN)
+    assert status == 0
+    printed = "\n".join(line for _, line in lines.lines)
+    halfway = None  # (the ETA printed, the clock's time then)
+    for seen_at, line in lines.lines:
+        match = re.match(r"step (\d+)/2000 .*\| ETA (\S+) \|", line)
+        if match and int(match[1]) >= 1000 and match[2] != "?":
+            halfway = (_seconds(match[2]), seen_at)
+            break
+    assert halfway is not None, printed
     eta, seen_at = halfway
-    took = time.monotonic() - seen_at
-    assert took / 1.5 <= eta <= took * 1.5, (eta, took, result.stdout)
+    took = clock.now - seen_at
+    assert took / 1.5 <= eta <= took * 1.5, (eta, took, printed)

@@ -25,14 +25,12 @@ import pytest
 from fast_dqn import launch
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, save_checkpoint)
-from fast_dqn.config import ALGO_FAST_DQN, Config
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
 from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
                             assert_no_traceback, interrupt, read_csv, run_cli, snapshot, start,
                             step_of, summary, without_hours)
-
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
@@ -72,6 +70,7 @@ def resumed_twice(interrupted, tmp_path_factory) -> list[tuple[Path, Finished]]:
     return [(copy, run.finish(timeout=150)) for copy, run in zip(copies, runs)]
 
 
+@pytest.mark.slow
 def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     run_dir, result = interrupted
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
@@ -88,6 +87,7 @@ def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     assert done["updates"] == manifest["counters"]["updates"]
 
 
+@pytest.mark.slow
 def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     run_dir, _ = interrupted
     before = read_csv(run_dir / "episodes.csv")
@@ -123,6 +123,7 @@ def checkout_commit() -> str:
                           text=True, check=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_config_json_records_the_code_of_the_start_and_of_a_resume_under_other_code(
         interrupted, resumed_twice):
     """Issue 36: config.json records the commit the run ran; a resume under another commit
@@ -148,6 +149,7 @@ def test_config_json_records_the_code_of_the_start_and_of_a_resume_under_other_c
     assert len(same) == (2 if started[0]["tree_changed"] else 1)
 
 
+@pytest.mark.slow
 def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
     (dir_a, result_a), (dir_b, result_b) = resumed_twice
     assert result_a.returncode == result_b.returncode == 0, result_b.stderr[-3000:]
@@ -186,22 +188,25 @@ def damage_the_network(checkpoint: Path) -> None:
     (break_a_reward, "rewards.npy is damaged: CRC-32"),
     (damage_the_network, "ckpt.index holds 7 bytes; the manifest says"),
 ], ids=["replay", "network"])
-def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, damage, message):
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, capsys, damage,
+                                                     message):
     """Every file is read back against the manifest's sizes and checksums before a resume
-    changes anything; a damaged one is refused with status 2, naming the file."""
+    changes anything; a damaged one is refused with status 2, naming the file (in this
+    process: a traceback would be an exception here)."""
     run_dir, _ = interrupted
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     damage(latest_checkpoint(copy))
-    result = run_cli(RUN_FAST_DQN, ["--resume", str(copy), "--timesteps=3000"],
-                     tmp_path / "damaged")
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert_no_traceback(result)
-    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
-    assert message in result.stderr
+    status = launch.main(["--resume", str(copy), "--timesteps=3000"], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2, err[-3000:]
+    assert len(err.splitlines()) == 1, err[-3000:]
+    assert message in err
     assert step_of(read_manifest(latest_checkpoint(copy))) < 3000  # it did not go on
 
 
+@pytest.mark.slow
 def test_serial_run_stops_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     result = interrupt(RUN_DQN, [*TINY, "--evaluate=0", "--checkpoint-every=600"], run_dir,
@@ -227,6 +232,7 @@ def test_serial_run_stops_and_resumes(tmp_path):
 # -- SIGTERM, and a checkpoint without the replay memory ---------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_gives_143_and_a_resume_without_replay_refills(tmp_path):
     run_dir = tmp_path / "run"
     result = interrupt(RUN_FAST_DQN, [*FAST, "--evaluate=0", "--checkpoint-every=400",
@@ -304,24 +310,28 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
 ], ids=["other-flag", "other-flags", "bad-timesteps", "fewer-timesteps", "state-incomplete",
         "wrong-entry-point", "no-checkpoint", "no-config", "format-version", "torn-manifest",
         "edited-manifest"])
-def test_bad_resume_is_one_line_with_status_2(saved_run, tmp_path, script, args, prepare,
+def test_bad_resume_is_one_line_with_status_2(saved_run, capsys, script, args, prepare,
                                               message):
+    """In this process (the entry points' own refusals are test_cli's): each refusal comes
+    before TensorFlow is needed."""
     if prepare is not None:
         prepare(saved_run)
     before = snapshot(saved_run)
-    result = run_cli(script, ["--resume", str(saved_run), *args], tmp_path / "bad",
-                     timeout=60)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
-    assert message in result.stderr
+    status = launch.main(["--resume", str(saved_run), *args],
+                         ALGO_DQN if script == RUN_DQN else ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2, err[-3000:]
+    assert len(err.splitlines()) == 1, err[-3000:]
+    assert message in err
     assert snapshot(saved_run) == before  # nothing written
 
 
-def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
-    result = run_cli(RUN_FAST_DQN, ["--resume", str(tmp_path / "missing")], tmp_path / "bad")
-    assert result.returncode == 2
-    assert len(result.stderr.splitlines()) == 1
-    assert "cannot resume" in result.stderr
+def test_resume_of_a_directory_that_is_not_a_run(tmp_path, capsys):
+    status = launch.main(["--resume", str(tmp_path / "missing")], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.splitlines()) == 1
+    assert "cannot resume" in err
     assert not (tmp_path / "missing").exists()
 
 
@@ -389,6 +399,7 @@ def network_is_finite(checkpoint: Path) -> bool:
     # steps 300, 500, ...), checkpoints fall between them (steps 100, 200, 300, ...).
     (RUN_DQN, [*TINY, "--replay-start=100", "--target-update=200", "--checkpoint-every=100"]),
 ], ids=["fast", "serial"])
+@pytest.mark.slow
 def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, script, args):
     run_dir = tmp_path / "run"
     result = run_cli(script, [*args, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
@@ -443,6 +454,7 @@ def assert_all_equal(actual: list[np.ndarray], expected: list[np.ndarray], what:
         np.testing.assert_array_equal(a, e, err_msg=f"{what} #{i}")
 
 
+@pytest.mark.slow
 def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     from fast_dqn import launch
     from fast_dqn.run_logs import RunLogs

@@ -21,11 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
+from tests.cli_runs import FINAL_WINDOW_STOP
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
@@ -34,8 +35,9 @@ SUMMARIZE = REPO / "scripts" / "summarize.py"
 PY = sys.executable
 
 # Stands in for "python run_fast_dqn.py ARGS": writes its arguments to LOGDIR/args, counts
-# the signals it gets in LOGDIR/signals, and after FAKE_STEPS tenths of a second writes a
-# finished summary.json. A first signal makes it "checkpoint" and exit 143, like the trainer.
+# the signals it gets in LOGDIR/signals, and after FAKE_STEPS tenths of a second (and once
+# the file FAKE_WAIT_FOR exists, if given) writes a finished summary.json. A first signal
+# makes it "checkpoint" and exit 143, like the trainer.
 FAKE_TRAINER = r"""#!/usr/bin/env bash
 shift  # run_fast_dqn.py
 logdir=
@@ -44,9 +46,9 @@ for arg in "$@"; do
 done
 if [[ $1 == --resume ]]; then logdir=$2; fi
 mkdir -p "$logdir"
-printf '%s\n' "$@" >"$logdir/args"
 signals=0
 trap 'signals=$((signals + 1)); echo signal >>"$logdir/signals"' INT TERM
+printf '%s\n' "$@" >"$logdir/args"  # after the trap: a signal from now on is counted
 case " $* " in *" --game=failgame "*) echo "fake failure" >&2; exit 3 ;; esac
 for ((i = 0; i < ${FAKE_STEPS:-3}; i++)); do
   sleep 0.1
@@ -56,6 +58,7 @@ for ((i = 0; i < ${FAKE_STEPS:-3}; i++)); do
     exit 143
   fi
 done
+while [[ -n ${FAKE_WAIT_FOR:-} && ! -e $FAKE_WAIT_FOR ]]; do sleep 0.02; done
 echo '{"finished": true, "steps_per_second": 100.0}' >"$logdir/summary.json"
 echo "fake run done"
 """
@@ -64,6 +67,23 @@ echo "fake run done"
 def run(args, *, env=None, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def wait_until(done: Callable[[], bool], what: str, process: subprocess.Popen,
+               timeout: float = 30) -> None:
+    """Polls `done` until it holds; fails saying `what` if `process` exits or `timeout` s
+    pass first."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert process.poll() is None and time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def assert_refused_in_one_line(result: subprocess.CompletedProcess, script: str) -> None:
+    """Bad input: exit status 2 and one line on stderr, `SCRIPT: error: ...`."""
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{script}: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def commands(stdout: str) -> list[list[str]]:
@@ -196,9 +216,7 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
 @pytest.mark.slow
 def test_bad_options_give_one_line_error_and_exit_2(tmp_path, args):
     result = run(["bash", ALL_GAMES, "--dry-run", "--out", tmp_path / "o", *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("all_games.sh: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "all_games.sh")
     assert result.stdout == ""
 
 
@@ -235,16 +253,26 @@ def test_failed_run_gives_exit_1_and_is_listed(tmp_path, fake_python):
     assert json.loads((out / "pong-seed0" / "summary.json").read_text())["finished"] is True
 
 
-@pytest.mark.slow
-def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_python):
+def assert_a_stale_directory_is_moved_aside_and_rerun(tmp_path: Path, fake_python: Path,
+                                                      lock_text: str | None = None) -> None:
+    """A sweep of pong-seed0, whose directory holds only config.json (and a .lock with
+    `lock_text` that nobody holds, as a dead run leaves it): the directory is moved aside
+    whole and the run is made again."""
     out = tmp_path / "sweep"
     write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
+    if lock_text is not None:
+        (out / "pong-seed0" / ".lock").write_text(lock_text)
     result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
                   "--python", fake_python])
     assert result.returncode == 0, result.stderr
     aside = list(out.glob("pong-seed0.incomplete-*"))
     assert len(aside) == 1 and (aside[0] / "config.json").exists()
     assert (out / "pong-seed0" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_directory_without_checkpoint_is_moved_aside_and_rerun(tmp_path, fake_python):
+    assert_a_stale_directory_is_moved_aside_and_rerun(tmp_path, fake_python)
 
 
 @pytest.mark.slow
@@ -257,11 +285,9 @@ def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_p
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True)  # its own process group, like a shell in a terminal
     try:
-        deadline = time.monotonic() + 30
-        while not all((out / g / "args").exists() for g in ("pong-seed0", "breakout-seed0")):
-            assert time.monotonic() < deadline, "the fake trainers did not start"
-            time.sleep(0.05)
-        time.sleep(0.3)
+        wait_until(lambda: all((out / g / "args").exists() for g in ("pong-seed0",
+                                                                     "breakout-seed0")),
+                   "the fake trainers did not start", process)
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -340,15 +366,7 @@ def test_only_running_elsewhere_is_not_nothing_to_do(tmp_path, fake_python):
 
 @pytest.mark.slow
 def test_a_free_lock_left_by_a_dead_run_is_stale_as_before(tmp_path, fake_python):
-    out = tmp_path / "sweep"
-    write_json(out / "pong-seed0" / "config.json", {"game": "pong", "seed": 0})
-    (out / "pong-seed0" / ".lock").write_text(HOLDER)  # its holder is gone: nobody holds it
-    result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out,
-                  "--python", fake_python])
-    assert result.returncode == 0, result.stderr
-    aside = list(out.glob("pong-seed0.incomplete-*"))
-    assert len(aside) == 1 and (aside[0] / "config.json").exists()
-    assert (out / "pong-seed0" / "summary.json").exists()
+    assert_a_stale_directory_is_moved_aside_and_rerun(tmp_path, fake_python, lock_text=HOLDER)
 
 
 @pytest.mark.slow
@@ -388,17 +406,17 @@ def test_a_log_taken_by_another_sweep_after_the_plan_is_left_alone(tmp_path, fak
     """The other sweep takes the run between this sweep's look at the directory and the
     start of its run: this sweep does not start a second trainer there."""
     out = tmp_path / "sweep"
-    env = dict(os.environ, FAKE_STEPS="20")
+    go_on = tmp_path / "go-on"  # the first fake run finishes once this exists
+    env = dict(os.environ, FAKE_WAIT_FOR=str(go_on))
     process = subprocess.Popen(
         ["bash", str(ALL_GAMES), "--games", "pong breakout", "--seeds", "0", "--jobs", "1",
          "--out", str(out), "--python", str(fake_python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while not (out / "pong-seed0" / "args").exists():
-            assert time.monotonic() < deadline, "the first fake run did not start"
-            time.sleep(0.02)
+        wait_until(lambda: (out / "pong-seed0" / "args").exists(),
+                   "the first fake run did not start", process)
         with held_lock(out / "breakout-seed0.log", "another sweep's log\n"):
+            go_on.touch()
             _, stderr = process.communicate(timeout=60)
             assert (out / "breakout-seed0.log").read_text() == "another sweep's log\n"
     finally:
@@ -599,9 +617,7 @@ def test_speedtest_slurm_dry_run_runs_one_task_at_a_time(tmp_path):
 @pytest.mark.slow
 def test_speedtest_bad_options_exit_2(tmp_path, args):
     result = run(["bash", SPEEDTEST, "--dry-run", "--out", tmp_path / "s", *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("speedtest.sh: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "speedtest.sh")
 
 
 @pytest.mark.slow
@@ -912,9 +928,7 @@ def test_summary_bad_input_exits_2(tmp_path, case):
     if case in ("plot-dir", "csv-dir"):
         make_run(tmp_path, "pong", 0, [(1, 1.0)], None)
     result = run([PY, SUMMARIZE, *args])
-    assert result.returncode == 2
-    assert result.stderr.startswith("summarize.py: error: ")
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert_refused_in_one_line(result, "summarize.py")
 
 
 # ---------------------------------------------------------------------------- end to end
@@ -927,7 +941,7 @@ def test_real_two_game_sweep_then_summary(tmp_path):
                   "--out", out, "--python", PY, "--",
                   "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
                   "--evaluate=1000", "--eval-episodes=2", "--target-update=400", "--workers=4",
-                  "--max-episode-steps=300"], timeout=900)
+                  "--max-episode-steps=300", "--eval-max-episode-steps=300"], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
@@ -948,36 +962,36 @@ def test_real_two_game_sweep_then_summary(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(tmp_path):
-    """Regression: a Ctrl-C after a run's last step (its last epoch's updates still running)
+    """Regression: a stop after a run's last step (its last epoch's updates still running)
     left a checkpoint at --timesteps that every rerun of the sweep reported as FAILED. Now
-    the rerun resumes it, the run does its owed work, and the sweep succeeds."""
+    the rerun resumes it, the run does its owed work, and the sweep succeeds.
+
+    The first sweep's trainer stops itself in that window (tests/final_window_stop.py: the
+    SIGTERM a sweep's Ctrl-C sends its runs, once the acting is over and before the trainer
+    is): a signal sent when the log showed the last step once came after all 200 updates."""
     out = tmp_path / "sweep"
-    args = ["bash", str(ALL_GAMES), "--games", "breakout", "--seeds", "0", "--jobs", "1",
-            "--out", str(out), "--python", PY, "--", "--timesteps=1200", "--replay-start=400",
-            "--replay-capacity=5000", "--target-update=800", "--evaluate=0", "--workers=4",
-            "--max-episode-steps=400", "--xla=off", "--progress-every=0.05"]
+    stopping_python = tmp_path / "stopping-python"
+    stopping_python.write_text(f'#!/usr/bin/env bash\nexec {shlex.quote(PY)} '
+                               f'{shlex.quote(str(FINAL_WINDOW_STOP))} TERM "$@"\n')
+    stopping_python.chmod(0o755)
+    extra = ["--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
+             "--target-update=800", "--evaluate=0", "--workers=4", "--max-episode-steps=400",
+             "--xla=off"]
+
+    def sweep(python) -> list:
+        return ["bash", ALL_GAMES, "--games", "breakout", "--seeds", "0", "--jobs", "1",
+                "--out", out, "--python", python, "--", *extra]
+
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", TF_CPP_MIN_LOG_LEVEL="3")
     log = out / "breakout-seed0.log"
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (log.exists() and "step 1200/1200 " in log.read_text()):
-            assert process.poll() is None and time.monotonic() < deadline, \
-                "the run did not reach its last step"
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C while the last updates run
-        process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode != 0
+    stopped = run(sweep(stopping_python), env=env, timeout=300)
+    assert stopped.returncode != 0, stopped.stderr
     run_dir = out / "breakout-seed0"
     manifest = json.loads((run_dir / "checkpoint" / "manifest.json").read_text())
-    assert manifest["counters"]["step"] == 1200
-    assert manifest["counters"]["updates"] < (1200 - 400) // 4  # stopped in the window
+    assert manifest["counters"]["step"] == 1200, log.read_text()[-3000:]
+    assert manifest["counters"]["updates"] == 64  # one call of the 200 updates owed
 
-    again = run(args, env=env, timeout=300)
+    again = run(sweep(PY), env=env, timeout=300)
     assert again.returncode == 0, again.stderr + log.read_text()[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is True and summary["updates"] == (1200 - 400) // 4
@@ -986,7 +1000,7 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
 # checkpoint comes at its end, so for most of its life it has only config.json and logs.
 RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
-              "--target-update=1000", "--timesteps=4000", "--evaluate=2000", "--eval-episodes=2",
+              "--target-update=1000", "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
               "--eval-max-episode-steps=500", "--xla=off")
 
 
@@ -1025,11 +1039,8 @@ def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, se
         if second_starts == "0.5 s later":
             time.sleep(0.5)
         else:
-            deadline = time.monotonic() + 300
-            while not (run_dir / "config.json").exists():
-                assert first.poll() is None and time.monotonic() < deadline, \
-                    "the first sweep's run did not write config.json"
-                time.sleep(0.05)
+            wait_until(lambda: (run_dir / "config.json").exists(),
+                       "the first sweep's run did not write config.json", first, timeout=300)
         second = run(breakout_sweep(out), env=ENV, timeout=900)
         first_stdout, first_stderr = first.communicate(timeout=900)
     finally:
