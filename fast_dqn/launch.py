@@ -616,7 +616,11 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
              f"for {loop.config.replay_start} steps before it learns again")
     check_logs_match(loop.run_log.directory, loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
-    say(f"resumed from {checkpoint} at step {loop.counters.step}")
+    line = f"resumed from {checkpoint} at step {loop.counters.step}"
+    if loop.progress is None:
+        say(line)
+    else:  # on a terminal the progress line is drawn already: the line goes above it
+        loop.progress.message(line)
 
 
 def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:

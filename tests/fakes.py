@@ -3,6 +3,7 @@ test data (minibatches, clocks, damaged files), shared by the tests."""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -294,3 +295,24 @@ def expected_valid(reference: list[Reference], capacity: int) -> set[int]:
     oldest_sampleable = count - capacity + HISTORY - 1 if count >= capacity else 0
     return {t for t, r in enumerate(reference)
             if t >= oldest_sampleable and not r.truncated and (r.terminal or t < count - 1)}
+
+
+def screen(output: str) -> list[str]:
+    """What a terminal shows of `output`, line by line: a carriage return moves to the
+    line's start and what follows overwrites it; escape sequences are dropped."""
+    output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    shown: list[str] = []
+    for raw in output.replace("\r\n", "\n").split("\n"):
+        line: list[str] = []
+        column = 0
+        for char in raw:
+            if char == "\r":
+                column = 0
+                continue
+            if column < len(line):
+                line[column] = char
+            else:
+                line.append(char)
+            column += 1
+        shown.append("".join(line).rstrip())
+    return shown

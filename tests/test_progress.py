@@ -15,7 +15,7 @@ import pytest
 
 from fast_dqn import progress as progress_module
 from fast_dqn.progress import Progress
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, screen
 
 
 class FakeTerminal(io.StringIO):
@@ -376,27 +376,6 @@ def test_the_terminal_line_shows_our_rate_and_eta_not_tqdms():
     assert "step/s" not in stream.getvalue() and "it/s" not in stream.getvalue()
     assert "<" not in stream.getvalue()  # tqdm's [elapsed<remaining]
     progress.close()
-
-
-def screen(output: str) -> list[str]:
-    """What a terminal shows of `output`, line by line: a carriage return moves to the
-    line's start and what follows overwrites it; escape sequences are dropped."""
-    output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
-    shown: list[str] = []
-    for raw in output.replace("\r\n", "\n").split("\n"):
-        line: list[str] = []
-        column = 0
-        for char in raw:
-            if char == "\r":
-                column = 0
-                continue
-            if column < len(line):
-                line[column] = char
-            else:
-                line.append(char)
-            column += 1
-        shown.append("".join(line).rstrip())
-    return shown
 
 
 def drawn(stream: io.StringIO) -> str:

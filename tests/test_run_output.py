@@ -25,7 +25,7 @@ import pytest
 
 from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, Launch, read_csv,
                             start, summary)
-from tests.test_progress import screen
+from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
 FAST_OFF = [*FAST, "--xla=off"]
@@ -250,6 +250,15 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
                          f"{RUN_FAST_DQN} --resume {run_dir}")
     assert shown[-2].startswith(f"step {step}/4000 ")  # the progress line, left above it
     assert not any(line.startswith("done:") for line in shown)
+
+    # The resume, on a terminal too: its "resumed from" line stays on the screen (it was
+    # drawn over by the progress line), and the run finishes.
+    resumed = Terminal(["--resume", str(run_dir)], tmp_path / "resumed")
+    assert resumed.finish() == 0, (tmp_path / "resumed.err").read_text()
+    shown = [line for line in screen(resumed.output) if line]
+    assert any(line.startswith("resumed from ") and line.endswith(f" at step {step}")
+               for line in shown), shown
+    assert shown[-1].startswith("done: 4000 steps"), shown
 
 
 # -- the README's block ------------------------------------------------------------------------
