@@ -19,35 +19,15 @@ import sys
 import termios
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, Launch, read_csv,
-                            start, summary)
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, read_csv, start,
+                            summary, wait_for_match)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
 FAST_OFF = [*FAST, "--xla=off"]
-
-
-def wait_for_match(run: Launch, pattern: str, accept: Callable[[re.Match], bool] | None = None,
-                   timeout: float = 300) -> re.Match:
-    """Reads the run's stdout as it grows until a whole line matches `pattern` (and passes
-    `accept`, if given)."""
-    regex = re.compile(pattern)
-    deadline = time.monotonic() + timeout
-    while True:
-        for line in run.stdout().splitlines(keepends=True):
-            match = regex.fullmatch(line.rstrip("\n"))
-            if line.endswith("\n") and match and (accept is None or accept(match)):
-                return match
-        if run.process.poll() is not None or time.monotonic() > deadline:
-            run.process.kill()
-            result = run.finish(10)
-            pytest.fail(f"no line matched {pattern!r} (exit {result.returncode}):\n"
-                        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-        time.sleep(0.02)
 
 
 def lines_of(text: str) -> list[str]:
