@@ -271,8 +271,9 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
 
 
 def report_crashes() -> None:
-    """A crash in native code (TensorFlow, the emulators) then leaves every thread's Python
-    stack on the process's stderr instead of a bare exit status."""
+    """A crash in native code (TensorFlow, the emulators) then leaves the threads' Python stacks
+    on the process's stderr instead of a bare exit status (faulthandler's best effort: it
+    reads running threads' frames, and one caught mid-change cuts the dump short)."""
     try:
         faulthandler.enable(file=sys.__stderr__, all_threads=True)
     except (AttributeError, ValueError, io.UnsupportedOperation):

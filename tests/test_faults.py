@@ -146,7 +146,7 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_crash_in_native_code_leaves_every_threads_stack_on_stderr(tmp_path):
+def test_a_crash_in_native_code_leaves_a_thread_dump_on_stderr(tmp_path):
     """A segfault at a stop once ended a CI run with status -11 and an empty stderr."""
     run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
                                "--checkpoint-every=0", f"--logdir={tmp_path / 'run'}"],
@@ -156,8 +156,11 @@ def test_a_crash_in_native_code_leaves_every_threads_stack_on_stderr(tmp_path):
     result = signal_and_finish(run, signal.SIGSEGV)
     assert result.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in result.stderr, result.stderr[-3000:]
-    assert re.search(r"Thread 0x[0-9a-f]+ \(most recent call first\)", result.stderr)
-    assert "Current thread" in result.stderr and "run_fast_dqn.py" in result.stderr
+    # At least one thread's stack, frame by frame. No more can be asked: faulthandler reads the
+    # other threads' frames while they run, and a CI run's dump ended at "File ???" inside
+    # another thread's stack, with no "Current thread" and no main thread's stack.
+    assert re.search(r"(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\n"
+                     r"  File ", result.stderr), result.stderr[-3000:]
 
 # -- a full disk at each file ------------------------------------------------------------------------
 
