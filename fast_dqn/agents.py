@@ -31,7 +31,7 @@ from fast_dqn.schedule import (epoch_end, epsilon_at, learning_started, period_p
                                target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.transitions import Transitions, concatenate
+from fast_dqn.transitions import Transitions, concatenate, replay_bytes
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import SamplerBuffer, StagingArea
@@ -52,6 +52,18 @@ def check_loss_finite(loss: float, count: int, step: int) -> None:
     if count and not np.isfinite(loss):
         raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
                             f"{count} minibatches is {loss}; try a smaller --lr")
+
+
+def _seconds_text(seconds: float) -> str:
+    """`under a second`, `about 21 s`, `about 3 min`."""
+    if seconds < 1:
+        return "under a second"
+    return f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.0f} min"
+
+
+def _bytes_text(size: int) -> str:
+    """`370 MB`, `7.1 GB`."""
+    return f"{size / 1e6:.0f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"
 
 
 class TrainingLoop:
@@ -81,6 +93,72 @@ class TrainingLoop:
         self._updates_logged = 0  # the updates whose losses the logs hold
         # The latest checkpoint's `_checkpoint_position`.
         self._saved: tuple[int, int, int] | None = None
+        # The last checkpoint this process wrote: its seconds and the transitions it held
+        # (what a stop's line estimates the next write from).
+        self._last_write: tuple[float, int] | None = None
+        # What a stop would cut short, for its line.
+        self._trainer_busy = False
+        self._evaluating = False
+        self._stop_announced = False
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def stop_requested(self, step: int | None = None) -> bool:
+        """Whether a stop was requested (SIGINT/SIGTERM/SIGHUP); the first time it is seen,
+        the run says what it does before it exits (`stop_line`), at `step` if the loop stops
+        there rather than at the current step."""
+        if not self.stop:
+            return False
+        if not self._stop_announced:
+            self._stop_announced = True
+            self._say(self.stop_line(step))
+        return True
+
+    def stop_line(self, step: int | None = None) -> str:
+        """What a stop taken now does before the process exits, e.g. "stopping at step
+        50800: finishing the trainer's update call, then writing the checkpoint (about
+        21 s)"."""
+        step = self.counters.step if step is None else step
+        steps = []
+        if self._trainer_busy:
+            steps.append("finishing the trainer's update call")
+        if self._evaluating:
+            steps.append("dropping the evaluation under way (a resume plays it again)")
+        if self._save_checkpoint is not None:
+            if self._saved == self._checkpoint_position() and not self._trainer_busy:
+                steps.append(f"its checkpoint at step {self.counters.step} is written")
+            else:
+                steps.append(f"writing the checkpoint ({self._checkpoint_estimate(step)})")
+        return f"stopping at step {step}: {', then '.join(steps) or 'now'}"
+
+    def _checkpoint_estimate(self, step: int) -> str:
+        """The next checkpoint's write time, from the last one this process wrote (scaled
+        by the replay memory's growth since); else, what it has to write."""
+        stored = self._transitions_to_save(step)
+        if self._last_write is not None:
+            seconds, stored_then = self._last_write
+            if self.config.checkpoint_replay and stored_then > 0:
+                seconds *= max(1.0, stored / stored_then)
+            return f"{_seconds_text(seconds)}, from the last one's write"
+        if self.config.checkpoint_replay:
+            return f"{_bytes_text(replay_bytes(stored))} of replay memory and the networks"
+        return "the networks"
+
+    def _transitions_to_save(self, step: int) -> int:
+        """The transitions a checkpoint taken once the loop stops at `step` holds."""
+        return len(self.memory)
+
+    def _say(self, line: str) -> None:
+        """A line that stays, through the progress line (above it on a terminal)."""
+        if self.progress is not None:
+            self.progress.message(line)
+
+    def _stop_or_tick(self) -> bool:
+        """What a wait asks again and again (the trainer's epoch, an evaluation's steps):
+        whether to stop; meanwhile the progress line shows how long it has waited."""
+        if self.progress is not None:
+            self.progress.tick()
+        return self.stop_requested()
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -103,7 +181,7 @@ class TrainingLoop:
     def update_inline_until(self, updates: int, stoppable: bool = False) -> None:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`; with `stoppable`, or until a stop is requested."""
-        while self.counters.updates < updates and not (stoppable and self.stop):
+        while self.counters.updates < updates and not (stoppable and self.stop_requested()):
             self.trainer.update_now()
             self.counters.updates += 1
 
@@ -139,6 +217,8 @@ class TrainingLoop:
         learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
+            if self.progress is not None:
+                self.progress.epoch_ended(self.counters.step)  # the rate is over whole epochs
             self.network.sync_target()
             if learned:
                 self.log_training()
@@ -169,9 +249,16 @@ class TrainingLoop:
         """The evaluation due now; a stop request cuts it short (it is played again, whole,
         after a resume)."""
         greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
-        with self._paused("evaluation"):
-            self.evaluator.run(self.counters.step, greedy, self.counters.hours(),
-                               should_stop=lambda: bool(self.stop))
+        self._evaluating = True
+        try:
+            with self._paused("evaluation", f"evaluating {self.config.eval_episodes} games"):
+                evaluated = self.evaluator.run(self.counters.step, greedy,
+                                               self.counters.hours(),
+                                               should_stop=self._stop_or_tick)
+        finally:
+            self._evaluating = False
+        if evaluated is not None:
+            self._say(evaluated.line())
 
     def checkpoint_due(self, previous_step: int) -> bool:
         return period_passed(self.config.checkpoint_every, previous_step, self.counters.step)
@@ -182,9 +269,11 @@ class TrainingLoop:
         resume is logged at the checkpoint's own step: it is saved again then, to count it."""
         if self._save_checkpoint is None or self._saved == self._checkpoint_position():
             return
-        with self._paused("checkpoint"):
+        with self._paused("checkpoint", "writing the checkpoint", lasting=True):
+            started = time.monotonic()
             self.run_log.flush()  # the events up to the checkpoint are on disk with it
             self._save_checkpoint(self.state(), self.unstored_transitions())
+            self._last_write = (time.monotonic() - started, len(self.memory))
         self._saved = self._checkpoint_position()
 
     def _checkpoint_position(self) -> tuple[int, int, int]:
@@ -208,12 +297,13 @@ class TrainingLoop:
         """The agent step of the latest checkpoint (written or resumed from), if any."""
         return None if self._saved is None else self._saved[0]
 
-    def _paused(self, kind: str) -> ContextManager[None]:
-        """Time that the progress line leaves out of the rate and counts in the ETA."""
+    def _paused(self, kind: str, label: str, lasting: bool = False) -> ContextManager[None]:
+        """Time that the progress line leaves out of the rate and counts in the ETA, and
+        names (`label`) while it lasts."""
         if self.progress is None:
             return contextlib.nullcontext()
         self.update_progress()  # the pause is announced at the step reached
-        return self.progress.paused(kind)
+        return self.progress.paused(kind, label, lasting=lasting)
 
     def update_progress(self) -> None:
         self._progress_shown_at = time.monotonic()
@@ -235,6 +325,7 @@ class TrainingLoop:
         installed_here = self.stop.install()
         try:
             self.act_and_learn()
+            self.stop_requested()  # a stop not seen by the loop is announced all the same
             self.log_training()  # also the last NaN guard before the checkpoint
             self.checkpoint()
         finally:
@@ -328,7 +419,7 @@ class DQN(TrainingLoop):
     def act_and_learn(self) -> None:
         config, counters = self.config, self.counters
         self.start_acting()
-        while counters.step < config.timesteps and not self.stop:
+        while counters.step < config.timesteps and not self.stop_requested():
             transitions, games = self.actor.act(self.choose_actions(use_target=False))
             self.memory.add_many(transitions)
             counters.step += 1
@@ -359,12 +450,19 @@ class FastDQN(TrainingLoop):
         self._acted: Transitions | None = None  # the last round's, staged in the next one
         # An epoch's transitions kept out of the memory while its updates are owed.
         self._unstored: Transitions | None = None
+        self._epoch_start = 0  # the step the running epoch began at (its rows not stored yet)
 
     def unstored_transitions(self) -> Transitions | None:
         return self._unstored
 
     def hold_unstored(self, transitions: Transitions | None) -> None:
         self._unstored = transitions
+
+    def _transitions_to_save(self, step: int) -> int:
+        """The memory's, and those acted since the epoch began (flushed into it, or held
+        apart, when the loop stops)."""
+        pending = max(0, step - self._epoch_start)
+        return min(self.memory.capacity, len(self.memory) + pending)
 
     def next_boundary(self) -> int:
         """The agent step at which the current epoch ends (a sync point)."""
@@ -374,15 +472,16 @@ class FastDQN(TrainingLoop):
 
     def act_and_learn(self) -> None:
         counters = self.counters
+        self._epoch_start = counters.step  # a resumed run's rows are all stored
         self.finish_epoch_cut_short()
-        if not self.stop:  # else nothing acts: no fresh games, no evaluation owed
+        if not self.stop_requested():  # else nothing acts: no fresh games, no evaluation owed
             self.start_acting()
         try:
-            while counters.step < self.config.timesteps and not self.stop:
+            while counters.step < self.config.timesteps and not self.stop_requested():
                 previous_step = counters.step
                 end = self.next_boundary()
                 self._run_epoch(end)
-                if self.stop and not self._epoch_done(end):
+                if self.stop_requested() and not self._epoch_done(end):
                     self._cut_epoch_short(end)
                     break  # the target stays frozen until the epoch is done
                 self._flush_buffers()
@@ -442,9 +541,11 @@ class FastDQN(TrainingLoop):
         counters = self.counters
         counters.mark_learning_start()
         epoch_updates = counters.updates_due(end) - counters.updates
+        self._epoch_start = counters.step
         in_background = self.trainer_thread is not None and epoch_updates > 0
         if in_background:
             self.trainer_thread.start_epoch(epoch_updates)
+            self._trainer_busy = True
         self._staging.clear()
         exploration = self._next_round(counters.step, end)
         while exploration is not None:
@@ -459,7 +560,12 @@ class FastDQN(TrainingLoop):
             if self.progress is not None:
                 self.progress.phase("waiting for the trainer")
             # On a stop request the rest of the epoch's updates are abandoned.
-            self.trainer_thread.wait(abandon_if=lambda: bool(self.stop))
+            try:
+                self.trainer_thread.wait(abandon_if=self._stop_or_tick)
+            finally:
+                self._trainer_busy = False
+            if self.progress is not None:
+                self.progress.end_phase()
 
     def _next_round(self, step: int, end: int) -> Exploration | None:
         """The draws of the round to take at `step`, or None where the epoch's acting stops
@@ -467,7 +573,7 @@ class FastDQN(TrainingLoop):
         made only for a round that is then taken, so the generator's state (a checkpoint
         holds it) counts exactly the rounds taken."""
         trainer_failed = self.trainer_thread is not None and self.trainer_thread.failed
-        if step >= end or self.stop or trainer_failed:
+        if step >= end or self.stop_requested(step) or trainer_failed:
             return None
         return self.epsilon_greedy.draw(step)
 
@@ -499,6 +605,7 @@ class FastDQN(TrainingLoop):
         per piece: a sampler's carried rows, then its staged ones)."""
         self.memory.add_in_order(self._take_buffers())
         self._staging.clear()
+        self._epoch_start = self.counters.step
 
     def _take_buffers(self) -> list[Transitions]:
         """The epoch's transitions as the pieces a flush stores, in sampler order (views of

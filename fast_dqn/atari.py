@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from typing import Any, NamedTuple
+from typing import Any, Collection, NamedTuple
 
 import ale_py
 import ale_py.registration
@@ -44,6 +44,10 @@ from gymnasium.wrappers import AtariPreprocessing
 from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS, Config
 
 gym.register_envs(ale_py)
+# Each emulator made one by one (Gymnasium's env: play, the serial trainer, the benchmark)
+# prints the ALE's two-line banner at its Info level before ale-py's env lowers that level;
+# ale-py's vector env, the fast trainer's, prints none. Lowered here, before any is made.
+ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 _CV2_FLAGS = {
     "area": cv2.INTER_AREA,
@@ -90,6 +94,94 @@ def resolve_game(name: str) -> str:
     else:
         hint = f"expected one of the {len(ids)} ROM ids ale-py ships, e.g. pong, breakout"
     raise ValueError(f"unknown game {name!r}; {hint}")
+
+
+class GymnasiumIdDefaults(NamedTuple):
+    """What a Gymnasium Atari id's environment does by default, where fast_dqn's pipeline
+    could differ (ale-py 0.12's registration; the older gym's for Deterministic ids)."""
+
+    version: int  # 0, 4 or 5 (another is no Atari id of Gymnasium's)
+    sticky_actions: float  # repeat_action_probability: v0 and v5 0.25, v4 0
+    frame_skip: int | None  # emulator frames per action; None: a random 2 to 4; 1: none
+    ram: bool  # observations are the 128 bytes of RAM, not the screen
+
+
+GYMNASIUM_VERSIONS = (0, 4, 5)
+_VERSION_SUFFIX = re.compile(r"-v(\d+)$")
+
+
+def gymnasium_id_defaults(name: str) -> GymnasiumIdDefaults | None:
+    """The defaults a Gymnasium Atari id (`ALE/Pong-v5`, `PongNoFrameskip-v4`) stands for;
+    None for a name without a version (`pong`, `Pong`), which stands for the game alone.
+
+    In ale-py 0.12.1 (ale_py/registration.py): `ALE/<Game>-v5` repeats each action 4 frames
+    with sticky actions 0.25; `<Game>-v0` and `<Game>-v4` repeat it a random 2 to 4 frames,
+    with sticky actions 0.25 (v0) or none (v4), and their NoFrameskip forms 1 frame. All of
+    them act with the game's minimal action set. Gym's Deterministic ids, which ale-py no
+    longer registers, repeated each action 4 frames (3 in Space Invaders).
+    """
+    text = name.strip()
+    version = _VERSION_SUFFIX.search(text)
+    if version is None:
+        return None
+    number = int(version.group(1))
+    body = text[:version.start()].split("/")[-1]
+    if "NoFrameskip" in body:
+        frame_skip: int | None = 1
+    elif "Deterministic" in body:
+        frame_skip = 3 if _name_key(body) == "spaceinvaders" else FRAME_SKIP
+    else:
+        frame_skip = FRAME_SKIP if number == 5 else None
+    sticky = 0.0 if number == 4 else 0.25
+    return GymnasiumIdDefaults(number, sticky, frame_skip, "-ram" in body)
+
+
+def game_of_new_run(name: str, config: Config, given: Collection[str]) -> str:
+    """The ROM id of a new run's `--game`, refused where the name stands for Gymnasium
+    defaults the run would not train (see `gymnasium_id_defaults`): a run named ALE/Pong-v5
+    must not train without sticky actions unless a flag says so.
+
+    Args:
+        name: the --game given.
+        config: the run's settings, its protocol's preset and the flags applied.
+        given: the settings given as flags: --protocol or --sticky-actions beside an id with
+            sticky actions says which is meant, and the name then only names the game.
+
+    Raises:
+        ValueError: an unknown game; a Gymnasium version that does not exist, RAM
+            observations or a frame skip other than 4 frames (or none, where fast_dqn's
+            pipeline skips), which no setting gives; sticky actions with neither flag given.
+    """
+    game = resolve_game(name)
+    defaults = gymnasium_id_defaults(name)
+    if defaults is None:
+        return game
+    shown = f"--game={name.strip()}"
+    if defaults.version not in GYMNASIUM_VERSIONS:
+        raise ValueError(f"{shown}: Gymnasium has no Atari version v{defaults.version} "
+                         f"(only v0, v4 and v5); --game={game} names the game")
+    if defaults.ram:
+        raise ValueError(f"{shown} names Gymnasium's RAM observations; fast_dqn learns from "
+                         f"the screen: give --game={game}")
+    if defaults.frame_skip not in (1, FRAME_SKIP):
+        skip = ("a random 2 to 4 frames" if defaults.frame_skip is None
+                else f"{defaults.frame_skip} frames")
+        sticky = (", with --protocol=machado for sticky actions"
+                  if defaults.sticky_actions else "")
+        raise ValueError(f"{shown} names Gymnasium's v{defaults.version} defaults, which "
+                         f"repeat each action {skip}; fast_dqn repeats it {FRAME_SKIP} "
+                         f"frames: give --game={game}{sticky}")
+    if (defaults.sticky_actions != config.sticky_actions
+            and not {"protocol", "sticky_actions"} & set(given)):
+        raise ValueError(
+            f"{shown} names Gymnasium's v{defaults.version} defaults (sticky actions "
+            f"{defaults.sticky_actions:g}), not the {config.protocol} protocol this run would "
+            f"train (sticky actions {config.sticky_actions:g}); say which: --protocol=machado "
+            "(Machado et al. 2018: sticky actions 0.25, all 18 actions, no life-loss signal, "
+            "no no-ops; --no-full-action-set keeps Gymnasium's minimal set), "
+            f"--sticky-actions={defaults.sticky_actions:g} alone, or --game={game} for the "
+            f"{config.protocol} protocol")
+    return game
 
 
 def _check_interp(interp: str) -> None:

@@ -1,6 +1,7 @@
 """Throughput of the trainers, measured in one process with the same settings.
 
     python -m fast_dqn.benchmark [--workers 8 [16 ...]] [--trainer-stub-ms X --query-stub-ms Y]
+    fast-dqn-benchmark ...   (the same, once installed)
 
 Measures (a) the trainer alone (minibatch updates/s; 4 x that is the training-bound limit in
 agent steps/s), (b) the serial reference loop, (c) the fast scheme for each worker count, and
@@ -29,10 +30,11 @@ import numpy as np
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
-                             Config, OneLineErrorParser, validate)
+                             Config, OneLineErrorParser, add_device_flag, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
+from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
@@ -40,12 +42,30 @@ from fast_dqn.samplers import SERIAL
 from fast_dqn.trainer import Trainer, TrainerTimes
 
 
+MODULE_COMMAND = "python -m fast_dqn.benchmark"
+ONE_MINUTE_FLAGS = "--steps=2000 --random-steps=1000 --trainer-seconds=2 --emulation-seconds=1"
+EPILOG = (f"Run as {MODULE_COMMAND} or fast-dqn-benchmark (after pip install .). The "
+          "defaults take about 3 minutes on 2 cores; about one minute: "
+          f"{MODULE_COMMAND} {ONE_MINUTE_FLAGS} (its fast / serial ratio is not the full "
+          "run's: docs/throughput.md).")
+
+
+def program_name(argv0: str) -> str:
+    """The command for the usage line: `python -m` leaves the module's file in argv[0]."""
+    name = os.path.basename(argv0)
+    return MODULE_COMMAND if name in ("benchmark.py", "__main__.py", "") else name
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = OneLineErrorParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", default="pong")
+    parser = OneLineErrorParser(prog=program_name(sys.argv[0]),
+                                description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    parser.add_argument("--game", default="pong",
+                        help="Atari game, as run_fast_dqn.py's --game (default: pong)")
     parser.add_argument("--workers", type=int, nargs="+", default=[8],
                         help="worker counts of the fast scheme to measure (default: 8)")
-    parser.add_argument("--backend", choices=("vector", "threads"), default="vector")
+    parser.add_argument("--backend", choices=("vector", "threads"), default="vector",
+                        help="the fast scheme's sampler pool, as run_fast_dqn.py's --backend "
+                             "(default: vector)")
     parser.add_argument("--random-steps", type=int, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
     parser.add_argument("--steps", type=int, default=10_000,
@@ -60,7 +80,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default: 6)")
     parser.add_argument("--emulation-seconds", type=float, default=3.0,
                         help="how long to time the envs alone per worker count (default: 3)")
-    parser.add_argument("--final-epsilon", type=float, default=0.1)
+    parser.add_argument("--final-epsilon", type=float, default=0.1,
+                        help="the fixed exploration epsilon of the measured steps (default: "
+                             "0.1, the Nature value after the decay)")
     parser.add_argument("--skip-serial", action="store_true",
                         help="do not measure the serial reference")
     parser.add_argument("--trainer-stub-ms", type=float, default=None,
@@ -80,7 +102,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--xla", choices=XLA_MODES, default=Config.xla,
                         help=f"XLA for the update, as run_fast_dqn.py's --xla (default: "
                              f"{Config.xla})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the envs, the exploration, the replay and the network "
+                             "(default: 0)")
+    add_device_flag(parser)
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
         parser.error("--workers and --steps must be at least 1, --random-steps at least 0")
@@ -343,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         configs = {w: bench_config(args, w) for w in args.workers}
+        select_device(args.device)  # before anything imports TensorFlow
     except ValueError as error:
         print(f"benchmark: error: {error}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import typing
@@ -32,6 +33,10 @@ INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
 XLA_MODES = ("auto", "on", "off")
 REPLAY_DEVICES = ("auto", "host", "device")
+DEVICES = ("auto", "cpu", "gpu")
+DEVICE_HELP = ("where TensorFlow computes: auto = a GPU if TensorFlow sees one, else the CPU; "
+               "cpu = the CPU, the GPUs hidden before TensorFlow starts; gpu = a GPU, refused "
+               "in one line if TensorFlow sees none")
 
 # The Atari protocols `--protocol` selects: each sets the settings below, unless a flag given
 # on the command line sets one itself. "machado" is the protocol of Machado et al. (2018),
@@ -46,6 +51,10 @@ PROTOCOLS = ("nature", "machado")
 # `Config.from_saved` leaves them out of an older config.json that does (a run started with
 # --refill-replay would otherwise refill every later resume without being asked).
 RESUME_ONLY = ("resume", "refill_replay")
+# Settings of one process, not of the run: config.json does not keep them, and a resume may
+# give them anew (a run resumed on another machine picks that machine's device).
+PROCESS_ONLY = ("device",)
+NOT_SAVED = RESUME_ONLY + PROCESS_ONLY
 
 
 def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
@@ -64,7 +73,9 @@ class Config:
     """
 
     game: str = _field("pong", "Atari ROM id (pong, space_invaders; SpaceInvaders and "
-                       "ALE/SpaceInvaders-v5 are accepted too)")
+                       "Gymnasium's ids are accepted too, but an id whose defaults are not "
+                       "the run's protocol, such as ALE/Pong-v5 with its sticky actions, "
+                       "needs --protocol or --sticky-actions beside it)")
     timesteps: int = _field(50_000_000, "agent steps to train (1 step = 4 frames; the Nature "
                             "budget is 200M frames)")
     evaluate: int = _field(250_000, "evaluation period in agent steps (0 = never)")
@@ -112,8 +123,8 @@ class Config:
                                    "the end and on interruption)")
     checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints")
     resume: str = _field("", "run directory to continue from its latest checkpoint (only "
-                         "--timesteps, to extend the run, and --refill-replay may be given "
-                         "beside it)")
+                         "--timesteps, to extend the run, --refill-replay and --device may be "
+                         "given beside it)")
     refill_replay: bool = _field(False, "with --resume only: if the checkpoint's replay "
                                  "memory is missing, refill it for --replay-start steps instead "
                                  "of refusing to resume (for that resume: config.json does not "
@@ -128,6 +139,8 @@ class Config:
                                 "update; host = in NumPy, gathered by the host; auto = the "
                                 "device on a GPU with room for them, else the host (the "
                                 "same updates either way)", choices=REPLAY_DEVICES)
+    device: str = _field("auto", f"{DEVICE_HELP} (for this process only: config.json does "
+                         "not keep it, and it may be given beside --resume)", choices=DEVICES)
 
     workers: int = _field(8, "number of environments acting in parallel", fast_only=True)
     concurrent: bool = _field(True, "train in a background thread while the samplers act",
@@ -147,15 +160,16 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def saved_settings(self) -> dict[str, Any]:
-        """The settings config.json keeps: all but the resume-only ones (RESUME_ONLY)."""
+        """The settings config.json keeps: all but the resume-only and process-only ones
+        (NOT_SAVED)."""
         return {name: value for name, value in dataclasses.asdict(self).items()
-                if name not in RESUME_ONLY}
+                if name not in NOT_SAVED}
 
     @classmethod
     def from_saved(cls, saved: Mapping[str, Any]) -> "Config":
-        """The settings in a run's config.json (its other keys, e.g. the library versions,
-        and the resume-only settings are left out; settings added since the run was written
-        take their defaults).
+        """The settings in a run's config.json (its other keys, e.g. the library versions and
+        the code's commits, and the settings it does not keep, NOT_SAVED, are left out;
+        settings added since the run was written take their defaults).
 
         Raises:
             ValueError: a setting's value is not of its field's type (a hand edit such as
@@ -164,7 +178,7 @@ class Config:
         types = typing.get_type_hints(cls)
         return cls(**{field.name: _saved_value(field, saved[field.name], types[field.name])
                       for field in dataclasses.fields(cls)
-                      if field.name in saved and field.name not in RESUME_ONLY})
+                      if field.name in saved and field.name not in NOT_SAVED})
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -212,14 +226,45 @@ def flag_name(field_name: str) -> str:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line and exit with status 2."""
+    """An argparse parser whose errors are one line and exit with status 2; an unknown flag's
+    line names the flag it is closest to (`--gmae=pong`: did you mean --game?).
+
+    `flags_elsewhere` maps flags this parser lacks to where they belong (the fast trainer's
+    own flags, given to the serial one), said instead of a close flag.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any):
         # No abbreviations: `--work=4` must not silently mean `--workers=4`.
         super().__init__(*args, allow_abbrev=False, **kwargs)
+        self.flags_elsewhere: dict[str, str] = {}
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        # argparse's own "unrecognized arguments" error, with a suggestion (Python 3.14's
+        # suggest_on_error covers choices only, and this interpreter is older).
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}"
+                       f"{self._unknown_flag_hint(unknown)}")
+        return parsed
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def _unknown_flag_hint(self, unknown: Sequence[str]) -> str:
+        """'; did you mean --game?' for the first unknown flag close to one of this parser's
+        flags (or where a flag of the other trainer belongs); '' if none is."""
+        known = [option for option in self._option_string_actions if option.startswith("--")]
+        for argument in unknown:
+            if not argument.startswith("--"):
+                continue
+            flag = argument.split("=", 1)[0]
+            if flag in self.flags_elsewhere:
+                return f"; {flag} is {self.flags_elsewhere[flag]}"
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
+            if close:
+                return f"; did you mean {close[0]}?"
+        return ""
 
 
 def add_config_flags(parser: argparse.ArgumentParser, algo: str) -> None:
@@ -260,7 +305,23 @@ def _negated_flag(field_name: str) -> str:
 def make_parser(algo: str, description: str) -> OneLineErrorParser:
     parser = OneLineErrorParser(description=description)
     add_config_flags(parser, algo)
+    if algo != ALGO_FAST_DQN:
+        for field in dataclasses.fields(Config):
+            if field.metadata["fast_only"]:
+                flags = [flag_name(field.name)]
+                if field.type in ("bool", bool):
+                    flags.append(_negated_flag(field.name))
+                for flag in flags:
+                    parser.flags_elsewhere[flag] = ("a flag of the fast trainer only "
+                                                    "(run_fast_dqn.py, fast-dqn)")
     return parser
+
+
+def add_device_flag(parser: argparse.ArgumentParser) -> None:
+    """`--device`, as the trainers take it, for the commands that build a network from
+    other flags (play, the benchmark)."""
+    parser.add_argument("--device", choices=DEVICES, default=Config.device,
+                        help=f"{DEVICE_HELP} (default: {Config.device})")
 
 
 def given_settings(args: argparse.Namespace) -> dict[str, Any]:

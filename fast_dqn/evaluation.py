@@ -9,7 +9,8 @@ short games.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+import time
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 import numpy as np
 
@@ -44,6 +45,21 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
         playing &= ~result.game_overs
         states = history.push(result.frames, after_episode_end=result.episode_ends)
     return scores.tolist()
+
+
+class Evaluated(NamedTuple):
+    """An evaluation played whole: its agent step, each game's raw score and its wall time
+    (making and resetting the games included)."""
+
+    step: int
+    returns: list[float]
+    seconds: float
+
+    def line(self) -> str:
+        """The one line a run prints for it, on a terminal and in a log."""
+        return (f"evaluation at step {self.step}: mean {np.mean(self.returns):.1f} over "
+                f"{len(self.returns)} games (min {min(self.returns):.1f}, max "
+                f"{max(self.returns):.1f}), {self.seconds:.1f} s")
 
 
 def _never() -> bool:
@@ -83,11 +99,13 @@ class Evaluator:
         return period_passed(self.config.evaluate, self.evaluated_at, step)
 
     def run(self, step: int, greedy: GreedyFn, hours: float,
-            should_stop: Callable[[], bool] | None = None) -> None:
-        """Plays and logs the evaluation due at `step`. One cut short by `should_stop` is
-        neither logged nor counted, so a resumed run plays it again, whole."""
+            should_stop: Callable[[], bool] | None = None) -> Evaluated | None:
+        """Plays and logs the evaluation due at `step`; returns it, or None if it was cut
+        short by `should_stop`: then it is neither logged nor counted, so a resumed run
+        plays it again, whole."""
         if self._make_pool is None or (should_stop is not None and should_stop()):
-            return  # building and resetting 30 games takes seconds: not for a stopping run
+            return None  # building and resetting 30 games takes seconds: not for a stop
+        started = time.monotonic()
         self._should_stop = _never if should_stop is None else should_stop
         seed = self.config.seed + 1_000_003 * (self.count + 1)
         try:
@@ -97,13 +115,14 @@ class Evaluator:
                                seed=seed, rng=np.random.default_rng(seed),
                                should_stop=should_stop)
         except PoolStopped:
-            return
+            return None
         if returns is None:
-            return
+            return None
         self.count += 1
         self.evaluated_at = step
         self.last = self._run_log.log_evaluation(step, returns, hours)
         self._run_log.log_scalars(step, {"eval/mean_return": float(np.mean(returns))})
+        return Evaluated(step, returns, time.monotonic() - started)
 
     def _asked_to_stop(self) -> bool:
         """What the pool asks between two groups of envs: the running evaluation's request."""

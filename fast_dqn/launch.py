@@ -26,6 +26,7 @@ import faulthandler
 import io
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -35,15 +36,17 @@ import numpy as np
 
 from fast_dqn.agents import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
                              unstored_count)
-from fast_dqn.atari import GameSettings, resolve_game
+from fast_dqn.atari import GameSettings, game_of_new_run, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   check_checkpoint_names, clear_leftovers, latest_checkpoint,
                                   network_prefix, read_replay_into, read_unstored, replay_in,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
+from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
                              make_parser, protocol_overrides, validate, with_protocol)
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
+from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
@@ -61,7 +64,7 @@ DESCRIPTIONS = {
                    "Daley & Amato (2021): samplers act with the target network while a "
                    "trainer thread updates the online network.",
 }
-RESUME_FLAGS = ("timesteps", "refill_replay")  # what may be given beside --resume
+RESUME_FLAGS = ("timesteps", "refill_replay", "device")  # what may be given beside --resume
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
@@ -90,7 +93,7 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
                          "checkpoint whose replay memory is missing); leave it out of a new run")
     config = Config(**with_protocol(settings))
     validate(config, algo)
-    config = config.replace(game=resolve_game(config.game))
+    config = config.replace(game=game_of_new_run(config.game, config, settings))
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
     config = config.replace(logdir=os.path.expanduser(logdir))
     check_memory_for(config.replay_capacity, num_envs(config, algo))
@@ -144,14 +147,15 @@ def check_memory_for(capacity: int, envs: int = 1, headroom_bytes: int = 2 * 102
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
-    """The settings of the run in --resume RUN_DIR; only --timesteps may change them."""
+    """The settings of the run in --resume RUN_DIR; only --timesteps may change them (and
+    --device, which is not a setting of the run)."""
     if not settings["resume"].strip():
         raise ValueError("--resume needs the run directory to continue; got an empty path")
     run_dir = Path(os.path.expanduser(settings.pop("resume")))
     extra = sorted(set(settings) - set(RESUME_FLAGS))
     if extra:
-        raise ValueError(f"only --timesteps and --refill-replay may be given with --resume; "
-                         f"got {', '.join(flag_name(name) for name in extra)}")
+        raise ValueError("only --timesteps, --refill-replay and --device may be given with "
+                         f"--resume; got {', '.join(flag_name(name) for name in extra)}")
     saved = saved_config(run_dir)
     if saved.get("algo") != algo:
         raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
@@ -267,8 +271,9 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
 
 
 def report_crashes() -> None:
-    """A crash in native code (TensorFlow, the emulators) then leaves every thread's Python
-    stack on the process's stderr instead of a bare exit status."""
+    """A crash in native code (TensorFlow, the emulators) then leaves the threads' Python stacks
+    on the process's stderr instead of a bare exit status (faulthandler's best effort: it
+    reads running threads' frames, and one caught mid-change cuts the dump short)."""
     try:
         faulthandler.enable(file=sys.__stderr__, all_threads=True)
     except (AttributeError, ValueError, io.UnsupportedOperation):
@@ -301,6 +306,7 @@ def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
 def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
     try:
         config = prepare_config(argv, algo)
+        select_device(config.device)  # before anything imports TensorFlow
     except ValueError as error:
         return _refuse(error)
     try:
@@ -333,7 +339,8 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         if manifest is None:
             try:
                 run_log.write_config({"algo": algo, **config.saved_settings(),
-                                      "protocol_overrides": protocol_overrides(config)})
+                                      "protocol_overrides": protocol_overrides(config),
+                                      CODE_VERSIONS: [code_version(from_step=0)]})
             except WriteFailed as error:
                 run_dir.discard()
                 return _refuse(f"{error}; choose another --logdir")
@@ -357,7 +364,10 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 if stop:  # reading a 7 GB memory takes a while: a signal ends the resume
                     loop.close()
                     return _stopped_before_start(stop)
-                run_log.add_to_config({"timesteps": config.timesteps})  # a resume's only change
+                run_log.add_to_config({  # a resume's only change, and the code it runs
+                    "timesteps": config.timesteps,
+                    CODE_VERSIONS: with_resume_entry(run_log.config_value(CODE_VERSIONS),
+                                                     code_version(loop.counters.step))})
             except (CheckpointError, ValueError, WriteFailed) as error:
                 loop.close()
                 return _refuse(f"cannot resume {run_dir.path}: {error}")
@@ -607,7 +617,11 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
              f"for {loop.config.replay_start} steps before it learns again")
     check_logs_match(loop.run_log.directory, loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
-    say(f"resumed from {checkpoint} at step {loop.counters.step}")
+    line = f"resumed from {checkpoint} at step {loop.counters.step}"
+    if loop.progress is None:
+        say(line)
+    else:  # on a terminal the progress line is drawn already: the line goes above it
+        loop.progress.message(line)
 
 
 def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
@@ -669,13 +683,53 @@ def run(loop: TrainingLoop, run_log: RunLogs, device: str) -> int:
         except WriteFailed as error:
             if message is None:  # the first failure is the one to report
                 message, status = write_failed_line(error, loop, run_log.run_dir), 1
-    steps_per_second, _ = loop.counters.rates()
-    files = ("no files: the run directory was deleted" if run_log.directory.gone()
-             else f"files in {run_log.run_dir}")  # where it is now, if it was moved
     with contextlib.suppress(OSError):  # a terminal hung up: the files say it all
         if message is not None:
             print(message, file=sys.stderr)
-        print(f"done: {loop.counters.step} steps, {steps_per_second:.0f} steps/s after the "
-              f"replay start, {loop.counters.updates} updates; {files}",
+        print(last_line(loop, run_log, finished and status == 0, failed=status == 1),
               flush=True)
     return status
+
+
+def last_line(loop: TrainingLoop, run_log: RunLogs, finished: bool, *, failed: bool) -> str:
+    """The run's last line: "done: ..." for a finished run only; for one stopped with work
+    left, where it stopped and the command that goes on; after an error (on stderr just
+    before it), where it stopped and where its files are."""
+    counters, config = loop.counters, loop.config
+    gone = run_log.directory.gone()
+    run_dir = run_log.run_dir  # where it is now, if it was moved
+    files = "no files: the run directory was deleted" if gone else f"files in {run_dir}"
+    if finished:
+        steps_per_second, _ = counters.rates()
+        return (f"done: {counters.step} steps, {steps_per_second:.0f} steps/s after the "
+                f"replay start, {counters.updates} updates; {files}")
+    where = f"stopped at step {counters.step} of {config.timesteps}"
+    if failed or gone:
+        return f"{where} by the error above; {files}"
+    if loop.saved_at is None:
+        return f"{where} before its first checkpoint; {files}"
+    resume = f"{resume_command(loop.algo)} --resume {shlex.quote(str(run_dir))}"
+    if loop.saved_at != counters.step:  # a second signal cut the stop's checkpoint short
+        return f"{where}; resume from its checkpoint at step {loop.saved_at} with: {resume}"
+    return f"{where}; resume with: {resume}"
+
+
+CONSOLE_SCRIPTS = {ALGO_FAST_DQN: "fast-dqn", ALGO_DQN: "fast-dqn-serial"}
+RUN_SCRIPTS = {ALGO_FAST_DQN: "run_fast_dqn.py", ALGO_DQN: "run_dqn.py"}
+MODULE_COMMAND = "python -m fast_dqn"  # fast_dqn.cli.PROG, which sets argv[0] to it + command
+
+
+def resume_command(algo: str) -> str:
+    """The command the run was started with, as its user typed it where the process can tell
+    (`sys.argv[0]`): `python run_fast_dqn.py` (with the script's path as given), the console
+    script `fast-dqn`, or `python -m fast_dqn train`; `python run_fast_dqn.py` (or
+    `run_dqn.py`) when it cannot."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if argv0.startswith(MODULE_COMMAND + " "):
+        return argv0
+    name = Path(argv0).name
+    if name == CONSOLE_SCRIPTS[algo]:
+        return name
+    if name == RUN_SCRIPTS[algo]:
+        return f"python {shlex.quote(argv0)}"
+    return f"python {RUN_SCRIPTS[algo]}"

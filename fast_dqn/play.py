@@ -1,15 +1,29 @@
 """Watch a trained agent: full games with a run's latest checkpoint, optionally on video.
 
-    python -m fast_dqn.play RUN_DIR [--episodes N] [--epsilon 0.05] [--video out.mp4]
+    python -m fast_dqn.play RUN_DIR [--episodes N] [--epsilon 0.05] [--video [OUT.mp4]]
                                     [--seed S] [--max-steps N]
 
 The games are played as the Nature evaluation plays them (Mnih et al., 2015): the online
 network, epsilon-greedy with epsilon = 0.05, full games (all lives) through the same
 single-env Atari pipeline and state padding rule the agent was trained on, with the run's
 own settings from `RUN_DIR/config.json`. Each game's raw (unclipped) score and the mean are
-printed. `--video` records the raw 210x160 RGB screen, one screen per agent step, as an MP4 at
-15 fps, which is real time at frame skip 4 on the 60 Hz Atari; the file is written beside its
-destination under a temporary name and renamed into place when complete.
+printed. A checkpoint from before the replay start (an untrained network) is played with a
+one-line warning.
+
+`--video` records the raw RGB screen, one screen per agent step, as an MP4 at 15 fps, which is
+real time at frame skip 4 on the 60 Hz Atari. Each Atari pixel becomes 2x2 pixels (320x420):
+H.264 and VP9 keep colour at half the resolution (4:2:0), which would smear the one-pixel
+details of the 160x210 screen. The codec is the first one this OpenCV really writes (a probe
+writes two frames and reads them back): H.264, which browsers and notebooks play inline,
+then VP9, then MPEG-4 part 2; a fallback is named in one line.
+
+`--video` alone writes `play-step<STEP>.mp4` into the run directory, through the directory
+held open and without following a link there, and under the run directory's lock for as
+long as play runs: a run directory belongs to the one process that holds it, so play writes
+there only while no training run holds it (and a `--resume` started meanwhile is refused in
+one line that names play), and refuses in one line otherwise. A path given to `--video` is
+written wherever it points. Either way the file is written beside its destination under a
+temporary name and renamed into place when complete.
 
 Bad input (no run directory, config or checkpoint, a count or probability out of range, a
 video path that cannot be written) is reported in one line on stderr with exit status 2. So
@@ -22,14 +36,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
 import secrets
 import statistics
 import sys
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 import cv2
 import numpy as np
@@ -37,10 +53,11 @@ import numpy as np
 from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
-from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser
+from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.evaluation import GreedyFn
-from fast_dqn.run_dir import CONFIG_FILE
+from fast_dqn.quiet_tensorflow import select_device
+from fast_dqn.run_dir import CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork
@@ -48,8 +65,27 @@ if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap
 EVAL_EPSILON = 0.05  # Mnih et al. (2015): the evaluation policy's epsilon
 ATARI_HZ = 60  # emulator frames per second of the real console
 VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in real time
-VIDEO_FOURCC = "mp4v"
 VIDEO_SUFFIX = ".mp4"  # OpenCV picks the container by the file name's suffix
+VIDEO_SCALE = 2  # each Atari pixel as 2x2: 4:2:0 chroma then keeps every pixel's colour
+DEFAULT_VIDEO = object()  # `--video` without a path: into the run directory
+
+
+class VideoCodec(NamedTuple):
+    fourcc: str
+    name: str
+    plays_in_browsers: str  # "" where browsers and notebooks play it inline; else a caveat
+
+
+# Tried in this order; the first one OpenCV really writes wins (pip's OpenCV wheels carry no
+# H.264 encoder, a build on a system FFmpeg with libx264 or OpenH264 may).
+VIDEO_CODECS = (
+    VideoCodec("avc1", "H.264", ""),
+    VideoCodec("H264", "H.264", ""),
+    VideoCodec("vp09", "VP9", "Chrome, Edge and Firefox play VP9 in MP4 inline, Safari and "
+               "some notebooks may not"),
+    VideoCodec("mp4v", "MPEG-4 part 2", "browsers and notebooks do not play it inline (a "
+               "desktop player does)"),
+)
 
 Policy = Callable[[np.ndarray], int]
 
@@ -86,14 +122,18 @@ def build_parser() -> OneLineErrorParser:
     parser.add_argument("--epsilon", type=float, default=EVAL_EPSILON,
                         help="probability of a random action (default: 0.05, the Nature "
                         "evaluation value)")
-    parser.add_argument("--video", type=Path, default=None, metavar="OUT.mp4",
-                        help=f"write an MP4 of the RGB screen ({VIDEO_FPS} fps = real time)")
+    parser.add_argument("--video", type=Path, nargs="?", const=DEFAULT_VIDEO, default=None,
+                        metavar="OUT.mp4",
+                        help=f"write an MP4 of the RGB screen ({VIDEO_FPS} fps = real time; "
+                        "H.264 where this OpenCV has it); without a path: "
+                        "RUN_DIR/play-step<STEP>.mp4, only while no run holds RUN_DIR")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the games' no-ops and the exploration (default: the "
                         "run's seed)")
     parser.add_argument("--max-steps", type=int, default=None,
                         help="agent steps after which a game is cut off (default: the run's "
                         "max_episode_steps)")
+    add_device_flag(parser)
     return parser
 
 
@@ -107,7 +147,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--seed must be 0 or more; got {args.seed}")
     if args.max_steps is not None and args.max_steps < 1:
         raise ValueError(f"--max-steps must be at least 1; got {args.max_steps}")
-    if args.video is not None:
+    if isinstance(args.video, Path):
         check_video_path(args.video)
 
 
@@ -196,29 +236,164 @@ def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork"
     return network
 
 
-class VideoRecorder:
-    """Writes RGB screens to an MP4 (fourcc mp4v) atomically.
+class VideoTarget(NamedTuple):
+    """Where the video goes: a name in a directory held open."""
 
-    Frames go to a temporary file beside `path`; leaving the `with` block normally renames it
-    over `path`, leaving it by an exception removes it, so `path` is never half-written.
+    directory: OpenDirectory
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.directory.path / self.name
+
+
+def default_video_name(step: int | None) -> str:
+    return "play.mp4" if step is None else f"play-step{step}.mp4"
+
+
+def open_video_target(video: Path | object | None, run: RunToPlay, run_dir: Path,
+                      stack: contextlib.ExitStack) -> VideoTarget | None:
+    """Opens the video's directory for the rest of `stack`: the run directory, locked, for
+    `--video` alone (see the module docstring), else the given path's directory.
+
+    Raises:
+        ValueError: another process holds the run directory, or it cannot be written (one
+            line that says what to do).
+    """
+    if video is None:
+        return None
+    if isinstance(video, Path):
+        try:
+            directory = stack.enter_context(OpenDirectory.at(video.parent))
+        except OSError as error:
+            raise ValueError(f"cannot write --video {video}: {error.strerror or error}"
+                             ) from None
+        return VideoTarget(directory, video.name)
+    where = f"cannot write the video into {run_dir}"
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"{where}: it is not writable; give --video PATH")
+    try:
+        held = stack.enter_context(RunDirectory.reopen(run_dir))
+    except RunDirError as error:
+        raise ValueError(f"{where}: {error}, or give --video PATH") from None
+    return VideoTarget(held.directory, default_video_name(run.step))
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """fd 2 pointed at the null device for the block: FFmpeg and OpenCV print a few lines of
+    their own for every codec that a probe finds missing."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+@functools.lru_cache(maxsize=None)
+def video_codec(frame_size: tuple[int, int]) -> VideoCodec:
+    """The first of `VIDEO_CODECS` that this OpenCV writes at `frame_size` (height, width):
+    a probe writes two frames to a temporary file and must read a frame back.
+
+    Raises:
+        ValueError: OpenCV writes none of them.
+    """
+    height, width = frame_size
+    frame = np.zeros((height, width, 3), np.uint8)
+    frame[: height // 2] = 255  # not a blank frame: some encoders treat one specially
+    with tempfile.TemporaryDirectory(prefix="fast_dqn-video-probe-") as probe_dir:
+        for codec in VIDEO_CODECS:
+            probe = os.path.join(probe_dir, f"{codec.fourcc}{VIDEO_SUFFIX}")
+            if _writes(probe, codec, frame):
+                return codec
+    raise ValueError("this OpenCV writes none of the video codecs "
+                     f"{', '.join(codec.fourcc for codec in VIDEO_CODECS)}")
+
+
+def _writes(path: str, codec: VideoCodec, frame: np.ndarray) -> bool:
+    height, width = frame.shape[:2]
+    with _quiet_stderr():
+        writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec.fourcc), VIDEO_FPS,
+                                 (width, height))
+        try:
+            if not writer.isOpened():
+                return False
+            writer.write(frame)
+            writer.write(frame)
+        finally:
+            writer.release()
+        capture = cv2.VideoCapture(path)
+        try:
+            ok, read = capture.read()
+        finally:
+            capture.release()
+    return bool(ok) and read is not None and read.shape == frame.shape
+
+
+def video_frame_size(screen_size: tuple[int, int]) -> tuple[int, int]:
+    """(height, width) of the video's frames for screens of `screen_size`."""
+    return screen_size[0] * VIDEO_SCALE, screen_size[1] * VIDEO_SCALE
+
+
+class VideoRecorder:
+    """Writes RGB screens, each pixel as VIDEO_SCALE x VIDEO_SCALE, to an MP4 atomically.
+
+    Frames go to a temporary file beside the target, made here (never through a link) and
+    written by OpenCV through the directory held open; leaving the `with` block normally
+    renames it over the target, leaving it by an exception removes it, so the target is
+    never half-written.
     """
 
-    def __init__(self, path: Path, frame_size: tuple[int, int], fps: float = VIDEO_FPS):
-        """`frame_size` is (height, width) of the RGB screens, as numpy shapes them."""
-        self.path = path
+    def __init__(self, target: VideoTarget, screen_size: tuple[int, int], codec: VideoCodec,
+                 fps: float = VIDEO_FPS):
+        """`screen_size` is (height, width) of the RGB screens, as numpy shapes them."""
+        self.target = target
+        self.path = target.path
+        self.codec = codec
         self.frames = 0
-        self._temp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}"
-                                    f".tmp{VIDEO_SUFFIX}")
-        height, width = frame_size
-        fourcc = cv2.VideoWriter_fourcc(*VIDEO_FOURCC)
-        self._writer = cv2.VideoWriter(str(self._temp), fourcc, fps, (width, height))
+        self.frame_size = video_frame_size(screen_size)
+        directory = target.directory
+        self._temp = (f".{Path(target.name).stem}.{os.getpid()}.{secrets.token_hex(4)}"
+                      f".tmp{VIDEO_SUFFIX}")
+        self._fd: int | None = None
+        self._writer: Any = None
+        self._through = contextlib.ExitStack()
+        try:
+            self._fd = directory.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            # OpenCV opens files by name: it gets one through the descriptor, as TensorFlow
+            # does for the run's own checkpoints.
+            temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
+            height, width = self.frame_size
+            self._writer = cv2.VideoWriter(temp_path, cv2.VideoWriter_fourcc(*codec.fourcc),
+                                           fps, (width, height))
+        except OSError as error:
+            self._discard()
+            raise ValueError(f"cannot write --video {self.path}: {error.strerror or error}"
+                             ) from None
+        except BaseException:
+            self._discard()
+            raise
         if not self._writer.isOpened():
             self._discard()
-            raise ValueError(f"cannot write --video {path}: OpenCV cannot open an "
-                             f"{VIDEO_FOURCC} writer there")
+            raise ValueError(f"cannot write --video {self.path}: OpenCV cannot open a "
+                             f"{codec.fourcc} writer there")
 
     def write(self, screen_rgb: np.ndarray) -> None:
-        self._writer.write(cv2.cvtColor(screen_rgb, cv2.COLOR_RGB2BGR))
+        frame = cv2.cvtColor(screen_rgb, cv2.COLOR_RGB2BGR)
+        if VIDEO_SCALE != 1:
+            frame = cv2.resize(frame, None, fx=VIDEO_SCALE, fy=VIDEO_SCALE,
+                               interpolation=cv2.INTER_NEAREST)
+        self._writer.write(frame)
         self.frames += 1
 
     def __enter__(self) -> "VideoRecorder":
@@ -231,19 +406,32 @@ class VideoRecorder:
             self._discard()
 
     def _commit(self) -> None:
-        self._writer.release()
+        directory = self.target.directory
         try:
-            with open(self._temp, "rb") as file:
-                os.fsync(file.fileno())
-            os.replace(self._temp, self.path)
+            self._writer.release()
+            if self._fd is None or os.fstat(self._fd).st_size == 0:
+                raise ValueError(f"cannot write --video {self.path}: OpenCV wrote nothing "
+                                 f"with {self.codec.fourcc}")
+            os.fsync(self._fd)  # the file OpenCV wrote by name is the one made here
+            os.close(self._fd)
+            self._fd = None
+            self._through.close()  # where there is no path through the descriptor: still here?
+            directory.replace(self._temp, self.target.name)  # a link there is replaced
+            directory.sync()
         except BaseException:
             self._discard()
             raise
 
     def _discard(self) -> None:
-        self._writer.release()
-        with contextlib.suppress(OSError):
-            os.unlink(self._temp)
+        if self._writer is not None:
+            self._writer.release()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(Exception):
+            self._through.close()
+        with contextlib.suppress(OSError, ValueError):
+            os.unlink(self._temp, dir_fd=self.target.directory.fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,23 +497,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (bad input exits 2 via the parser)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        check_args(args)
-        run = load_run(args.run_dir)
-    except ValueError as error:
-        parser.error(_one_line(error))
-    try:
-        results, recorder = _play_run(run, args, parser)
-    except KeyboardInterrupt:  # the recorder was left by the exception: no video was written
-        print("play: interrupted" + ("; no video written" if args.video else ""),
-              file=sys.stderr)
-        return 130
+    with contextlib.ExitStack() as held:  # the video's directory (and the run's lock)
+        try:
+            check_args(args)
+            run = load_run(args.run_dir)
+            select_device(args.device)  # before the network's module imports TensorFlow
+            target = open_video_target(args.video, run, args.run_dir, held)
+        except ValueError as error:
+            parser.error(_one_line(error))
+        try:
+            results, recorder = _play_run(run, args, target, parser)
+        except KeyboardInterrupt:  # the recorder was left by the exception: no video written
+            print("play: interrupted" + ("; no video written" if target else ""),
+                  file=sys.stderr)
+            return 130
     _print_summary(results, recorder)
     return 0
 
 
-def _play_run(run: RunToPlay, args: argparse.Namespace, parser: OneLineErrorParser
-              ) -> tuple[list[GameResult], VideoRecorder | None]:
+def untrained_warning(run: RunToPlay) -> str | None:
+    """A warning line for a checkpoint written before the run's first minibatch update."""
+    if run.step is None or run.step > run.config.replay_start:
+        return None
+    return (f"warning: the checkpoint is at step {run.step:,}, not past the replay start "
+            f"({run.config.replay_start:,} random steps): its network has not been trained")
+
+
+def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | None,
+              parser: OneLineErrorParser) -> tuple[list[GameResult], VideoRecorder | None]:
     """Sets up the env, the video and the network, then plays; the video is renamed into
     place only when every game has been played."""
     seed = run.config.seed if args.seed is None else args.seed
@@ -334,22 +533,27 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, parser: OneLineErrorPars
         try:
             env = make_env(run.config, seed=seed, max_steps=max_steps)
             stack.callback(env.close)
-            recorder = _open_recorder(args.video, env, stack)
+            recorder = _open_recorder(target, env, stack)
             policy = _load_policy(run, env, args.epsilon, seed)
         except ValueError as error:
             parser.error(_one_line(error))
         _print_header(run, args, seed, max_steps)
+        if recorder is not None and recorder.codec.plays_in_browsers:
+            print(f"video codec: {recorder.codec.name} ({recorder.codec.fourcc}), as this "
+                  f"OpenCV has no H.264 encoder: {recorder.codec.plays_in_browsers}",
+                  flush=True)
         results = play_games(env, policy, games=args.episodes, seed=seed, recorder=recorder,
                              on_game=lambda i, r: _print_game(i, args.episodes, r))
     return results, recorder
 
 
-def _open_recorder(path: Path | None, env: AtariEnv,
+def _open_recorder(target: VideoTarget | None, env: AtariEnv,
                    stack: contextlib.ExitStack) -> VideoRecorder | None:
-    if path is None:
+    if target is None:
         return None
-    height, width = env.screen_rgb().shape[:2]
-    return stack.enter_context(VideoRecorder(path, (height, width)))
+    screen_size = env.screen_rgb().shape[:2]
+    codec = video_codec(video_frame_size(screen_size))
+    return stack.enter_context(VideoRecorder(target, screen_size, codec))
 
 
 def _load_policy(run: RunToPlay, env: AtariEnv, epsilon: float, seed: int) -> Policy:
@@ -366,6 +570,9 @@ def _print_header(run: RunToPlay, args: argparse.Namespace, seed: int, max_steps
     step = "" if run.step is None else f" at step {run.step:,}"
     print(f"{run.config.game} ({run.algo}): {run.checkpoint}{step}; {args.episodes} game(s), "
           f"epsilon {args.epsilon:g}, seed {seed}, cap {max_steps:,} steps", flush=True)
+    warning = untrained_warning(run)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def _print_game(index: int, games: int, result: GameResult) -> None:
@@ -380,7 +587,9 @@ def _print_summary(results: Sequence[GameResult], recorder: VideoRecorder | None
     print(f"mean score over {len(scores)} game(s): {statistics.fmean(scores):g}"
           + ("" if math.isnan(spread) else f" (std {spread:g})"))
     if recorder is not None:
-        print(f"video: {recorder.path} ({recorder.frames:,} frames, {VIDEO_FPS} fps)")
+        height, width = recorder.frame_size
+        print(f"video: {recorder.path} ({recorder.frames:,} frames, {VIDEO_FPS} fps, "
+              f"{recorder.codec.name}, {width}x{height})")
 
 
 if __name__ == "__main__":

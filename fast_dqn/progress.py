@@ -1,11 +1,17 @@
 """The live progress line of a training run: for people to read, never parsed by the code.
 
-The line shows the agent step out of the total (percent capped at 100), the rate in agent
-steps per second of training time (wall time minus the pauses for evaluations and checkpoints,
-averaged since learning started), the ETA, epsilon, the recent return and the last
-evaluation's mean return. ETA = remaining steps / that rate + for each pause kind, the pauses
-still to come × the mean measured duration of that kind; so neither an evaluation nor a
-checkpoint write makes the rate or the ETA swing, and both are still counted in the ETA.
+The line shows the agent step out of the total (percent capped at 100), the phase the run is
+in while it does not act (waiting for the trainer, evaluating, writing the checkpoint), the
+rate in agent steps per second of training time (wall time minus the pauses for evaluations
+and checkpoints), the ETA, epsilon, the recent return and the last evaluation's mean return.
+
+Once learning has started, the rate is taken over whole epochs only, from the start of
+learning to the last epoch's end (`epoch_ended`): within an epoch the samplers first run
+ahead and then wait for the trainer, so a rate read mid-epoch swings by a factor of ten; until
+the first whole epoch of learning it is unknown ("?"). ETA = remaining steps / that rate +
+for each pause kind, the pauses still to come × the mean measured duration of that kind; so
+neither an evaluation nor a checkpoint write makes the rate or the ETA swing, and both are
+still counted in the ETA.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class _OpenPause:
     nested_seconds: float = 0.0  # time inside pauses opened within this one
 
 
+@dataclass
+class _Phase:
+    label: str  # what the line says, e.g. "waiting for the trainer"
+    start: float
+    step: int  # the step it began at
+
+
 class Progress:
     """The live progress line: step/total, steps/s of training time, ETA, epsilon, returns.
 
@@ -37,6 +50,9 @@ class Progress:
     every `every_seconds`, e.g.
 
         step 12000/50000000 (0.0%) | 1534 steps/s training | ETA 9h02m | eps 0.91 | return -20.3 | eval -21.0
+
+    Lines that stay (`message`: an evaluation's result, a checkpoint, a stop) are printed as
+    plain lines off a terminal and above the redrawn line on one.
 
     `periods` maps a pause kind (as given to `paused`) to its period in agent steps, 0 = never,
     e.g. {"evaluation": 250_000, "checkpoint": 1_000_000}. Periodic pauses fall at the
@@ -78,7 +94,13 @@ class Progress:
         self._measured: dict[str, tuple[int, float]] = {}
         now = clock()
         self._rate_step, self._rate_time, self._rate_paused = initial_step, now, 0.0
+        # Once learning started, the rate is over whole epochs: the last epoch end's step,
+        # time and paused time (None before the first one since the rate started).
+        self._whole_epochs = False
+        self._epoch_end: tuple[int, float, float] | None = None
+        self._phase: _Phase | None = None
         self._shown_step, self._shown_time = initial_step, now  # last line drawn (or start)
+        self._shown_fields: tuple | None = None  # what the last line drawn showed
         self._bar = self._make_bar(initial_step) if _isatty(self._stream) else None
         self._output_lost = False  # a write failed (a terminal hung up): nothing more shown
         self._period = self.REDRAW_SECONDS if self._bar is not None else every_seconds
@@ -87,7 +109,10 @@ class Progress:
 
     def update(self, step: int, *, epsilon: float, recent_return: float | None,
                last_eval: float | None) -> None:
-        """Reports the agent step reached; draws or prints only when its period has passed."""
+        """Reports the agent step reached; draws or prints only when its period has passed.
+        A step other than the one a phase began at ends that phase."""
+        if self._phase is not None and step != self._phase.step:
+            self._phase = None
         self._step = step
         self._epsilon, self._recent_return, self._last_eval = epsilon, recent_return, last_eval
         now = self._clock()
@@ -95,13 +120,16 @@ class Progress:
             self._show(now)
 
     @contextlib.contextmanager
-    def paused(self, kind: str) -> Iterator[None]:
+    def paused(self, kind: str, label: str | None = None, *, lasting: bool = False
+               ) -> Iterator[None]:
         """Marks a pause (e.g. "evaluation", "checkpoint"): its time is left out of the rate,
         and its duration, if it completes, is recorded for the ETA of the pauses to come.
         Pauses may nest; each kind is charged only its own time. Off a terminal a line says
         that one starts ("evaluation at step N"), so a log (or a script) tells why the
-        progress lines stopped for a while."""
-        self.phase(kind)
+        progress lines stopped for a while; on a terminal the progress line names it while
+        it lasts (`label`, e.g. "evaluating 30 games"; else `kind`)."""
+        outer = self._phase
+        self.phase(kind, label, lasting=lasting)
         pause = _OpenPause(kind, self._clock())
         self._open.append(pause)
         completed = False
@@ -110,32 +138,84 @@ class Progress:
             completed = True
         finally:
             self._close_pause(pause, completed)
+            self._phase = outer
 
-    def phase(self, kind: str) -> None:
+    def phase(self, kind: str, label: str | None = None, *, lasting: bool = False) -> None:
         """Marks the start of a phase that is not a pause (e.g. "waiting for the trainer"):
         off a terminal a line says so ("waiting for the trainer at step N"), as `paused`
-        does, so a log (or a script) can tell what the run is doing; its time stays in the
-        rate."""
+        does, so a log (or a script) can tell what the run is doing; on a terminal the
+        progress line is drawn again at once with the phase's name (`label`, else `kind`),
+        which it shows until the step moves on, another phase begins or `end_phase` is
+        called, and with `lasting` the line "KIND at step N" is printed above it too (a
+        checkpoint: rare, and worth finding in a terminal's scrollback). Its time stays in
+        the rate."""
+        now = self._clock()
+        self._phase = _Phase(label or kind, now, self._step)
         if self._bar is None:
             self._write_line(f"{kind} at step {self._step}")
+            return
+        if lasting:
+            self.message(f"{kind} at step {self._step}")
+        self._show(now)
+
+    def end_phase(self) -> None:
+        """The phase begun by `phase` is over: the line no longer names it."""
+        self._phase = None
+
+    def tick(self) -> None:
+        """Draws (or prints) the line again if its period has passed: called while the loop
+        waits inside a phase, so that the line shows how long it has been waiting."""
+        now = self._clock()
+        if now - self._shown_time >= self._period:
+            self._show(now)
+
+    def message(self, line: str) -> None:
+        """Prints a line that stays (an evaluation's result, a checkpoint, a stop): on a
+        terminal above the progress line, which is drawn again below it."""
+        if self._bar is None:
+            self._write_line(line)
+            return
+        try:
+            self._bar.clear()
+            self._stream.write(line + "\n")
+            self._stream.flush()
+            self._bar.refresh()
+        except OSError:
+            # The terminal was hung up: the run goes on to save itself, unseen.
+            self._bar = None
+            self._output_lost = True
+
+    def epoch_ended(self, step: int | None = None) -> None:
+        """Marks an epoch's end (a sync point) at `step` (default: the last given to
+        `update`): once learning has started (`start_rate`), the rate is measured up to the
+        last such end, over whole epochs."""
+        if step is not None:
+            self._step = step
+        if self._whole_epochs:
+            now = self._clock()
+            self._epoch_end = (self._step, now, self._paused_until(now))
 
     def start_rate(self, step: int | None = None) -> None:
         """Restarts the rate from now: called when learning starts, since the random-action
         steps before the replay start are much faster and would make the ETA optimistic.
-        `step` is the step reached now; by default the last one given to `update`."""
+        `step` is the step reached now; by default the last one given to `update`. From then
+        on the rate is measured over whole epochs (`epoch_ended`)."""
         now = self._clock()
         self._rate_step = self._step if step is None else step
         self._rate_time, self._rate_paused = now, self._paused_until(now)
+        self._whole_epochs, self._epoch_end = True, None
 
     def close(self) -> None:
-        """Shows the final state (the last step reached) and ends the line."""
+        """Shows the final state (the last step reached, the last evaluation) and ends the
+        line; off a terminal, unless the last line printed showed the same."""
+        self._phase = None
         if self._bar is not None:
             self._show(self._clock())
             with contextlib.suppress(OSError):  # a terminal lost to a hang-up
                 if self._bar is not None:
                     self._bar.close()
             self._bar = None
-        elif self._step != self._shown_step and self._epsilon is not None:
+        elif self._fields_now() != self._shown_fields and self._epsilon is not None:
             self._show(self._clock())
 
     def __enter__(self) -> "Progress":
@@ -180,12 +260,20 @@ class Progress:
     # -- the line ----------------------------------------------------------------------------
 
     def _rate(self, now: float) -> float | None:
-        """Agent steps per second of unpaused time since the rate started; None before any."""
-        seconds = (now - self._rate_time) - (self._paused_until(now) - self._rate_paused)
-        steps = self._step - self._rate_step
+        """Agent steps per second of unpaused time since the rate started, up to now or,
+        once learning has started, up to the last epoch's end; None before any."""
+        step, until, paused = self._step, now, self._paused_until(now)
+        if self._whole_epochs:
+            if self._epoch_end is None:
+                return None
+            step, until, paused = self._epoch_end
+        seconds = (until - self._rate_time) - (paused - self._rate_paused)
+        steps = step - self._rate_step
         return steps / seconds if seconds > 0 and steps > 0 else None
 
-    def _eta(self, rate: float | None) -> str:
+    def _eta(self, rate: float | None, now: float) -> str:
+        if self._whole_epochs:
+            return self._eta_from_epochs(rate, now)
         remaining = max(0, self._total - self._step)
         if remaining == 0:
             return _duration(0)
@@ -193,12 +281,35 @@ class Progress:
             return "?"
         return _duration(remaining / rate + self._expected_pause_seconds())
 
+    def _eta_from_epochs(self, rate: float | None, now: float) -> str:
+        """Once learning has started: the steps left after the last epoch's end at the
+        whole epochs' rate, less the training time since that end, so that the ETA counts
+        down with the clock, not with the steps the samplers run ahead of their trainer
+        (and is not 0 while the last epoch's updates are still being made)."""
+        if self._epoch_end is None or rate is None:
+            return "?"
+        step, since, paused = self._epoch_end
+        if step >= self._total:
+            return _duration(0)
+        training = (now - since) - (self._paused_until(now) - paused)
+        return _duration(max(0.0, (self._total - step) / rate - training)
+                         + self._expected_pause_seconds())
+
     def _text(self, now: float) -> str:
         rate = self._rate(now)
         percent = min(100.0, 100.0 * self._step / self._total) if self._total else 100.0
         rate_text = "?" if rate is None else f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}"
-        return (f"step {self._step}/{self._total} ({percent:.1f}%) | {rate_text} steps/s "
-                f"training | ETA {self._eta(rate)} | {self._fields()}")
+        return (f"step {self._step}/{self._total} ({percent:.1f}%) | {self._phase_text(now)}"
+                f"{rate_text} steps/s training | ETA {self._eta(rate, now)} | {self._fields()}")
+
+    def _phase_text(self, now: float) -> str:
+        if self._phase is None:
+            return ""
+        waited = now - self._phase.start
+        return f"{self._phase.label}{f' {_duration(waited)}' if waited >= 1 else ''} | "
+
+    def _fields_now(self) -> tuple:
+        return self._step, self._epsilon, self._recent_return, self._last_eval
 
     def _fields(self) -> str:
         if self._epsilon is None:
@@ -221,6 +332,7 @@ class Progress:
             self._bar = None
             self._output_lost = True
         self._shown_step, self._shown_time = self._step, now
+        self._shown_fields = self._fields_now()
 
     def _write_line(self, text: str) -> None:
         if self._output_lost:

@@ -13,6 +13,9 @@ a temporary file, and what was captured is shown only when it matters:
 
 `FAST_DQN_TF_LOGS=1` leaves all of TensorFlow's lines alone (no capture, TensorFlow's default
 log level).
+
+`select_device` applies `--device` here too, because it must act before TensorFlow starts:
+TensorFlow reads CUDA_VISIBLE_DEVICES once, when it first looks for GPUs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 from typing import IO, Iterator
 
 TF_LOGS_ENV = "FAST_DQN_TF_LOGS"
+GPU_MASK_ENV = "CUDA_VISIBLE_DEVICES"
+NO_GPUS = "-1"  # a CUDA_VISIBLE_DEVICES that names no GPU: CUDA then sees none
 
 # Words of a captured line that concern the GPU, and the lines among those that only say that
 # this machine has no NVIDIA driver or device: a CPU machine's normal start.
@@ -65,6 +70,52 @@ def quiet_tensorflow_start() -> Iterator[None]:
     if not gpu_visible and gpu_trouble(capture.text, nvidia_device=nvidia_device):
         _show(capture.text)
         _show(_no_gpu_note(nvidia_device))
+
+
+def select_device(device: str) -> None:
+    """Applies `--device` (config.DEVICES) before TensorFlow computes anything.
+
+    cpu: hides the GPUs; before TensorFlow's import by CUDA_VISIBLE_DEVICES (which child
+    processes inherit too), after it by TensorFlow's visible devices, which it accepts until
+    its runtime starts. gpu: imports TensorFlow (quietly) and checks that it sees a GPU.
+    auto: nothing; TensorFlow takes a GPU if it sees one.
+
+    Raises:
+        ValueError: gpu, and TensorFlow sees no GPU; or cpu, and TensorFlow already computes
+            on a GPU in this process. One line.
+    """
+    if device == "cpu":
+        _hide_gpus()
+    elif device == "gpu":
+        with quiet_tensorflow_start():
+            import tensorflow as tf
+        if not tf.config.list_physical_devices("GPU"):
+            raise ValueError(f"--device=gpu: TensorFlow sees no GPU here ({_why_no_gpu()}); "
+                             "--device=auto or cpu trains on the CPU")
+
+
+def _hide_gpus() -> None:
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        os.environ[GPU_MASK_ENV] = NO_GPUS
+        return
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # the runtime has started: its devices are fixed
+        if tf.config.list_logical_devices("GPU"):
+            raise ValueError("--device=cpu: TensorFlow already computes on a GPU in this "
+                             f"process; start a new one (or set {GPU_MASK_ENV}={NO_GPUS})"
+                             ) from None
+
+
+def _why_no_gpu() -> str:
+    mask = os.environ.get(GPU_MASK_ENV)
+    if mask is not None and mask.strip() in ("", NO_GPUS):
+        return f"{GPU_MASK_ENV}={mask.strip()!r} hides them"
+    if not _NVIDIA_DEVICE.exists():
+        return "no NVIDIA driver is running"
+    return ("its CUDA libraries may be missing: pip install tensorflow[and-cuda]==2.21.0; "
+            f"{TF_LOGS_ENV}=1 shows why")
 
 
 def _no_gpu_note(nvidia_device: bool) -> str:

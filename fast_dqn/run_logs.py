@@ -115,6 +115,15 @@ class RunLogs:
         payload["library_versions"] = library_versions()
         self.directory.write_bytes_atomic(CONFIG_FILE, json_text(payload).encode())
 
+    def config_value(self, key: str) -> Any:
+        """The value of `key` in `config.json` as written (None without it).
+
+        Raises:
+            WriteFailed: it cannot be read (a link, say).
+            ValueError: it is not JSON.
+        """
+        return self._saved_config().get(key)
+
     def add_to_config(self, entries: Mapping[str, Any]) -> None:
         """Sets `entries` in `config.json`, atomically, leaving the rest as written: what a run
         finds out once built (whether XLA compiles on its device), a resume's --timesteps.
@@ -123,13 +132,19 @@ class RunLogs:
             WriteFailed: it cannot be read (a link, say) or written.
             ValueError: it is not JSON.
         """
+        saved = self._saved_config()
+        if any(saved.get(key) != value for key, value in entries.items()):
+            self.directory.write_bytes_atomic(CONFIG_FILE,
+                                              json_text({**saved, **entries}).encode())
+
+    def _saved_config(self) -> dict[str, Any]:
         try:
             saved = json.loads(self.directory.read_bytes(CONFIG_FILE))
         except OSError as error:
             raise self.directory.failure(CONFIG_FILE, error) from error
-        if any(saved.get(key) != value for key, value in entries.items()):
-            self.directory.write_bytes_atomic(CONFIG_FILE,
-                                              json_text({**saved, **entries}).encode())
+        if not isinstance(saved, dict):
+            raise ValueError(f"{CONFIG_FILE} is not a JSON object")
+        return saved
 
     def log_episode(self, row: EpisodeRow) -> None:
         """Appends one finished game to `episodes.csv`."""

@@ -35,7 +35,8 @@ otherwise:
       --evaluate=E --eval-episodes=$EVAL_EPISODES --checkpoint-every=0
       --checkpoint-replay=false --logdir=OUT
 Everything else is the Nature default. On a 2-core CPU one run of the default schedule
-takes about 15 to 25 minutes; it is meant for changes that can touch learning, not for CI.
+took 17 to 38 minutes in the runs of docs/learning-check.md (2 cores, most of them beside
+other work); it is meant for changes that can touch learning, not for CI.
 An existing finished run in OUT is checked again without training.
 
 Options:

@@ -395,7 +395,7 @@ def stop_time(trainer: Trainer, phase: str, run_dir: Path, confirmed: bool,
         for event in trainer.events:
             if event.what == "summary" and event.t >= t0:
                 timeline["summary_json_written"] = round(event.t - t0, 3)
-        done = trainer.first_line(r"^done: ")
+        done = trainer.first_line(r"^(done: |stopped at step )")  # the run's last line
         if done is not None:
             timeline["done_line"] = round(done[0] - t0, 3)
         if t1 is not None:

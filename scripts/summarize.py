@@ -1,38 +1,81 @@
 #!/usr/bin/env python3
-"""Summarizes a sweep: one row per game, human-normalized scores, throughput, curves.
+"""Summarizes a sweep: one row per game and setting, human-normalized scores, throughput,
+curves; or draws one run.
 
     python scripts/summarize.py RUNS_DIR [--plot curves.png] [--csv table.csv]
+    python scripts/summarize.py RUN_DIR [--plot run.png]
 
 Every directory under RUNS_DIR that holds a `config.json` is a run (directories named
-`*.incomplete-*`, which scripts/all_games.sh sets aside, are not). Runs are grouped by the
-`game` of their config; for each game the table shows the seeds, the final evaluation
-(the last row of each run's `evaluations.csv`) as mean +- std across seeds, the best
-evaluation (the mean across seeds of each run's highest evaluation), the human-normalized
-score of the final mean (Mnih et al. 2015; see fast_dqn.atari_data), and throughput from
-each run's `summary.json`. Below the table: the median and mean human-normalized score over
-the games that have one. Runs without evaluations are listed in a note and left out of the
-scores, and so are evaluation rows holding inf or nan (the note says how many and on which
-lines). matplotlib is needed for --plot only (requirements-scripts.txt).
+`*.incomplete-*`, which scripts/all_games.sh sets aside, are not). Runs are grouped by their
+`game` and by every setting of their config that can change what a run learns: runs whose
+settings differ are never averaged (a note names the settings that differ, and each row's
+name says its trainer, variant or differing settings: "pong (timesteps=2000)"); the seeds,
+which are what a group's runs should differ in, are counted once each (five runs of seed 0
+are one seed; a note lists repeated seeds). For each group the table shows the seeds, the
+final evaluation (the last row of each run's `evaluations.csv`) as mean +- std across runs,
+the best evaluation (the mean across runs of each run's highest evaluation), the
+human-normalized score of the final mean (Mnih et al. 2015; see fast_dqn.atari_data), and
+throughput from each run's `summary.json`. Below the table: the median and mean
+human-normalized score over the groups that have one. A score from a run whose final
+evaluation comes before a tenth of the protocol's 50,000,000 steps is marked `*` and left out
+of the median and mean: it says nothing about Nature's scores. Runs without evaluations are
+listed in a note and left out of the scores, and so are evaluation rows holding inf or nan
+(the note says how many and on which lines).
+
+RUN_DIR (a directory that holds a `config.json` itself) is one run: below its table row
+summarize.py draws one picture of it, five panels against agent steps: the training games'
+returns (episodes.csv), the evaluations (evaluations.csv), and the loss, the mean Q and the
+steps/s (its TensorBoard events, read without TensorFlow). The picture goes to `--plot PNG`,
+or else to `RUN_DIR/run.png`, written through the run directory under its lock: a run
+directory belongs to the process that holds it, so while a run holds it (the run is going
+on) nothing is written into it and a note says to give `--plot PNG` instead.
+
+Every file is written atomically (a temporary file, then a rename). matplotlib is needed
+for the pictures only (requirements-scripts.txt), the `tensorboard` package for the panels
+read from the events.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import fnmatch
+import io
 import json
 import math
 import os
 import statistics
+import struct
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fast_dqn import atari_data  # noqa: E402  (the repository root is put on the path above)
+# The repository root is put on the path above.
+from fast_dqn import atari_data  # noqa: E402
+from fast_dqn.config import Config  # noqa: E402
+from fast_dqn.run_dir import (RunDirectory, RunDirError, WriteFailed,  # noqa: E402
+                              open_atomic)
 
 FRAMES_PER_STEP = 4
 TRAINER_NAMES = {"dqn": "run_dqn.py", "fast_dqn": "run_fast_dqn.py"}
 SET_ASIDE_MARK = ".incomplete-"  # scripts/all_games.sh renames unresumable runs so
+RUN_PICTURE = "run.png"
+
+# Settings that do not change what a run learns: where it writes and how often, and the
+# execution choices that make the same updates (docs/protocol.md, `--xla`, `--replay-device`,
+# `--backend`, `--updates-per-call`). The seed is what a group's runs differ in. Every other
+# setting of config.json, a new one too, keeps runs apart where it differs.
+NOT_SETTINGS = frozenset({"seed", "logdir", "resume", "refill_replay", "checkpoint_every",
+                          "checkpoint_replay", "progress_every", "xla", "replay_device",
+                          "backend", "updates_per_call", "device", "library_versions"})
+# What config.json records about the code, not the run's settings.
+_BOOKKEEPING_WORDS = ("commit", "version", "dirty", "tree", "changes")
+_SETTING_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
+PROTOCOL_STEPS = Config.timesteps  # 50,000,000 agent steps = 200M frames, both protocols
+SHORT_RUN_STEPS = PROTOCOL_STEPS // 10
+SHORT_MARK = "*"
 
 
 class Evaluation(NamedTuple):
@@ -51,25 +94,27 @@ class Run(NamedTuple):
     summary: Optional[dict[str, Any]]
     algo: str = ""  # "dqn" (run_dqn.py) or "fast_dqn" (run_fast_dqn.py)
     variant: str = ""  # "" for Nature DQN; else e.g. "machado+double" (see variant_of)
+    settings: tuple[tuple[str, str], ...] = ()  # what keeps runs apart (see settings_of)
 
 
 class GameRow(NamedTuple):
     """One line of the table; None where a value is not known."""
 
-    game: str
-    seeds: tuple[int, ...]
+    game: str  # the group's name: the game, and what sets it apart ("pong (dueling)")
+    seeds: tuple[int, ...]  # each seed once
     runs: int
     finished_runs: int
     evaluated_runs: int
-    final_timestep: Optional[int]  # the smallest final evaluation step over the seeds
+    final_timestep: Optional[int]  # the smallest final evaluation step over the runs
     final_mean: Optional[float]
-    final_std: Optional[float]  # across seeds (sample std; None for one seed)
+    final_std: Optional[float]  # across runs (sample std; None for one run)
     best_mean: Optional[float]
     human_normalized: Optional[float]
     steps_per_second: Optional[float]
     updates_per_second: Optional[float]
     wall_hours: Optional[float]
     device: str
+    short: bool = False  # final evaluation before SHORT_RUN_STEPS: not comparable to Nature
 
 
 class UsageError(Exception):
@@ -83,8 +128,11 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = _Parser(prog="summarize.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs_dir", metavar="RUNS_DIR", help="directory holding run directories")
-    parser.add_argument("--plot", metavar="PNG", help="write learning curves to this image")
+    parser.add_argument("runs_dir", metavar="RUNS_DIR",
+                        help="directory holding run directories, or one run directory")
+    parser.add_argument("--plot", metavar="PNG",
+                        help="write learning curves to this image (for one run directory: "
+                             f"its picture; default RUN_DIR/{RUN_PICTURE})")
     parser.add_argument("--csv", metavar="CSV", help="write the table to this CSV file")
     return parser.parse_args(argv)
 
@@ -157,7 +205,7 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
         except (OSError, ValueError) as error:
             notes.append(f"{path}: summary.json unreadable ({error})")
     return Run(path, game, seed, evaluations, summary if isinstance(summary, dict) else None,
-               str(config.get("algo", "")), variant_of(config))
+               str(config.get("algo", "")), variant_of(config), settings_of(config))
 
 
 def variant_of(config: dict[str, Any]) -> str:
@@ -174,6 +222,20 @@ def _number(summary: Optional[dict[str, Any]], key: str) -> Optional[float]:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+
+def settings_of(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The settings of a run that keep it apart from others (see NOT_SETTINGS), with the
+    defaults filled in where an older config.json lacks a setting, as (name, JSON value)."""
+    merged = {**_SETTING_DEFAULTS, **config}
+    return tuple(sorted((name, json.dumps(value, sort_keys=True))
+                        for name, value in merged.items()
+                        if name not in NOT_SETTINGS and not _bookkeeping(name, value)))
+
+
+def _bookkeeping(name: str, value: Any) -> bool:
+    return isinstance(value, dict) or any(word in name.lower() for word in _BOOKKEEPING_WORDS)
 
 
 def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -200,13 +262,14 @@ def summarize_game(game: str, runs: Sequence[Run]) -> GameRow:
     wall = _mean([_number(run.summary, "wall_seconds") for run in runs])
     devices = sorted({str(run.summary["device"]) for run in runs
                       if run.summary and run.summary.get("device")})
+    final_timestep = min((run.evaluations[-1].timestep for run in evaluated), default=None)
     return GameRow(
         game=game,
-        seeds=tuple(sorted(run.seed for run in runs)),
+        seeds=tuple(sorted({run.seed for run in runs})),
         runs=len(runs),
         finished_runs=sum(1 for run in runs if run.summary and run.summary.get("finished") is True),
         evaluated_runs=len(evaluated),
-        final_timestep=min((run.evaluations[-1].timestep for run in evaluated), default=None),
+        final_timestep=final_timestep,
         final_mean=final_mean,
         final_std=final_std,
         best_mean=best_mean,
@@ -215,28 +278,75 @@ def summarize_game(game: str, runs: Sequence[Run]) -> GameRow:
         updates_per_second=_mean([_number(run.summary, "updates_per_second") for run in runs]),
         wall_hours=None if wall is None else wall / 3600.0,
         device=",".join(devices),
+        short=final_timestep is not None and final_timestep < SHORT_RUN_STEPS,
     )
 
 
 def group_by_game(runs: Sequence[Run], notes: list[str]) -> dict[str, list[Run]]:
-    """Runs by game; by game and trainer ("pong (fast_dqn)") where both trainers ran, and by
-    variant ("pong (machado+double)"), so that only seeds of one setting are averaged."""
+    """Runs by game and settings: only runs whose settings are the same are averaged.
+
+    A group is named by its game, its trainer where both trainers ran ("pong (fast_dqn)"),
+    its variant ("pong (machado+double)") and, where two groups of a game would still have
+    one name, the settings in which they differ ("pong (timesteps=2000)"). A note names the
+    settings that differ between a game's groups, and the seeds found in more than one run
+    of a group.
+    """
     both_trainers = len({run.algo for run in runs}) > 1
-    games: dict[str, list[Run]] = {}
+    by_game: dict[str, dict[tuple, list[Run]]] = {}
     for run in runs:
-        labels = ([run.algo] if both_trainers else []) + ([run.variant] if run.variant else [])
-        key = f"{run.game} ({', '.join(labels)})" if labels else run.game
-        games.setdefault(key, []).append(run)
-    for game, game_runs in games.items():
-        seeds = [run.seed for run in game_runs]
+        by_game.setdefault(run.game, {}).setdefault(run.settings, []).append(run)
+    groups: dict[str, list[Run]] = {}
+    for game, by_settings in by_game.items():
+        if len(by_settings) > 1:
+            notes.append(f"{game}: {len(by_settings)} groups of runs with different settings, "
+                         "each averaged on its own; they differ in "
+                         + ", ".join(_differing(list(by_settings))))
+        named: dict[str, list[tuple]] = {}
+        for settings, group in by_settings.items():
+            run = group[0]
+            labels = ([run.algo] if both_trainers else []) + ([run.variant] if run.variant
+                                                              else [])
+            named.setdefault(", ".join(labels), []).append(settings)
+        for label, same_name in named.items():
+            differing = _differing(same_name) if len(same_name) > 1 else []
+            for settings in same_name:
+                values = dict(settings)
+                parts = ([label] if label else []) + [f"{name}={_plain(values.get(name))}"
+                                                      for name in differing]
+                key = f"{game} ({', '.join(parts)})" if parts else game
+                groups[key] = by_settings[settings]
+    for key, group in groups.items():
+        seeds = [run.seed for run in group]
         for seed in sorted({s for s in seeds if seeds.count(s) > 1}):
-            paths = ", ".join(str(r.path) for r in game_runs if r.seed == seed)
-            notes.append(f"{game}: seed {seed} appears in more than one run ({paths})")
-    return dict(sorted(games.items()))
+            paths = ", ".join(str(r.path) for r in group if r.seed == seed)
+            notes.append(f"{key}: seed {seed} appears in more than one run ({paths}); "
+                         "it is counted as one seed")
+    return dict(sorted(groups.items()))
+
+
+def _differing(settings: Sequence[tuple[tuple[str, str], ...]]) -> list[str]:
+    """The names of the settings whose values are not the same in all of `settings`."""
+    names = sorted({name for one in settings for name, _ in one})
+    return [name for name in names if len({dict(one).get(name) for one in settings}) > 1]
+
+
+def _plain(value: Optional[str]) -> str:
+    """A setting's JSON value as it reads in a row's name: 2000, 0.25, true, machado."""
+    if value is None:
+        return "-"
+    decoded = json.loads(value)
+    return decoded if isinstance(decoded, str) else value
 
 
 def _fmt(value: Optional[float], digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+    """`value` with thousands separators; a value that rounds to zero is "0.0", never
+    "-0.0"."""
+    if value is None:
+        return "-"
+    text = f"{value:,.{digits}f}"
+    if text.startswith("-") and not text.strip("-0.,"):
+        text = text[1:]
+    return text
 
 
 def _shorten(text: str, width: int = 40) -> str:
@@ -248,6 +358,9 @@ def format_table(rows: Sequence[GameRow]) -> str:
               "human %", "steps/s", "updates/s", "hours", "device")
     lines = []
     for row in rows:
+        human = _fmt(row.human_normalized)
+        if row.short and row.human_normalized is not None:
+            human += SHORT_MARK
         lines.append((
             row.game,
             ",".join(str(s) for s in row.seeds),
@@ -256,7 +369,7 @@ def format_table(rows: Sequence[GameRow]) -> str:
             _fmt(row.final_mean),
             _fmt(row.final_std),
             _fmt(row.best_mean),
-            _fmt(row.human_normalized),
+            human,
             _fmt(row.steps_per_second, 0),
             _fmt(row.updates_per_second, 0),
             _fmt(row.wall_hours, 2),
@@ -273,11 +386,26 @@ def format_table(rows: Sequence[GameRow]) -> str:
 
 
 def aggregate_lines(rows: Sequence[GameRow]) -> list[str]:
-    scores = [row.human_normalized for row in rows if row.human_normalized is not None]
-    if not scores:
-        return ["human-normalized score: no game has an evaluation and Nature reference scores"]
-    return [f"human-normalized score over {len(scores)} game(s): "
-            f"median {statistics.median(scores):,.1f}%, mean {statistics.fmean(scores):,.1f}%"]
+    scores = [row.human_normalized for row in rows
+              if row.human_normalized is not None and not row.short]
+    short = [row.game for row in rows if row.human_normalized is not None and row.short]
+    lines = []
+    if scores:
+        lines.append(f"human-normalized score over {len(scores)} game(s): "
+                     f"median {_fmt(statistics.median(scores))}%, "
+                     f"mean {_fmt(statistics.fmean(scores))}%")
+    elif not short:
+        lines.append("human-normalized score: no game has an evaluation and Nature reference "
+                     "scores")
+    else:
+        lines.append("human-normalized score: none over the games: every score is from a "
+                     "short run (*)")
+    if short:
+        lines.append(f"{SHORT_MARK} short run: the final evaluation comes before step "
+                     f"{SHORT_RUN_STEPS:,}, a tenth of the protocol's {PROTOCOL_STEPS:,} "
+                     "steps; its human-normalized score is not comparable to Nature's and is "
+                     f"left out of the median and mean: {', '.join(short)}")
+    return lines
 
 
 def coverage_notes(runs: Sequence[Run], rows: Sequence[GameRow]) -> list[str]:
@@ -296,23 +424,29 @@ def coverage_notes(runs: Sequence[Run], rows: Sequence[GameRow]) -> list[str]:
 
 CSV_COLUMNS = ("game", "seeds", "runs", "finished_runs", "evaluated_runs", "final_timestep",
                "final_mean", "final_std", "best_mean", "human_normalized", "steps_per_second",
-               "updates_per_second", "wall_hours", "device")
+               "updates_per_second", "wall_hours", "device", "short")
 
 
 def write_csv(rows: Sequence[GameRow], path: Path) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w", newline="") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(CSV_COLUMNS)
-        for row in rows:
-            values = row._asdict()
-            values["seeds"] = " ".join(str(s) for s in row.seeds)
-            writer.writerow(["" if values[c] is None else values[c] for c in CSV_COLUMNS])
-    temporary.replace(path)
+    lines = []
+    for row in rows:
+        values = row._asdict()
+        values["seeds"] = " ".join(str(s) for s in row.seeds)
+        values["short"] = "true" if row.short else "false"
+        lines.append(["" if values[c] is None else values[c] for c in CSV_COLUMNS])
+    with open_atomic(path) as stream:
+        text = _csv_text([list(CSV_COLUMNS)] + lines)
+        stream.write(text.encode("utf-8"))
+
+
+def _csv_text(rows: Sequence[Sequence[Any]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()
 
 
 def curve(runs: Sequence[Run]) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Frames (millions) and the mean, min and max over seeds at each evaluation step."""
+    """Frames (millions) and the mean, min and max over runs at each evaluation step."""
     by_step: dict[int, list[float]] = {}
     for run in runs:
         for evaluation in run.evaluations:
@@ -323,16 +457,42 @@ def curve(runs: Sequence[Run]) -> tuple[list[float], list[float], list[float], l
             [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps])
 
 
-def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Path) -> bool:
-    """One panel per game with evaluations: mean over seeds, min-max band, one line per
-    trainer and variant where several ran, and the random agent's score dashed. False if
-    none."""
+def seeds_text(runs: Sequence[Run]) -> str:
+    """"3 seeds", "1 seed", or "1 seed, 5 runs" where a seed ran more than once."""
+    seeds, count = len({run.seed for run in runs}), len(runs)
+    text = f"{seeds} seed" + ("s" if seeds != 1 else "")
+    return text if count == seeds else f"{text}, {count} runs"
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed).
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
 
-    panels: dict[str, list[str]] = {}  # game -> its table rows (one per trainer, variant)
+
+def save_figure(figure: Any, path: Path) -> None:
+    """Writes `figure` as a PNG to `path` atomically (a link at `path` is replaced).
+
+    Raises:
+        WriteFailed: the file system refused the write.
+    """
+    with open_atomic(path) as stream:
+        figure.savefig(stream, format="png", dpi=100)
+
+
+def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Path) -> bool:
+    """One panel per game with evaluations: mean over runs, min-max band, one line per
+    trainer, variant or setting where several ran, and the random agent's score dashed.
+    False if none."""
+    plt = _pyplot()
+    panels: dict[str, list[str]] = {}  # game -> its table rows (one per group of settings)
     for key, runs in games.items():
         if any(run.evaluations for run in runs):
             panels.setdefault(runs[0].game, []).append(key)
@@ -351,8 +511,9 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
             runs = [run for run in games[key] if run.evaluations]
             frames, mean, low, high = curve(runs)
             label = TRAINER_NAMES.get(runs[0].algo, runs[0].algo)
-            if runs[0].variant:
-                label += f" ({runs[0].variant})"
+            setting = key[len(game):].strip().strip("()")
+            if setting:
+                label += f" ({setting})"
             axis.fill_between(frames, low, high, alpha=0.25, linewidth=0)
             axis.plot(frames, mean, linewidth=1.5, label=label,
                       marker="." if len(frames) < 20 else None)
@@ -361,10 +522,10 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
                          linestyle="--", linewidth=1, label="random agent")
         if len(keys) > 1:
             axis.legend(fontsize=7)
-        details = [f"{rows[key].human_normalized:,.0f}%" for key in keys
+        details = [f"{_fmt(rows[key].human_normalized, 0)}%"
+                   + (SHORT_MARK if rows[key].short else "") for key in keys
                    if rows[key].human_normalized is not None]
-        seeds = max(len(games[key]) for key in keys)
-        details.append(f"{seeds} seed" + ("s" if seeds != 1 else ""))
+        details.append(seeds_text(max((games[key] for key in keys), key=len)))
         axis.set_title(f"{game} ({', '.join(details)})", fontsize=9)
         axis.tick_params(labelsize=7)
         axis.grid(alpha=0.3)
@@ -373,11 +534,262 @@ def plot_curves(games: dict[str, list[Run]], rows: dict[str, GameRow], path: Pat
     for axis in axes[:, 0]:
         axis.set_ylabel("evaluation return", fontsize=8)
     # Two short lines, so that the title fits a figure of one or two panels too.
-    figure.suptitle("Evaluation return over frames\n(mean over seeds, band from min to max; "
+    figure.suptitle("Evaluation return over frames\n(mean over runs, band from min to max; "
                     "titles: human-normalized final score, seeds)", fontsize=9)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    try:
+        save_figure(figure, path)
+    finally:
+        plt.close(figure)
     return True
+
+
+# ---------------------------------------------------------------------------- one run
+
+RUN_PANELS = ("training return", "evaluation return", "loss", "mean Q", "steps/s")
+TENSORBOARD_FILES = "events.out.tfevents.*"
+_TENSOR_FORMATS = {1: "<f", 2: "<d"}  # TensorFlow's DT_FLOAT and DT_DOUBLE, little-endian
+
+
+class Games(NamedTuple):
+    """The columns of a run's episodes.csv that the picture draws."""
+
+    steps: list[int]
+    returns: list[float]
+    avg_returns: list[float]  # over the last 100 games
+    hours: list[float]
+
+
+def read_games(path: Path) -> Games:
+    """The finished games of episodes.csv (none if it is missing); a row that is not numbers
+    (a crash's half row) is skipped."""
+    games = Games([], [], [], [])
+    if not path.is_file():
+        return games
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            try:
+                values = [float(row[name]) for name in ("timestep", "return", "avg_return",
+                                                        "hours")]
+            except (KeyError, TypeError, ValueError):
+                continue
+            if all(math.isfinite(value) for value in values):
+                games.steps.append(int(values[0]))
+                games.returns.append(values[1])
+                games.avg_returns.append(values[2])
+                games.hours.append(values[3])
+    return games
+
+
+def read_scalars(run_dir: Path, notes: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """The TensorBoard scalars of a run, tag -> [(step, value)] by step, read from its
+    events files without TensorFlow (tensorboard's protocol buffers, if installed). Where
+    a step was logged twice (a resumed run logs again what came after its checkpoint), the
+    later value counts."""
+    try:
+        names = sorted(name for name in os.listdir(run_dir)
+                       if fnmatch.fnmatch(name, TENSORBOARD_FILES))
+    except OSError:
+        return {}
+    if not names:
+        return {}
+    try:
+        from tensorboard.compat.proto import event_pb2
+    except ImportError:
+        notes.append("the loss, mean Q and steps/s panels need the tensorboard package "
+                     "(pip install -r requirements-scripts.txt)")
+        return {}
+    by_tag: dict[str, dict[int, float]] = {}
+    for name in names:  # the names begin with the time they were made: oldest first
+        try:
+            for record in _records(run_dir / name):
+                event = event_pb2.Event.FromString(record)
+                for value in event.summary.value:
+                    number = _scalar(value)
+                    if number is not None and math.isfinite(number):
+                        by_tag.setdefault(value.tag, {})[int(event.step)] = number
+        except Exception as error:  # noqa: BLE001 -- a damaged file: protobuf's DecodeError
+            notes.append(f"{run_dir / name}: left out, unreadable ({error})")
+    return {tag: sorted(values.items()) for tag, values in by_tag.items()}
+
+
+def _records(path: Path) -> list[bytes]:
+    """The records of a TFRecord file: each is a little-endian 8-byte length, a 4-byte
+    checksum of it, the data and a 4-byte checksum of the data. A record cut short (one
+    being written) ends the list."""
+    data = path.read_bytes()
+    records, position = [], 0
+    while position + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, position)
+        start = position + 12
+        end = start + length
+        if end + 4 > len(data):
+            break
+        records.append(data[start:end])
+        position = end + 4
+    return records
+
+
+def _scalar(value: Any) -> Optional[float]:
+    """The number of one summary value: a TensorFlow 2 scalar tensor, or a TF 1 simple_value."""
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind != "tensor":
+        return None
+    tensor = value.tensor
+    form = _TENSOR_FORMATS.get(tensor.dtype)
+    if form is None:
+        return None
+    if tensor.tensor_content:
+        size = struct.calcsize(form)
+        if len(tensor.tensor_content) != size:
+            return None
+        return float(struct.unpack(form, tensor.tensor_content)[0])
+    listed = tensor.float_val if tensor.dtype == 1 else tensor.double_val
+    return float(listed[0]) if len(listed) == 1 else None
+
+
+def rate_between_games(games: Games, points: int = 60) -> tuple[list[int], list[float]]:
+    """Agent steps/s over windows of games (wall clock from episodes.csv's hours, so the
+    evaluations and checkpoints are counted in), about `points` windows in all."""
+    if len(games.steps) < 2:
+        return [], []
+    stride = max(1, (len(games.steps) - 1) // points)
+    steps, rates = [], []
+    for end in range(stride, len(games.steps), stride):
+        start = end - stride
+        seconds = 3600.0 * (games.hours[end] - games.hours[start])
+        if seconds > 0:
+            steps.append(games.steps[end])
+            rates.append((games.steps[end] - games.steps[start]) / seconds)
+    return steps, rates
+
+
+def run_figure(run: Run, games: Games, scalars: dict[str, list[tuple[int, float]]]) -> Any:
+    """The picture of one run: RUN_PANELS, one above the other, against agent steps."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(len(RUN_PANELS), 1, figsize=(8, 11), sharex=True,
+                                layout="constrained")
+    for axis, title in zip(axes, RUN_PANELS):
+        axis.set_title(title, fontsize=10, loc="left")
+        axis.grid(alpha=0.3)
+        axis.tick_params(labelsize=8)
+    reference = (atari_data.reference_scores(run.game)
+                 if run.game in atari_data.NATURE_GAMES else None)
+    returns, evaluations, loss, mean_q, speed = axes
+    if games.steps:
+        returns.scatter(games.steps, games.returns, s=4, alpha=0.35, linewidths=0,
+                        label="one game")
+        returns.plot(games.steps, games.avg_returns, linewidth=1.5,
+                     label="mean of the last 100 games")
+    if run.evaluations:
+        evaluations.errorbar([e.timestep for e in run.evaluations],
+                             [e.mean for e in run.evaluations],
+                             yerr=[e.std for e in run.evaluations], marker="o", markersize=4,
+                             capsize=3, linewidth=1.5,
+                             label=f"mean +- std of {run.evaluations[-1].episodes} games")
+    for axis, has in ((returns, bool(games.steps)), (evaluations, bool(run.evaluations))):
+        if has and reference is not None:
+            axis.axhline(reference.random, color="gray", linestyle="--", linewidth=1,
+                         label="random agent")
+    _line(loss, scalars.get("train/loss"), "mean Huber loss per update since the last log")
+    _line(mean_q, scalars.get("train/mean_q"), "mean Q of the minibatches' actions")
+    _line(speed, scalars.get("train/steps_per_second"), "since the replay start (the run's "
+          "own rate)")
+    between = rate_between_games(games)
+    if between[0]:
+        speed.plot(*between, linewidth=1, alpha=0.6,
+                   label="between games (evaluations and checkpoints included)")
+    settings = dict(run.settings)
+    replay_start = json.loads(settings.get("replay_start", "0"))
+    why_empty = {returns: "no finished game yet", evaluations: "no evaluation yet",
+                 loss: "no training logged yet (or no TensorBoard events)",
+                 mean_q: "no training logged yet (or no TensorBoard events)",
+                 speed: "no rate logged yet"}
+    for axis in axes:
+        if axis.has_data():
+            axis.axvline(replay_start, color="gray", linestyle=":", linewidth=1,
+                         label="replay start")
+            axis.legend(fontsize=7, loc="best")
+        else:
+            axis.text(0.5, 0.5, why_empty[axis], transform=axis.transAxes, ha="center",
+                      va="center", fontsize=9, color="gray")
+    axes[-1].set_xlabel("agent steps", fontsize=9)
+    figure.suptitle(run_title(run), fontsize=10)
+    return figure
+
+
+def _line(axis: Any, points: Optional[list[tuple[int, float]]], label: str) -> None:
+    if points:
+        axis.plot([step for step, _ in points], [value for _, value in points],
+                  linewidth=1.2, label=label, marker="." if len(points) < 30 else None)
+
+
+def run_title(run: Run) -> str:
+    trainer = TRAINER_NAMES.get(run.algo, run.algo or "trainer unknown")
+    variant = f" ({run.variant})" if run.variant else ""
+    summary = run.summary or {}
+    steps = summary.get("steps")
+    if summary.get("finished") is True:
+        state = f"finished at {steps:,} steps" if isinstance(steps, int) else "finished"
+    elif isinstance(steps, int):
+        state = f"stopped at {steps:,} steps"
+    else:
+        state = "running, or stopped without a summary"
+    return f"{run.path.name}\n{run.game}, {trainer}{variant}, seed {run.seed}: {state}"
+
+
+def draw_one_run(run: Run, plot_path: Optional[Path]) -> int:
+    """Draws the picture of `run` to `plot_path`, or into its directory unless another
+    process holds it; prints where it went, or why not. Returns the exit status."""
+    notes: list[str] = []
+    try:
+        plt = _pyplot()
+    except ImportError:
+        if plot_path is not None:
+            print("summarize.py: error: --plot needs matplotlib "
+                  "(pip install -r requirements-scripts.txt)", file=sys.stderr)
+            return 1
+        print("note: no picture of the run: it needs matplotlib "
+              "(pip install -r requirements-scripts.txt)")
+        return 0
+    figure = run_figure(run, read_games(run.path / "episodes.csv"),
+                        read_scalars(run.path, notes))
+    try:
+        for note in notes:
+            print(f"note: {note}")
+        if plot_path is not None:
+            save_figure(figure, plot_path)
+            print(f"wrote {plot_path}")
+            return 0
+        return _save_into_run(figure, run.path)
+    except WriteFailed as error:
+        print(f"summarize.py: error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        plt.close(figure)
+
+
+def _save_into_run(figure: Any, run_dir: Path) -> int:
+    """Writes the picture as RUN_PICTURE through the run directory, under its lock."""
+    elsewhere = "give --plot PNG to draw it elsewhere"
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        print(f"note: no picture written: {run_dir} is not writable; {elsewhere}")
+        return 0
+    try:
+        held = RunDirectory.reopen(run_dir)
+    except RunDirError as error:
+        print(f"note: no picture written into {run_dir}: {error}; a run directory belongs "
+              f"to the process that holds it: {elsewhere}")
+        return 0
+    with held:
+        with held.directory.open_atomic(RUN_PICTURE) as stream:
+            figure.savefig(stream, format="png", dpi=100)
+    print(f"wrote {run_dir / RUN_PICTURE}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- entry point
 
 
 def _check_output(path: Optional[str], flag: str) -> Optional[Path]:
@@ -386,6 +798,8 @@ def _check_output(path: Optional[str], flag: str) -> Optional[Path]:
     output = Path(path)
     if not output.parent.is_dir():
         raise UsageError(f"{flag}: directory {output.parent} does not exist")
+    if output.is_dir():
+        raise UsageError(f"{flag}: {output} is a directory; name a file in it")
     return output
 
 
@@ -405,9 +819,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"summarize.py: error: {error}", file=sys.stderr)
         return 2
 
+    one_run = (root / "config.json").is_file()
     games = group_by_game(runs, notes)
     rows = {game: summarize_game(game, game_runs) for game, game_runs in games.items()}
-    print(f"{len(runs)} run(s) of {len({run.game for run in runs})} game(s) under {root}")
+    print(f"{len(runs)} run(s) of {len({run.game for run in runs})} game(s) under {root}"
+          if not one_run else f"the run {root}")
     print(format_table(list(rows.values())))
     print()
     for line in aggregate_lines(list(rows.values())) + coverage_notes(runs, list(rows.values())):
@@ -415,15 +831,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for note in notes:
         print(f"note: {note}")
 
-    if csv_path is not None:
-        write_csv(list(rows.values()), csv_path)
-        print(f"wrote {csv_path}")
+    try:
+        if csv_path is not None:
+            write_csv(list(rows.values()), csv_path)
+            print(f"wrote {csv_path}")
+    except WriteFailed as error:
+        print(f"summarize.py: error: {error}", file=sys.stderr)
+        return 1
+    if one_run:
+        return draw_one_run(runs[0], plot_path)
     if plot_path is not None:
         try:
             drawn = plot_curves(games, rows, plot_path)
         except ImportError:
             print("summarize.py: error: --plot needs matplotlib "
                   "(pip install -r requirements-scripts.txt)", file=sys.stderr)
+            return 1
+        except WriteFailed as error:
+            print(f"summarize.py: error: {error}", file=sys.stderr)
             return 1
         print(f"wrote {plot_path}" if drawn else f"no evaluations to plot; {plot_path} not written")
     return 0

@@ -9,10 +9,11 @@ import csv
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -27,6 +28,9 @@ TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
 STOP_SECONDS = 20  # a signalled run must be gone within this
+# `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
+# once its epoch's steps are all taken and before its updates are (see the file).
+FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"
 
 
 def start(script: Path, args: list[str], log: Path,
@@ -55,17 +59,37 @@ def wait_for(run: Launch, path: Path, timeout: float = 90) -> None:
         time.sleep(0.1)
 
 
+def _give_up_waiting(run: Launch, deadline: float, what: str) -> None:
+    """Fails the test, with the run's output, once the run has exited or `deadline` passed."""
+    if run.process.poll() is not None or time.monotonic() > deadline:
+        run.process.kill()
+        result = run.finish(10)
+        pytest.fail(f"{what} (exit {result.returncode}):\n"
+                    f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
 def wait_for_line(run: Launch, text: str, timeout: float = 90) -> None:
     """Waits until the run's stdout holds `text`."""
     out = run.log.with_suffix(".out")
     deadline = time.monotonic() + timeout
     while text not in out.read_text():
-        if run.process.poll() is not None or time.monotonic() > deadline:
-            run.process.kill()
-            result = run.finish(10)
-            pytest.fail(f"{text!r} did not appear (exit {result.returncode}):\n"
-                        f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        _give_up_waiting(run, deadline, f"{text!r} did not appear")
         time.sleep(0.05)
+
+
+def wait_for_match(run: Launch, pattern: str, accept: Callable[[re.Match], bool] | None = None,
+                   timeout: float = 300) -> re.Match:
+    """Reads the run's stdout as it grows until a whole line matches `pattern` (and passes
+    `accept`, if given)."""
+    regex = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in run.stdout().splitlines(keepends=True):
+            match = regex.fullmatch(line.rstrip("\n"))
+            if line.endswith("\n") and match and (accept is None or accept(match)):
+                return match
+        _give_up_waiting(run, deadline, f"no line matched {pattern!r}")
+        time.sleep(0.02)
 
 
 def run_bytes(run_dir: Path) -> dict[str, str]:

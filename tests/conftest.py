@@ -21,6 +21,18 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session")
+def cpu_device() -> str:
+    """TensorFlow's device set up as a run sets it (deterministic ops on the CPU), once for
+    the session; its line names the device. Test files that build networks use it with
+    `pytestmark = pytest.mark.usefixtures("cpu_device")`."""
+    from fast_dqn.q_network import configure_device
+
+    line = configure_device()
+    assert "CPU" in line or "GPU" in line
+    return line
+
+
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Callable[[int], Path | None]]:
     """Mounts real small disks: `small_disk(kilobytes)` is a new tmpfs of that size under

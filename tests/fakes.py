@@ -1,13 +1,18 @@
-"""Stand-ins for a loop's parts that record what they are asked, shared by the tests."""
+"""Stand-ins for a loop's parts that record what they are asked, and the small makers of
+test data (minibatches, clocks, damaged files), shared by the tests."""
 
 from __future__ import annotations
 
+import re
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from fast_dqn.transitions import Batch
+from fast_dqn.acting import FrameHistory
+from fast_dqn.config import HISTORY
+from fast_dqn.transitions import FRAME_SHAPE, Batch
 from fast_dqn.samplers import OneCallStep, PoolStep
 
 
@@ -129,3 +134,185 @@ class ScriptedPool(OneCallStep):
 
     def close(self) -> None:
         pass
+
+
+class FakeClock:
+    """A clock that moves only when told (`clock.now += seconds`) or slept on: callable as
+    a `clock` argument, and with the `monotonic`, `perf_counter` and `sleep` of a stand-in
+    for the `time` module."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def random_batch(seed: int | np.random.Generator, size: int = 32, n_actions: int = 6,
+                 terminal_every: int = 4) -> Batch:
+    """A minibatch of random frames, actions and clipped rewards; every `terminal_every`-th
+    transition ends its game. `seed` may be a generator, which is drawn on."""
+    rng = np.random.default_rng(seed)  # a Generator is used as it is
+    terminals = np.arange(size) % terminal_every == 0
+    return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 actions=rng.integers(0, n_actions, size).astype(np.int32),
+                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
+                 next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
+                 terminals=terminals)
+
+
+def flip_byte(file: Path, offset: int | None = None, fraction: float = 0.5) -> None:
+    """Inverts one byte of `file`: at `offset`, or at `fraction` of its length."""
+    data = bytearray(file.read_bytes())
+    data[int(len(data) * fraction) if offset is None else offset] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def refusing_xla(network, message: str) -> None:
+    """Makes `network`'s compiled calls fail as XLA failing to compile them would, until
+    the network rebuilds them (which replaces its DirectCalls)."""
+    import tensorflow as tf
+
+    refused = network.direct_calls
+
+    def call(*args, **kwargs):
+        if network.direct_calls is refused and network.xla:
+            raise tf.errors.InvalidArgumentError(None, None, message)
+        return type(refused).call(refused, *args, **kwargs)
+
+    refused.call = call
+
+
+# -- frames named by an id, and one actor's stream against a naive replay reference ------------
+
+
+def id_frame(frame_id: int) -> np.ndarray:
+    return np.full(FRAME_SHAPE, frame_id, dtype=np.uint8)
+
+
+def ids_of(state: np.ndarray) -> list[int]:
+    """The frame ids of a (HISTORY, 84, 84) state made of `id_frame`s."""
+    assert all((frame == frame[0, 0]).all() for frame in state)
+    return [int(frame[0, 0]) for frame in state]
+
+
+class Step(NamedTuple):
+    frame: np.ndarray  # newest frame of the state the action was taken in
+    action: int
+    reward: float  # raw
+    terminal: bool
+    episode_end: bool
+    next_frame: np.ndarray  # the frame the env returned (the next episode's first after an end)
+
+
+class Stream(NamedTuple):
+    first_frame: np.ndarray
+    steps: list[Step]
+
+
+def random_frame(rng: np.random.Generator) -> np.ndarray:
+    """A nonzero frame (so that zero padding is never mistaken for it)."""
+    return rng.integers(1, 256, size=FRAME_SHAPE, dtype=np.uint8)
+
+
+def random_stream(rng: np.random.Generator, transitions: int) -> Stream:
+    """Episodes of random lengths (1-12) ending in a terminal (a life loss, say) or a
+    truncation; the last episode may be unfinished."""
+    steps = []
+    frame = first_frame = random_frame(rng)
+    left = int(rng.integers(1, 13))
+    for _ in range(transitions):
+        left -= 1
+        ends = left == 0
+        terminal = ends and rng.random() < 0.7
+        next_frame = random_frame(rng)
+        reward = float(rng.choice([-2.5, 0.0, 0.0, 0.0, 1.0, 7.0]))
+        steps.append(Step(frame, int(rng.integers(0, 6)), reward, terminal, ends, next_frame))
+        frame = next_frame
+        if ends:
+            left = int(rng.integers(1, 13))
+    return Stream(first_frame, steps)
+
+
+class Reference(NamedTuple):
+    """A whole transition, as a naive replay memory would store it."""
+
+    state: np.ndarray
+    action: int
+    reward: float  # clipped
+    next_state: np.ndarray
+    terminal: bool
+    truncated: bool
+
+
+def naive_transitions(stream: Stream) -> list[Reference]:
+    """States rebuilt the obvious way: the last HISTORY frames of the current episode, with
+    zeros in front while the episode is shorter than that."""
+    def stack(episode: list[np.ndarray]) -> np.ndarray:
+        frames = [np.zeros(FRAME_SHAPE, np.uint8)] * HISTORY + episode
+        return np.stack(frames[-HISTORY:])
+
+    episode = [stream.first_frame]
+    out = []
+    for step in stream.steps:
+        state = stack(episode)
+        episode = episode + [step.next_frame]
+        next_state = stack(episode)
+        out.append(Reference(state, step.action, float(np.sign(step.reward)), next_state,
+                             step.terminal, step.episode_end and not step.terminal))
+        if step.episode_end:
+            episode = [step.next_frame]
+    return out
+
+
+def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(state, state after the step) as the actors' `FrameHistory` sees them."""
+    history = FrameHistory(1)
+    history.reset(stream.first_frame[None])
+    out = []
+    for step in stream.steps:
+        state = history.states[0].copy()
+        assert (state[-1] == step.frame).all()
+        history.push(step.next_frame[None], np.array([step.episode_end]))
+        out.append((state, history.states[0].copy()))
+    return out
+
+
+def expected_valid(reference: list[Reference], capacity: int) -> set[int]:
+    """Transition numbers that must be sampleable after adding all of `reference`."""
+    count = len(reference)
+    oldest_sampleable = count - capacity + HISTORY - 1 if count >= capacity else 0
+    return {t for t, r in enumerate(reference)
+            if t >= oldest_sampleable and not r.truncated and (r.terminal or t < count - 1)}
+
+
+def screen(output: str) -> list[str]:
+    """What a terminal shows of `output`, line by line: a carriage return moves to the
+    line's start and what follows overwrites it; escape sequences are dropped."""
+    output = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    shown: list[str] = []
+    for raw in output.replace("\r\n", "\n").split("\n"):
+        line: list[str] = []
+        column = 0
+        for char in raw:
+            if char == "\r":
+                column = 0
+                continue
+            if column < len(line):
+                line[column] = char
+            else:
+                line.append(char)
+            column += 1
+        shown.append("".join(line).rstrip())
+    return shown

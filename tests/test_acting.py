@@ -17,7 +17,7 @@ from fast_dqn.agents import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
 
-from tests.test_replay_memory import id_frame, ids_of
+from tests.fakes import FakeRunLog, ScriptedPool, id_frame, ids_of
 
 NATURE = Config()
 
@@ -64,8 +64,6 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
     """With W workers, sampler i draws its epsilon from step `step + i`."""
     from fast_dqn.loop_parts import LoopParts
     from fast_dqn.replay_memory import ReplayMemory
-    from tests.fakes import ScriptedPool
-    from tests.fakes import FakeRunLog
 
     config = Config(replay_start=0, exploration_steps=8, workers=4, concurrent=False)
     parts = LoopParts(config=config, network=_Network(),
@@ -117,7 +115,6 @@ class CountingNetwork:
 
 
 def test_a_round_takes_the_random_action_where_an_env_explores_and_else_the_greedy_one():
-    from tests.fakes import ScriptedPool
     actor, network = Actor(ScriptedPool([50] * 4)), CountingNetwork()
     exploration = Exploration(np.array([True, False, True, False]), np.array([1, 2, 0, 5]))
     assert actor.actions(exploration, network, use_target=True).tolist() == [1, 3, 0, 3]
@@ -128,7 +125,6 @@ def test_a_round_takes_the_random_action_where_an_env_explores_and_else_the_gree
 
 
 def test_a_round_where_every_env_explores_makes_no_query():
-    from tests.fakes import ScriptedPool
     actor, network = Actor(ScriptedPool([50] * 3)), CountingNetwork()
     exploration = Exploration(np.ones(3, bool), np.array([4, 0, 2]))
     assert actor.actions(exploration, network, use_target=True).tolist() == [4, 0, 2]

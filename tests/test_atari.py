@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import cv2
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.wrappers import AtariPreprocessing
 
-from fast_dqn.atari import (AtariEnv, AtariStep, GameSettings, gymnasium_id, make_atari_env,
-                            resolve_game)
+from fast_dqn.atari import (AtariEnv, AtariStep, GameSettings, game_of_new_run, gymnasium_id,
+                            gymnasium_id_defaults, make_atari_env, resolve_game)
+from fast_dqn.config import Config, with_protocol
 
 BREAKOUT_LIVES = 5
 
@@ -201,6 +204,102 @@ def test_unknown_game_lists_close_matches_on_one_line():
     with pytest.raises(ValueError, match=r"unknown game 'pongg'; did you mean: pong\?") as info:
         resolve_game("pongg")
     assert "\n" not in str(info.value)
+
+
+# -- Gymnasium ids and the protocol their names stand for (issue 36) ---------------------------
+
+@pytest.mark.parametrize("gymnasium_name", [
+    "ALE/Pong-v5", "ALE/SpaceInvaders-v5", "Pong-v4", "PongNoFrameskip-v4", "Pong-v0",
+    "PongNoFrameskip-v0", "BreakoutNoFrameskip-v4", "SpaceInvaders-v0",
+])
+def test_a_gymnasium_ids_defaults_are_those_gymnasium_registers(gymnasium_name):
+    """The expectation is Gymnasium's registry itself (ale-py registers these ids)."""
+    kwargs = gym.spec(gymnasium_name).kwargs
+    defaults = gymnasium_id_defaults(gymnasium_name)
+    assert defaults.sticky_actions == kwargs["repeat_action_probability"]
+    frameskip = kwargs["frameskip"]
+    assert defaults.frame_skip == (None if isinstance(frameskip, tuple) else frameskip)
+    assert kwargs["full_action_space"] is False  # the minimal set: as Nature, not as Machado
+    assert defaults.ram is False
+
+
+@pytest.mark.parametrize("name, version, frame_skip, ram", [
+    ("Pong-v5", 5, 4, False),  # no ALE/ namespace: still v5
+    ("SpaceInvadersDeterministic-v4", 4, 3, False),  # gym's: 3 frames in Space Invaders
+    ("BreakoutDeterministic-v4", 4, 4, False),
+    ("Pong-ramNoFrameskip-v4", 4, 1, True),
+    ("ALE/Pong-ram-v5", 5, 4, True),
+])
+def test_ids_gymnasium_no_longer_registers(name, version, frame_skip, ram):
+    defaults = gymnasium_id_defaults(name)
+    assert (defaults.version, defaults.frame_skip, defaults.ram) == (version, frame_skip, ram)
+
+
+@pytest.mark.parametrize("name", ["pong", "Pong", "space_invaders", "SpaceInvaders"])
+def test_a_name_without_a_version_stands_for_the_game_alone(name):
+    assert gymnasium_id_defaults(name) is None
+    assert game_of_new_run(name, Config(), {"game": name}) == resolve_game(name)
+
+
+def given_flags(flags: list[str]) -> dict[str, str | float]:
+    """The settings `--name=value` flags give, as the command line's parser gives them."""
+    given: dict[str, str | float] = {}
+    for flag in flags:
+        name, value = flag.removeprefix("--").split("=", 1)
+        name = name.replace("-", "_")
+        given[name] = float(value) if name == "sticky_actions" else value
+    return given
+
+
+def new_run_game(*flags: str) -> str:
+    """game_of_new_run as a new run calls it: the flags, the protocol's preset, the given."""
+    given = given_flags(list(flags))
+    return game_of_new_run(given["game"], Config(**with_protocol(given)), given)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--game=ALE/Pong-v5"], ["--game=Pong-v5"], ["--game=PongNoFrameskip-v0"],
+])
+def test_an_id_with_sticky_actions_is_refused_without_a_protocol(flags):
+    """Regression (issue 36): --game=ALE/Pong-v5 trained the Nature protocol, without sticky
+    actions, without a word."""
+    with pytest.raises(ValueError) as info:
+        new_run_game(*flags)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{flags[0]} names Gymnasium's ")
+    assert "(sticky actions 0.25), not the nature protocol" in message
+    assert "--protocol=machado" in message and "--game=pong for the nature protocol" in message
+
+
+@pytest.mark.parametrize("flags, sticky_actions", [
+    (["--game=ALE/Pong-v5", "--protocol=machado"], 0.25),
+    (["--game=ALE/Pong-v5", "--sticky-actions=0.25"], 0.25),
+    (["--game=ALE/Pong-v5", "--protocol=nature"], 0.0),  # said so: the name names the game
+    (["--game=PongNoFrameskip-v4"], 0.0),  # the Nature setting: nothing to say
+    (["--game=BreakoutDeterministic-v4"], 0.0),
+])
+def test_an_id_is_taken_where_a_flag_says_which_protocol(flags, sticky_actions):
+    given = given_flags(flags)
+    assert new_run_game(*flags) == resolve_game(given["game"])
+    assert Config(**with_protocol(given)).sticky_actions == sticky_actions
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--game=Pong-v4"], "--game=Pong-v4 names Gymnasium's v4 defaults, which repeat each "
+                         "action a random 2 to 4 frames; fast_dqn repeats it 4 frames: give "
+                         "--game=pong"),
+    (["--game=Pong-v0", "--protocol=machado"], "repeat each action a random 2 to 4 frames; "
+     "fast_dqn repeats it 4 frames: give --game=pong, with --protocol=machado for sticky"),
+    (["--game=SpaceInvadersDeterministic-v4"], "repeat each action 3 frames"),
+    (["--game=Pong-ramNoFrameskip-v4"], "names Gymnasium's RAM observations; fast_dqn learns "
+                                        "from the screen: give --game=pong"),
+    (["--game=Pong-v3"], "Gymnasium has no Atari version v3 (only v0, v4 and v5)"),
+    (["--game=Pongg-v5"], "unknown game 'Pongg-v5'; did you mean: pong?"),
+])
+def test_ids_whose_defaults_no_setting_gives_are_refused(flags, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        new_run_game(*flags)
 
 
 def test_env_builders_take_rom_ids_only_and_say_so_in_one_line():

@@ -148,3 +148,50 @@ def test_the_benchmark_memory_is_built_empty(replay_device):
     assert memory.size == 0 and memory.cursor == 0
     assert not memory.frames.rows(0, capacity).any()
     assert not any(column.any() for column in memory.store)
+
+
+def benchmark_parser(monkeypatch) -> "argparse.ArgumentParser":
+    """The parser `benchmark.parse_args` builds, caught before it parses anything."""
+    caught = {}
+
+    def catch(parser, *args, **kwargs):
+        caught["parser"] = parser
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmark.OneLineErrorParser, "parse_args", catch)
+    with pytest.raises(SystemExit):
+        benchmark.parse_args([])
+    return caught["parser"]
+
+
+def test_every_benchmark_flag_has_help(monkeypatch):
+    """Regression (issue 36): --game, --backend, --final-epsilon and --seed had no help."""
+    parser = benchmark_parser(monkeypatch)
+    flags = [action for action in parser._actions if action.option_strings]
+    assert len(flags) >= 19
+    missing = [action.option_strings[0] for action in flags
+               if not (action.help or "").strip()]
+    assert missing == []
+
+
+@pytest.mark.parametrize("argv0, usage", [
+    ("/repo/fast_dqn/benchmark.py", "python -m fast_dqn.benchmark"),  # python -m ...
+    ("/venv/bin/fast-dqn-benchmark", "fast-dqn-benchmark"),  # the console script
+    ("python -m fast_dqn benchmark", "python -m fast_dqn benchmark"),  # fast_dqn/cli.py sets
+])
+def test_the_usage_line_names_the_command_as_it_was_run(argv0, usage):
+    assert benchmark.program_name(argv0) == usage
+
+
+@pytest.mark.slow
+def test_benchmark_help_says_how_it_is_run_and_gives_the_one_minute_form():
+    """Regression (issue 36): `python -m fast_dqn.benchmark --help` said `benchmark.py`."""
+    done = subprocess.run([sys.executable, "-m", "fast_dqn.benchmark", "--help"],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m fast_dqn.benchmark ")
+    assert "benchmark.py" not in done.stdout
+    text = " ".join(done.stdout.split())  # argparse wraps the epilog
+    assert "fast-dqn-benchmark" in text
+    assert f"python -m fast_dqn.benchmark {benchmark.ONE_MINUTE_FLAGS}" in text

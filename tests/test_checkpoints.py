@@ -28,6 +28,7 @@ from fast_dqn.checkpoints import (CHECKPOINT, FORMAT_VERSION, MANIFEST, NEW_CHEC
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import acted_transitions
 from fast_dqn.run_dir import OpenDirectory, RunDirGone, WriteFailed
+from tests.fakes import flip_byte
 
 CAPACITY = 8
 
@@ -453,13 +454,6 @@ def test_verify_passes_on_a_fresh_checkpoint(tmp_path):
     assert replay_in(path, manifest)
 
 
-def flip_byte(file: Path, offset: int | None = None) -> None:
-    data = bytearray(file.read_bytes())
-    offset = len(data) // 2 if offset is None else offset
-    data[offset] ^= 0xFF
-    file.write_bytes(bytes(data))
-
-
 def assert_refused(checkpoint: Path, file: Path, message: str, **kwargs) -> None:
     """verify_checkpoint refuses in one line that names `file` and matches `message`."""
     with pytest.raises(CheckpointError, match=message) as error:
@@ -616,13 +610,20 @@ def test_a_save_into_a_deleted_directory_is_run_dir_gone_and_recreates_nothing(t
     assert not path.exists()
 
 
-@pytest.mark.parametrize("name", [NEW_CHECKPOINT, OLD_CHECKPOINT, CHECKPOINT])
-def test_a_link_where_a_checkpoint_belongs_is_refused_at_the_start(tmp_path, name):
+def run_and_outside(tmp_path: Path) -> tuple[Path, Path]:
+    """An empty run directory, and a directory outside it whose victim.txt ("keep") a link
+    planted in the run must not lead a checkpoint's code to."""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "victim.txt").write_text("keep")
     run = tmp_path / "run"
     run.mkdir()
+    return run, outside
+
+
+@pytest.mark.parametrize("name", [NEW_CHECKPOINT, OLD_CHECKPOINT, CHECKPOINT])
+def test_a_link_where_a_checkpoint_belongs_is_refused_at_the_start(tmp_path, name):
+    run, outside = run_and_outside(tmp_path)
     (run / name).symlink_to(outside, target_is_directory=True)
     with OpenDirectory.at(run) as directory:
         with pytest.raises(CheckpointError, match=rf"{re.escape(str(run / name))} is a "
@@ -639,11 +640,7 @@ def test_a_file_where_a_checkpoint_belongs_is_refused_at_the_start(tmp_path):
 
 
 def test_leftovers_of_a_crash_are_cleared_without_following_links_inside(tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "victim.txt").write_text("keep")
-    run = tmp_path / "run"
-    run.mkdir()
+    run, outside = run_and_outside(tmp_path)
     save(run, 1)
     for name in (NEW_CHECKPOINT, OLD_CHECKPOINT):
         (run / name / "network").mkdir(parents=True)
@@ -665,11 +662,7 @@ def test_an_old_checkpoint_that_is_the_latest_is_kept(tmp_path):
 
 
 def test_a_link_planted_at_the_staging_name_during_a_run_is_removed_not_followed(tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "victim.txt").write_text("keep")
-    run = tmp_path / "run"
-    run.mkdir()
+    run, outside = run_and_outside(tmp_path)
     save(run, 1)
     (run / NEW_CHECKPOINT).symlink_to(outside, target_is_directory=True)
     (run / OLD_CHECKPOINT).symlink_to(outside, target_is_directory=True)

@@ -17,8 +17,6 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_nam
 from fast_dqn.launch import main, prepare_config
 from tests.cli_runs import ENV
 
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +33,7 @@ BAD_INPUTS = [
     (ALGO_DQN, ["--replay-capacity=1000000000000"], "lower --replay-capacity"),
     (ALGO_DQN, ["--resume=/nonexistent/run"], "cannot resume"),
     (ALGO_DQN, ["--resume=/nonexistent/run", "--lr=0.1"],
-     "only --timesteps and --refill-replay may be given"),
+     "only --timesteps, --refill-replay and --device may be given"),
     (ALGO_FAST_DQN, ["--resume="], "--resume needs the run directory"),
     (ALGO_DQN, ["--resume=  "], "--resume needs the run directory"),
     (ALGO_FAST_DQN, ["--replay-start=0"], "--replay-start (0) must be at least --batch-size"),
@@ -43,6 +41,10 @@ BAD_INPUTS = [
     (ALGO_DQN, ["--replay-capacity=35", "--replay-start=32"],
      "--replay-capacity (35) must hold a minibatch and its frame history: at least 36"),
     (ALGO_FAST_DQN, ["--timesteps=4"], "--timesteps (4) must be at least --workers (8)"),
+    # Issue 36: a Gymnasium id whose defaults are another protocol's says so.
+    (ALGO_FAST_DQN, ["--game=ALE/Pong-v5"], "--game=ALE/Pong-v5 names Gymnasium's v5 "
+                                            "defaults (sticky actions 0.25)"),
+    (ALGO_DQN, ["--game=Pong-v4"], "repeat each action a random 2 to 4 frames"),
 ]
 
 
@@ -93,6 +95,7 @@ def test_existing_run_is_not_overwritten(tmp_path, capsys):
     assert (run_dir / "config.json").read_text() == "{}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["run_dqn.py", "run_fast_dqn.py"])
 def test_entry_point_prints_no_traceback(tmp_path, script):
     result = subprocess.run(
@@ -105,6 +108,7 @@ def test_entry_point_prints_no_traceback(tmp_path, script):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["run_dqn.py", "run_fast_dqn.py"])
 def test_help_shows_nature_defaults(script):
     result = subprocess.run([sys.executable, script, "--help"], cwd=REPO,
@@ -126,6 +130,7 @@ def test_help_shows_nature_defaults(script):
     ("run_fast_dqn.py", ["--logdir=/proc/fast_dqn_run"],
      "run directory /proc/fast_dqn_run"),  # creating it fails although /proc looks writable
 ])
+@pytest.mark.slow
 def test_entry_point_bad_input_is_one_line(tmp_path, script, flags, message):
     given = any(flag.startswith("--logdir") for flag in flags)
     logdir = [] if given else [f"--logdir={tmp_path / 'run'}"]
@@ -156,6 +161,7 @@ def test_every_float_setting_is_checked_for_finiteness():
             "sticky_actions"} <= set(float_fields())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [ALGO_FAST_DQN, ALGO_DQN])
 def test_largest_seed_runs_with_evaluations(tmp_path, algo):
     """Env seeds (seed + i) and evaluation seeds beyond ale-py's int range are folded into it."""
@@ -217,6 +223,7 @@ def test_failed_creation_of_the_csvs_is_one_line(tmp_path, capsys, monkeypatch):
     assert not logdir.exists()
 
 
+@pytest.mark.slow
 def test_quiet_start_first_line_is_the_projects(tmp_path):
     """TensorFlow's C++ start-up lines (absl, oneDNN, cuInit) are held back on a healthy start."""
     env = {k: v for k, v in os.environ.items()

@@ -256,7 +256,7 @@ def test_a_saved_setting_of_another_type_is_refused_naming_the_key(key, value, w
 
 def test_every_saved_setting_has_its_type_checked_and_a_whole_number_is_a_float():
     for field in dataclasses.fields(Config):
-        if field.name in ("resume", "refill_replay"):  # not read back (below)
+        if field.name in ("resume", "refill_replay", "device"):  # not read back (below)
             continue
         with pytest.raises(ValueError, match=f"^{field.name!r} must be "):
             Config.from_saved({field.name: [1]})  # a list: no setting's type
@@ -272,3 +272,85 @@ def test_the_resume_only_settings_are_neither_saved_nor_read_back():
     saved = config.saved_settings()
     assert "refill_replay" not in saved and "resume" not in saved and saved["workers"] == 4
     assert Config.from_saved({"refill_replay": True, "resume": "runs/x"}) == Config()
+
+
+# -- flag typos (issue 36) ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("algo, argv, hint", [
+    (ALGO_FAST_DQN, ["--gmae=pong"], "; did you mean --game?"),
+    (ALGO_DQN, ["--gmae", "pong"], "; did you mean --game?"),
+    (ALGO_FAST_DQN, ["--wrokers=4"], "; did you mean --workers?"),
+    (ALGO_FAST_DQN, ["--work=4"], "; did you mean --workers?"),  # suggested, never taken
+    (ALGO_DQN, ["--no-dualing"], "; did you mean --no-dueling?"),
+    (ALGO_DQN, ["--timestep=100"], "; did you mean --timesteps?"),
+    (ALGO_DQN, ["--workers=4"], "; --workers is a flag of the fast trainer only "
+                                "(run_fast_dqn.py, fast-dqn)"),
+    (ALGO_DQN, ["--no-concurrent"], "; --no-concurrent is a flag of the fast trainer only"),
+])
+def test_a_flag_typo_names_the_flag_it_is_closest_to(capsys, algo, argv, hint):
+    """Regression (issue 36): `--gmae=pong` got "unrecognized arguments" and nothing more,
+    where a game's typo got "did you mean"."""
+    with pytest.raises(SystemExit) as exit_info:
+        make_parser(algo, "test").parse_args(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"error: unrecognized arguments: {' '.join(argv)}{hint}" in err
+
+
+@pytest.mark.parametrize("argv", [["--xyzzy=1"], ["pong"], ["--no-such-flag"]])
+def test_a_flag_close_to_none_gets_no_suggestion(capsys, argv):
+    with pytest.raises(SystemExit):
+        make_parser(ALGO_FAST_DQN, "test").parse_args(argv)
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {' '.join(argv)} (see --help)" in err
+    assert "did you mean" not in err
+
+
+def test_play_and_the_benchmark_suggest_flags_too(capsys):
+    from fast_dqn import benchmark, play
+
+    with pytest.raises(SystemExit):
+        play.build_parser().parse_args(["runs/x", "--episodse=3"])
+    assert "unrecognized arguments: --episodse=3; did you mean --episodes?" in \
+        capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--trainer-second=1"])
+    assert "unrecognized arguments: --trainer-second=1; did you mean --trainer-seconds?" in \
+        capsys.readouterr().err
+
+
+# -- --device (issue 36) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algo", [ALGO_DQN, ALGO_FAST_DQN])
+def test_both_trainers_take_a_device_of_auto_cpu_or_gpu(algo, capsys):
+    parser = make_parser(algo, "test")
+    assert parser.parse_args([]).device is None  # not given: Config's default
+    assert Config().device == "auto"
+    for device in ("auto", "cpu", "gpu"):
+        assert parser.parse_args([f"--device={device}"]).device == device
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device=tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
+
+
+def test_the_device_is_not_a_setting_of_the_run():
+    """A run resumed on another machine picks that machine's device: config.json does not
+    keep --device, and one that holds it (a hand edit) is read without it."""
+    config = Config(device="gpu", workers=4)
+    assert "device" not in config.saved_settings()
+    assert Config.from_saved({"device": "gpu", "workers": 4}) == Config(workers=4)
+
+
+def test_a_resume_takes_a_device(tmp_path):
+    from fast_dqn.launch import prepare_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saved = Config(game="breakout", replay_capacity=5000, replay_start=400,
+                   target_update=400, logdir=str(run_dir))
+    (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
+                                                     **saved.saved_settings()}))
+    resumed = prepare_config(["--resume", str(run_dir), "--device=cpu"], ALGO_FAST_DQN)
+    assert resumed.device == "cpu" and resumed.replay_capacity == 5000
+    assert prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN).device == "auto"

@@ -12,6 +12,7 @@ from fast_dqn import counters
 from fast_dqn.config import Config
 from fast_dqn.counters import EpisodeStats, RunCounters
 from fast_dqn.saved_state import StateError
+from tests.fakes import FakeClock
 
 # Nature's settings: replay start 50,000, an update every 4 steps, the target synced every
 # 10,000 steps, epsilon 1.0 -> 0.1 over 1,000,000 steps counted from the replay start.
@@ -23,19 +24,10 @@ def episodes_of(n: int) -> list[tuple[int, float]]:
     return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
 
 
-class FakeClock:
-    """Stands in for the `time` module of fast_dqn.counters (only `monotonic` is read)."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    fake = FakeClock()
+    """Stands in for the `time` module of fast_dqn.counters (only `monotonic` is read)."""
+    fake = FakeClock(1000.0)
     monkeypatch.setattr(counters, "time", fake)
     return fake
 

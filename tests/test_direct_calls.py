@@ -12,16 +12,14 @@ import tensorflow as tf
 from fast_dqn.config import Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.direct_calls import DirectCall, borrowed_tensor
-from fast_dqn.q_network import configure_device, make_q_network
+from fast_dqn.q_network import make_q_network
 from fast_dqn.device_frames import DeviceFrames
-from fast_dqn.transitions import Batch, SlotBatch
+from fast_dqn.transitions import SlotBatch
+from tests.fakes import random_batch
 
 N_ACTIONS = 6
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cpu_device():
-    configure_device()  # deterministic ops on the CPU, as in a run
+pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
 
 
 def scaled_sum_function():
@@ -49,14 +47,6 @@ def test_a_direct_call_returns_what_the_ordinary_call_returns(direct):
     ordinary = function(frames, tf.constant(0.5))
     assert [value.numpy() for value in ordinary] == [2 * 0.5 * sum(range(12)), 3]
     assert total.numpy() == 66.0
-
-
-def random_batch(rng: np.random.Generator, size: int) -> Batch:
-    return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
-                 actions=rng.integers(0, N_ACTIONS, size).astype(np.int32),
-                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
-                 next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
-                 terminals=rng.random(size) < 0.25)
 
 
 def assert_same_networks(a, b) -> None:

@@ -68,3 +68,69 @@ def test_the_link_check_finds_a_broken_link_and_anchor(tmp_path):
 
 def test_the_readme_is_a_front_page():
     assert len((REPO / "README.md").read_text().splitlines()) <= README_MAX_LINES
+
+
+# -- environment variables: one table, docs/environment.md ------------------------------------
+
+ENVIRONMENT_PAGE = REPO / "docs" / "environment.md"
+
+
+def environment_reads(source: str) -> set[str]:
+    """The variables a module reads or sets by name: os.environ[X], os.environ.get(X),
+    os.environ.setdefault(X), os.environ.pop(X), os.getenv(X), where X is a string or a
+    module-level constant holding one."""
+    import ast
+
+    tree = ast.parse(source)
+    constants = {target.id: node.value.value for node in tree.body
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                 and isinstance(node.value.value, str)
+                 for target in node.targets if isinstance(target, ast.Name)}
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return constants.get(node.id)
+        return None
+
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    found = set()
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and is_environ(node.value):
+            key = name_of(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            method = node.func
+            if (method.attr in ("get", "setdefault", "pop") and is_environ(method.value)) or \
+                    method.attr == "getenv":
+                key = name_of(node.args[0])
+        if key is not None:
+            found.add(key)
+    return found
+
+
+def test_the_environment_reader_finds_each_form():
+    source = ('import os\nLOGS = "A_LOGS"\nos.environ.get(LOGS)\nos.environ["B"] = "1"\n'
+              'os.environ.setdefault("C", "2")\nos.getenv("D")\nos.environ.pop("E", None)\n')
+    assert environment_reads(source) == {"A_LOGS", "B", "C", "D", "E"}
+
+
+def test_every_environment_variable_the_package_reads_is_in_the_table():
+    """The variables were scattered (FAST_DQN_TF_LOGS in the README, TF_FORCE_GPU_ALLOW_GROWTH
+    in docs/sweeps.md only, CUDA_VISIBLE_DEVICES nowhere): one table holds them now."""
+    table = ENVIRONMENT_PAGE.read_text()
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", table, flags=re.M))
+    read = set()
+    for module in sorted((REPO / "fast_dqn").glob("*.py")):
+        read |= environment_reads(module.read_text())
+    assert {"FAST_DQN_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"} <= read
+    assert read - rows == set()
+    scripts = "".join(path.read_text() for path in sorted((REPO / "scripts").glob("*.sh")))
+    exported = set(re.findall(r"export ([A-Z0-9_]+)=", scripts))
+    assert exported - rows == set()
+    assert {"TF_FORCE_GPU_ALLOW_GROWTH"} <= rows
+    readme = (REPO / "README.md").read_text()
+    assert "docs/environment.md" in readme

@@ -14,13 +14,15 @@ import pytest
 
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from fast_dqn.launch import main
+from tests import cli_runs
+from tests.cli_runs import without_hours
 
 pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--game=breakout", "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
-        "--target-update=400", "--evaluate=1000", "--eval-episodes=2",
-        "--max-episode-steps=300", "--checkpoint-every=0"]
+# The tests' tiny breakout run (tests/cli_runs.py), 2,000 steps with two evaluations.
+TINY = [*cli_runs.TINY, "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
+        "--checkpoint-every=0"]
 EPISODE_COLUMNS = ["episode", "timestep", "length", "return", "avg_length", "avg_return",
                    "hours"]
 EVALUATION_COLUMNS = ["timestep", "mean", "std", "episodes", "hours"]
@@ -30,10 +32,6 @@ def read_rows(path: Path) -> tuple[list[str], list[dict]]:
     with open(path) as file:
         reader = csv.DictReader(file)
         return reader.fieldnames, list(reader)
-
-
-def without_hours(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "hours"} for row in rows]
 
 
 def check_run_files(run_dir: Path, algo: str, steps: int) -> dict:
@@ -96,7 +94,7 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
     """XLA declining to compile on the device (faked: every compiled call is refused) costs
     one line on stderr; the run finishes uncompiled and config.json records it."""
     from fast_dqn.q_network import QNetwork
-    from tests.test_q_network import refusing_xla
+    from tests.fakes import refusing_xla
 
     build = QNetwork._build_functions
 
@@ -225,7 +223,7 @@ def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     assert (config["protocol"], config["double"], config["dueling"]) == ("machado", True, True)
     assert (config["sticky_actions"], config["life_loss_terminal"]) == (0.25, False)
     assert config["full_action_set"] is True and config["noop_max"] == 0
-    assert config["max_episode_steps"] == 300  # TINY's flag, given beside the preset, wins
+    assert config["max_episode_steps"] == 400  # TINY's flag, given beside the preset, wins
     assert config["protocol_overrides"] == ["max_episode_steps"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["steps"] == 2000

@@ -10,10 +10,10 @@ import pytest
 from fast_dqn.agents import DQN
 from fast_dqn.config import Config
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.evaluation import evaluate
+from fast_dqn.evaluation import Evaluated, evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory
-from tests.fakes import FakeRunLog, ScriptedPool
+from tests.fakes import FakeRunLog, RecordingNetwork, ScriptedPool, Tape
 
 
 def test_each_env_plays_exactly_one_whole_game_through_its_lives():
@@ -46,29 +46,11 @@ def test_epsilon_replaces_the_greedy_action_at_the_given_rate():
     assert set(np.unique(actions)) == {0, 1, 2, 3}
 
 
-class RecordingNetwork:
-    n_actions = 4
-
-    def __init__(self):
-        self.use_target: list[bool] = []
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        self.use_target.append(use_target)
-        return np.zeros(len(states), dtype=np.int64)
-
-    def update(self, batch) -> None:
-        raise AssertionError("an evaluation does not train")
-
-    def sync_target(self) -> None:
-        raise AssertionError("an evaluation does not touch the target")
-
-    def take_train_stats(self, updates: int):
-        return float("nan"), float("nan")
-
-
 def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch):
     config = Config(eval_episodes=3, eval_epsilon=0.05, seed=5)
-    network = RecordingNetwork()
+    tape = Tape()
+    network = RecordingNetwork(tape)
+    network.n_actions = 4  # the scripted pools'
     pools = []
 
     def make_pool(should_stop) -> ScriptedPool:
@@ -88,7 +70,9 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
     loop = DQN(parts)
     loop.run_evaluation()
     assert seen["epsilon"] == 0.05
-    assert network.use_target and not any(network.use_target)  # the online network only
+    queries = [use_target for _, kind, use_target, *_ in tape.events if kind == "query"]
+    assert queries and not any(queries)  # the online network only
+    assert [kind for _, kind, *_ in tape.events if kind != "query"] == []  # no train, no sync
     timestep, returns = loop.run_log.evaluations[0]
     assert returns == [1 * 5, 2 * 6, 3 * 9]
     assert len(pools) == 1 and len(pools[0].actions) == 9
@@ -162,3 +146,10 @@ def test_an_evaluation_whose_pool_is_stopped_while_made_is_not_counted():
     assert asked == [True]  # the pool asks the running evaluation's request
     assert (evaluator.count, log.evaluations) == (0, [])
     assert evaluator.due(250_000)
+
+
+def test_an_evaluations_line_gives_its_step_mean_min_max_and_time():
+    """The line a run prints for each evaluation (issue 36: none was printed)."""
+    line = Evaluated(6000, [-21.0, -19.0, -20.0], 14.26).line()
+    assert line == ("evaluation at step 6000: mean -20.0 over 3 games (min -21.0, max -19.0), "
+                    "14.3 s")

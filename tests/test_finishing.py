@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
-                            assert_no_traceback, read_csv, run_bytes, run_cli, snapshot, start, step_of,
-                            summary, wait_for, wait_for_line, with_handlers)
+from tests.cli_runs import (ENV, FAST, FINAL_WINDOW_STOP, REPO, RUN_DQN, RUN_FAST_DQN,
+                            Finished, Launch, assert_no_traceback, read_csv, run_bytes, run_cli,
+                            snapshot, start, step_of, summary, wait_for, wait_for_line,
+                            with_handlers)
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +70,11 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     """Regression: the checkpoint at step == --timesteps with updates owed was refused by
     every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever."""
     run_dir = tmp_path / "run"
-    # The phase line, always printed when the loop starts waiting; the progress line of the
-    # last step may be left out (at most one every --progress-every), and the run's last
-    # line, after its updates, says "step 1200/1200" too.
-    stopped = stop_at(RUN_FAST_DQN, FINAL_EPOCH, run_dir, "waiting for the trainer at step 1200",
-                      signal.SIGTERM)
+    # The run stops itself once its acting is over, its trainer held (a SIGTERM sent from
+    # here at its "waiting for the trainer" line could come after the trainer was done).
+    stopped = start(FINAL_WINDOW_STOP, ["TERM", RUN_FAST_DQN.name, *FINAL_EPOCH,
+                                        f"--logdir={run_dir}"],
+                    tmp_path / "run-1").finish(timeout=300)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     manifest = read_manifest(run_dir / CHECKPOINT)
     assert step_of(manifest) == 1200

@@ -15,17 +15,14 @@ from fast_dqn.config import Config
 from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
                                     frames_bytes)
 from fast_dqn.frame_store import HostFrames
-from fast_dqn.q_network import configure_device, gather_states, make_q_network
+from fast_dqn.q_network import gather_states, make_q_network
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
                                   zero_transitions)
 
 CAPACITY = 64
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cpu_device():
-    configure_device()  # deterministic ops on the CPU, as in a run
+pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
 
 
 def fill(memory: ReplayMemory, seed: int = 3, count: int = 150) -> ReplayMemory:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from fast_dqn import play
 from fast_dqn.checkpoints import save_checkpoint
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
+from fast_dqn.run_dir import OpenDirectory
 
 PONG_ACTIONS = 6
 RUN_SEED = 0  # the seed in config.json: `play` builds its network with it before restoring
@@ -62,6 +65,14 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np
     return run_dir, [variable.numpy() for variable in network.online.variables]
 
 
+BROWSER_CODECS = {"avc1", "h264", "vp90", "vp09"}  # H.264 and VP9 (as read back): browsers play them
+
+
+def video_fourcc(capture: "cv2.VideoCapture") -> str:
+    code = int(capture.get(cv2.CAP_PROP_FOURCC))
+    return "".join(chr((code >> shift) & 0xFF) for shift in (0, 8, 16, 24)).lower()
+
+
 def test_play_prints_scores_and_writes_a_readable_video(trained_run, tmp_path, capsys):
     run_dir, _ = trained_run
     video = tmp_path / "game.mp4"
@@ -77,11 +88,18 @@ def test_play_prints_scores_and_writes_a_readable_video(trained_run, tmp_path, c
     try:
         assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 30  # one screen per agent step
         assert capture.get(cv2.CAP_PROP_FPS) == pytest.approx(15)
+        fourcc = video_fourcc(capture)
         ok, frame = capture.read()
     finally:
         capture.release()
-    assert ok and frame.shape == (210, 160, 3)
+    # Regression (issue 36): mp4v, which browsers and notebooks do not play inline
+    assert fourcc in BROWSER_CODECS, fourcc
+    if fourcc.startswith("vp"):  # no H.264 encoder in this OpenCV: the fallback is named
+        assert "video codec: VP9 (vp09), as this OpenCV has no H.264 encoder" in out
+    # each Atari pixel as 2x2 (4:2:0 colour keeps one value per 2x2 block)
+    assert ok and frame.shape == (420, 320, 3)
     assert frame.std() > 0  # a picture, not a blank frame
+    assert f"video: {video} (30 frames, 15 fps, " in out
 
 
 def test_restores_the_online_weights_that_were_saved(trained_run):
@@ -242,9 +260,95 @@ def test_play_games_feeds_padded_states_and_chains_games():
 
 def test_video_recorder_leaves_nothing_behind_when_interrupted(tmp_path):
     path = tmp_path / "game.mp4"
-    with pytest.raises(KeyboardInterrupt):
-        with play.VideoRecorder(path, (210, 160)) as recorder:
+    codec = play.video_codec(play.video_frame_size((210, 160)))
+    with OpenDirectory.at(tmp_path) as directory, pytest.raises(KeyboardInterrupt):
+        with play.VideoRecorder(play.VideoTarget(directory, path.name), (210, 160),
+                                codec) as recorder:
             recorder.write(np.zeros((210, 160, 3), dtype=np.uint8))
             assert [p.suffix for p in tmp_path.iterdir()] == [".mp4"]  # the temporary file
             raise KeyboardInterrupt
     assert not list(tmp_path.iterdir())
+
+
+def test_video_alone_goes_into_the_run_directory_not_the_current_one(trained_run, tmp_path,
+                                                                      monkeypatch, capsys):
+    """Regression (issue 36): the video landed in the current directory (an untracked
+    pong.mp4 in the checkout)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run[0], run_dir)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert play.main([str(run_dir), "--video", "--max-steps", "5"]) == 0
+    video = run_dir / "play-step1234.mp4"  # the checkpoint's step, 1,234
+    assert f"video: {video} (5 frames" in capsys.readouterr().out
+    assert not list(elsewhere.iterdir())
+    capture = cv2.VideoCapture(str(video))
+    try:
+        assert capture.get(cv2.CAP_PROP_FRAME_COUNT) == 5
+    finally:
+        capture.release()
+    assert not [p for p in run_dir.iterdir() if ".tmp" in p.name]
+
+
+def test_video_alone_is_refused_while_a_run_holds_the_directory(tmp_path, capsys):
+    """A run directory belongs to the process that holds it: play does not write into a
+    run's directory while the run (here, a lock held as a live run holds it) goes on."""
+    run_dir = write_run_dir(tmp_path / "run")
+    write_checkpoint(run_dir, 5)
+    holder = "host otherhost pid 4242 since 2026-01-01T00:00:00"
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, holder.encode())
+        assert_bad_input([str(run_dir), "--video"], f"cannot write the video into {run_dir}: "
+                         f"{run_dir} is in use by another process ({holder})", capsys)
+    finally:
+        os.close(fd)
+    assert not list(run_dir.glob("*.mp4")) and not list(run_dir.glob(".*.mp4"))
+
+
+@pytest.mark.parametrize("step, replay_start, warned", [
+    (0, 50_000, True), (50_000, 50_000, True), (50_001, 50_000, False), (1_234, 1_000, False),
+    (None, 50_000, False),
+])
+def test_a_checkpoint_from_before_the_replay_start_gets_a_warning(step, replay_start, warned):
+    """The first minibatch update comes at the step after --replay-start steps: a checkpoint
+    at or before it holds the network as it was made."""
+    run = play.RunToPlay(Config(replay_start=replay_start), ALGO_DQN, Path("checkpoint"), step)
+    warning = play.untrained_warning(run)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning == (f"warning: the checkpoint is at step {step:,}, not past the replay "
+                           f"start ({replay_start:,} random steps): its network has not been "
+                           "trained")
+
+
+def test_playing_an_untrained_checkpoint_warns_in_one_line(trained_run, capsys):
+    """Regression (issue 36): a step-0 checkpoint played without a word. The fixture's
+    checkpoint is at step 1,234, before the default replay start (50,000)."""
+    assert play.main([str(trained_run[0]), "--max-steps", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the checkpoint is at step 1,234, not past the replay start (50,000" in err
+    assert err.count("\n") == 1
+
+
+MAKE_GAMES = """
+from fast_dqn import benchmark, play
+from fast_dqn.config import Config
+play.make_env(Config(game="pong"), seed=0, max_steps=10).close()
+print("actions", benchmark.game_actions(Config(game="breakout")))
+"""
+
+
+@pytest.mark.slow
+def test_play_and_the_benchmark_make_their_games_without_the_ale_banner():
+    """Regression (issue 36): play and the benchmark printed the ALE's banner ("A.L.E:
+    Arcade Learning Environment ...", "[Powered by Stella]"), which the trainer does not. In a
+    fresh process: the ALE prints it for an emulator made while its log level is Info."""
+    done = subprocess.run([sys.executable, "-c", MAKE_GAMES], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "actions 4"
+    for stream in (done.stdout, done.stderr):
+        assert "A.L.E" not in stream and "Stella" not in stream, stream

@@ -9,19 +9,13 @@ import io
 import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from fast_dqn import progress as progress_module
 from fast_dqn.progress import Progress
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock, screen
 
 
 class FakeTerminal(io.StringIO):
@@ -125,8 +119,12 @@ def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
     progress.phase("waiting for the trainer")
     assert stream.getvalue() == "waiting for the trainer at step 1000\n"
     clock.now = 40.0
-    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted
-    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | 25 steps/s training | ")
+    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted; the phase named
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the trainer "
+                                        "0m30s | 25 steps/s training | ")
+    clock.now = 70.0
+    report(progress, 1400)  # acting again: the phase is over; 1400 steps / 70 s
+    assert last_line(stream).startswith("step 1400/1000000 (0.1%) | 20 steps/s training | ")
 
 
 def test_a_pause_inside_a_print_interval_leaves_the_rate_alone():
@@ -171,7 +169,8 @@ def test_start_rate_leaves_out_the_steps_before_it():
     assert "| 5000 steps/s training |" in last_line(stream)
     progress.start_rate()
     clock.now = 20.0
-    report(progress, 51_000)  # 1000 steps in 10 s: 100 steps/s; 10 000 / 100 = 100 s
+    progress.epoch_ended(51_000)  # 1000 steps in 10 s: 100 steps/s; 10 000 / 100 = 100 s
+    report(progress, 51_000)
     assert last_line(stream).startswith("step 51000/61000 (83.6%) | 100 steps/s training | "
                                         "ETA 1m40s | ")
 
@@ -182,6 +181,7 @@ def test_start_rate_takes_the_step_it_starts_from():
     report(progress, 40_000)
     progress.start_rate(50_000)  # the loop knows a later step than the last one reported
     clock.now = 20.0
+    progress.epoch_ended(51_000)
     report(progress, 51_000)  # (51 000 - 50 000) / 10 s
     assert "| 100 steps/s training | ETA 1m40s |" in last_line(stream)
 
@@ -193,8 +193,62 @@ def test_start_rate_inside_a_pause_counts_only_the_rest_of_it():
         progress.start_rate()
         clock.now = 50.0  # 20 s of this pause come after the rate started
     clock.now = 60.0
+    progress.epoch_ended(1000)
     report(progress, 1000)  # 1000 steps / (60 - 30 - 20) s = 100 steps/s
     assert "| 100 steps/s training |" in last_line(stream)
+
+
+def test_once_learning_started_the_rate_and_eta_come_from_whole_epochs():
+    """Regression (issue 36): within an epoch the samplers run ahead, then wait for the
+    trainer, and the rate read at any moment swung the ETA by a factor of ten within
+    minutes (14h01m, 5d13h, 39h, 4d21h in 90 s). Now it is over whole epochs only."""
+    progress, stream, clock = plain(101_000)
+    clock.now = 5.0
+    report(progress, 1000)  # the random start
+    progress.start_rate(1000)
+    clock.now = 15.0
+    report(progress, 11_000)  # the samplers ran ahead: 10 000 steps in 10 s, epoch not done
+    # The running rate would say 1000 steps/s and an ETA of 90 000 / 1000 = 1m30s.
+    assert "| ? steps/s training | ETA ? |" in last_line(stream)
+    progress.phase("waiting for the trainer")
+    clock.now = 105.0
+    progress.epoch_ended(11_000)  # the whole epoch: 10 000 steps in 100 s
+    report(progress, 11_000)  # 90 000 / 100 = 900 s
+    assert "| 100 steps/s training | ETA 15m00s |" in last_line(stream)
+    clock.now = 115.0
+    report(progress, 21_000)  # ahead again: the rate stays the whole epochs', and the ETA
+    # counts down with the clock from the epoch's end: 900 s - 10 s (the running rate: 7m20s)
+    assert "| 100 steps/s training | ETA 14m50s |" in last_line(stream)
+    with progress.paused("evaluation"):
+        clock.now = 175.0
+    clock.now = 265.0
+    progress.epoch_ended(21_000)  # the second epoch: 10 000 steps in 160 - 60 = 100 s
+    report(progress, 21_000)
+    # 20 000 steps in 200 s = 100 steps/s; 800 s + no evaluation period given: 13m20s.
+    assert "| 100 steps/s training | ETA 13m20s |" in last_line(stream)
+
+
+def test_the_final_line_carries_the_last_evaluation_at_an_unchanged_step():
+    """Regression (issue 36): the smoke run's last progress line said "eval -" although
+    its evaluation at that step had been logged: `close` printed nothing when the step was
+    the one last printed."""
+    progress, stream, clock = plain(6000, every_seconds=30.0)
+    clock.now = 30.0
+    progress.update(6000, epsilon=1.0, recent_return=None, last_eval=None)
+    assert last_line(stream).endswith("| eval -")
+    with progress.paused("evaluation"):
+        clock.now = 40.0
+    progress.update(6000, epsilon=1.0, recent_return=None, last_eval=-21.0)  # not due
+    progress.close()
+    assert last_line(stream).startswith("step 6000/6000 (100.0%) | ")
+    assert last_line(stream).endswith("| eps 1.00 | return - | eval -21.0")
+
+
+def test_a_message_is_a_plain_line_off_a_terminal():
+    progress, stream, clock = plain(1000)
+    progress.message("evaluation at step 0: mean 1.0 over 2 games (min 0.0, max 2.0), 3.0 s")
+    assert stream.getvalue() == ("evaluation at step 0: mean 1.0 over 2 games (min 0.0, max "
+                                 "2.0), 3.0 s\n")
 
 
 def test_nested_pauses_charge_each_kind_its_own_time():
@@ -324,6 +378,58 @@ def test_the_terminal_line_shows_our_rate_and_eta_not_tqdms():
     progress.close()
 
 
+def drawn(stream: io.StringIO) -> str:
+    """The progress line as last drawn on a terminal."""
+    return stream.getvalue().split("\r")[-1]
+
+
+def test_on_a_terminal_the_line_names_its_phase_while_it_lasts():
+    """Regression (issue 36): the terminal's line sat unchanged for minutes while the run
+    waited for its trainer (a log said so; the terminal did not)."""
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(10_000, stream=stream, clock=clock)
+    clock.now = 1.0
+    report(progress, 1000)
+    progress.phase("waiting for the trainer")
+    assert drawn(stream).startswith("step 1000/10000 (10.0%) | waiting for the trainer | ")
+    clock.now = 3.0
+    progress.tick()  # what the loop calls while it waits
+    assert "| waiting for the trainer 0m02s | " in drawn(stream)
+    progress.end_phase()
+    with progress.paused("evaluation", "evaluating 30 games"):
+        assert "| evaluating 30 games | " in drawn(stream)
+        clock.now = 10.0
+        progress.tick()
+        assert "| evaluating 30 games 0m07s | " in drawn(stream)
+    clock.now = 11.0
+    report(progress, 1000)
+    assert "evaluating" not in drawn(stream) and "waiting" not in drawn(stream)
+    assert "\n" not in stream.getvalue()  # a phase leaves no line behind on a terminal
+    progress.phase("waiting for the trainer")
+    clock.now = 12.0
+    report(progress, 1400)  # acting again: the phase is over
+    assert "waiting" not in drawn(stream)
+
+
+def test_on_a_terminal_a_checkpoint_and_a_message_stay_above_the_line():
+    """Regression (issue 36): "checkpoint at step N" was printed only off a terminal."""
+    stream, clock = FakeTerminal(), FakeClock()
+    progress = Progress(10_000, stream=stream, clock=clock)
+    clock.now = 1.0
+    report(progress, 1000)
+    with progress.paused("checkpoint", "writing the checkpoint", lasting=True):
+        assert "| writing the checkpoint | " in drawn(stream)
+        clock.now = 5.0
+    progress.message("stopping at step 1000: writing the checkpoint (about 4 s)")
+    progress.close()
+    shown = [line for line in screen(stream.getvalue()) if line]
+    assert shown[:2] == ["checkpoint at step 1000",
+                         "stopping at step 1000: writing the checkpoint (about 4 s)"]
+    # 1000 steps in 1 s of training; 9000 / 1000 = 9 s + the final checkpoint at 4 s.
+    assert shown[2].startswith("step 1000/10000 (10.0%) | 1000 steps/s training | ETA 0m13s | ")
+    assert len(shown) == 3
+
+
 def test_the_terminal_bar_survives_an_overshoot():
     stream, clock = FakeTerminal(), FakeClock()
     progress = Progress(6000, stream=stream, clock=clock)
@@ -365,28 +471,102 @@ def _seconds(eta: str) -> float:
     return 3600.0 * int(match[1]) + 60.0 * int(match[2])
 
 
-def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path):
-    """A tiny run with evaluations and checkpoints: the ETA printed at the halfway point is
-    compared with the time the run then took to finish, measured from outside."""
-    import time
+class WorkClock:
+    """The time a run takes by its work alone: each env step, trainer update and checkpoint
+    moves it on by a fixed cost, whatever the machine's load (threads share it)."""
 
-    from tests.cli_runs import FAST, RUN_FAST_DQN, start
+    ENV_STEP = 0.010  # an env step, in training and in evaluations
+    UPDATE = 0.040  # a minibatch update: a learning step costs twice a random one
+    CHECKPOINT = 6.0
 
-    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=4000", "--evaluate=1000", "--eval-episodes=4",
-                               "--checkpoint-every=1000", "--progress-every=1",
-                               f"--logdir={tmp_path / 'run'}"], tmp_path / "run")
-    out = run.log.with_suffix(".out")
-    halfway = None  # (the ETA printed, when it was seen)
-    while run.process.poll() is None and halfway is None:
-        for line in out.read_text().splitlines():
-            match = re.match(r"step (\d+)/4000 .*\| ETA (\S+) \|", line)
-            if match and int(match[1]) >= 2000 and match[2] != "?":
-                halfway = (_seconds(match[2]), time.monotonic())
-                break
-        time.sleep(0.02)
-    result = run.finish(timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert halfway is not None, result.stdout
+    def __init__(self):
+        self.now = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+class TimedPool:
+    """An env pool whose every step costs its envs' steps on the work clock."""
+
+    def __init__(self, pool, clock: WorkClock):
+        self._pool, self._clock = pool, clock
+
+    def step(self, actions):
+        self._clock.advance(self._pool.num_envs * WorkClock.ENV_STEP)
+        return self._pool.step(actions)
+
+    def receive(self):
+        self._clock.advance(self._pool.num_envs * WorkClock.ENV_STEP)
+        return self._pool.receive()
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+
+class TimedLines(io.StringIO):
+    """The progress line's output, each line with the work clock's time when it was written."""
+
+    def __init__(self, clock: WorkClock):
+        super().__init__()
+        self.clock = clock
+        self.lines: list[tuple[float, str]] = []
+
+    def write(self, text: str) -> int:
+        self.lines.extend((self.clock.now, line) for line in text.splitlines())
+        return super().write(text)
+
+
+@pytest.mark.slow
+def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path, monkeypatch):
+    """A tiny real run with evaluations and checkpoints, whose progress line reads a clock
+    that its work moves (WorkClock: env steps, updates, checkpoints at fixed costs), so that
+    the machine's load cannot move it: the ETA printed at the halfway point is compared with
+    the time the run then took to finish on that clock. Evaluations and checkpoints are
+    about half of the time left, so an ETA that left them out would fail."""
+    from fast_dqn import launch, trainer
+    from fast_dqn.config import ALGO_FAST_DQN
+    from tests.cli_runs import FAST
+
+    clock = WorkClock()
+    lines = TimedLines(clock)
+    make_pool, save_checkpoint = launch.make_pool, launch.save_checkpoint
+    update = trainer.Trainer.update
+
+    def timed_update(self, minibatches, count):
+        clock.advance(count * WorkClock.UPDATE)
+        update(self, minibatches, count)
+
+    def timed_save(*args, **kwargs):
+        clock.advance(WorkClock.CHECKPOINT)
+        save_checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "make_pool", lambda *a, **k: TimedPool(make_pool(*a, **k), clock))
+    monkeypatch.setattr(launch, "save_checkpoint", timed_save)
+    monkeypatch.setattr(trainer.Trainer, "update", timed_update)
+    monkeypatch.setattr(launch, "Progress", lambda *a, **k: Progress(
+        *a, **{**k, "clock": clock, "stream": lines}))
+    # Every evaluation game is cut at 100 steps (an untrained player rarely ends one sooner),
+    # so that each evaluation costs about the same: the ETA counts them at their mean. The
+    # periods are multiples of the sync points' 400 steps, where both pauses fall.
+    status = launch.main([*FAST, "--timesteps=2000", "--evaluate=400", "--eval-episodes=4",
+                          "--eval-max-episode-steps=100", "--checkpoint-every=800",
+                          "--progress-every=0.5", "--xla=off", f"--logdir={tmp_path / 'run'}"],
+                         ALGO_FAST_DQN)
+    assert status == 0
+    printed = "\n".join(line for _, line in lines.lines)
+    halfway = None  # (the ETA printed, the clock's time then)
+    for seen_at, line in lines.lines:
+        match = re.match(r"step (\d+)/2000 .*\| ETA (\S+) \|", line)
+        if match and int(match[1]) >= 1000 and match[2] != "?":
+            halfway = (_seconds(match[2]), seen_at)
+            break
+    assert halfway is not None, printed
     eta, seen_at = halfway
-    took = time.monotonic() - seen_at
-    assert took / 1.5 <= eta <= took * 1.5, (eta, took, result.stdout)
+    took = clock.now - seen_at
+    assert took / 1.5 <= eta <= took * 1.5, (eta, took, printed)

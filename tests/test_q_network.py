@@ -20,12 +20,14 @@ import tensorflow as tf
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.direct_calls import DirectCall  # noqa: E402
 from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
-                                configure_device, dueling_q_values, make_q_network,
-                                q_network_settings)
+                                dueling_q_values, make_q_network, q_network_settings)
 from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedGpu,  # noqa: E402
                                     make_simulated_q_network)
 from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
 from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
+from tests.fakes import FakeClock, random_batch, refusing_xla
+
+pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
 keras = tf.keras
 N_ACTIONS = 6
@@ -36,17 +38,6 @@ def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = 
     if seed is not None:
         config = config.replace(seed=seed)
     return make_q_network(config, n_actions)
-
-
-def random_batch(seed: int, size: int = 32, n_actions: int = N_ACTIONS,
-                 terminal_every: int = 4) -> Batch:
-    rng = np.random.default_rng(seed)
-    terminals = np.arange(size) % terminal_every == 0
-    return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
-                 actions=rng.integers(0, n_actions, size).astype(np.int32),
-                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
-                 next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
-                 terminals=terminals)
 
 
 def as_tensors(batch: Batch) -> Batch:
@@ -64,12 +55,6 @@ def td_errors(network: QNetwork, batch: Batch) -> np.ndarray:
 def expected_loss(network: QNetwork, batch: Batch) -> float:
     errors = np.abs(td_errors(network, batch)).astype(np.float64)
     return float(np.mean(np.where(errors <= 1, 0.5 * errors**2, errors - 0.5)))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cpu_device():
-    line = configure_device()  # deterministic ops on the CPU, as in a real run
-    assert "CPU" in line or "GPU" in line
 
 
 @pytest.fixture(scope="module")
@@ -396,19 +381,6 @@ def test_xla_is_on_by_default_on_every_device(monkeypatch):
     assert Config().xla == "auto"
 
 
-def refusing_xla(network, message: str):
-    """Makes `network`'s compiled calls fail as XLA failing to compile them would, until
-    the network rebuilds them (which replaces its DirectCalls)."""
-    refused = network.direct_calls
-
-    def call(*args, **kwargs):
-        if network.direct_calls is refused and network.xla:
-            raise tf.errors.InvalidArgumentError(None, None, message)
-        return type(refused).call(refused, *args, **kwargs)
-
-    refused.call = call
-
-
 def test_a_device_that_cannot_compile_runs_uncompiled_and_says_so_once():
     network = network_from(Config(), seed=3)
     lines = []
@@ -585,21 +557,6 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
         np.testing.assert_array_equal(variable.numpy(), value)
 
 
-class FakeClock:
-    """perf_counter and sleep of a clock that moves only when told or slept on."""
-
-    def __init__(self):
-        self.time = 100.0
-        self.slept: list[float] = []
-
-    def perf_counter(self) -> float:
-        return self.time
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.time += seconds
-
-
 @pytest.mark.parametrize("device_work_ms, expected_sleep_ms", [(7.0, 33.0), (55.0, 0.0)])
 def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
         monkeypatch, device_work_ms, expected_sleep_ms):
@@ -620,12 +577,12 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
                             rewards=np.zeros(2 * 32, np.float32),
                             terminals=np.zeros(2 * 32, bool))
     network.update_from_slots(frames.variable, minibatches, 2)  # traced before the clock
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     run = DirectCall.__call__
 
     def run_taking_device_time(self, *tensors):
         outputs = run(self, *tensors)
-        clock.time += device_work_ms / 1000.0
+        clock.now += device_work_ms / 1000.0
         return outputs
 
     monkeypatch.setattr(DirectCall, "__call__", run_taking_device_time)

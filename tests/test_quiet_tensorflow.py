@@ -123,3 +123,79 @@ def test_python_level_writes_are_held_back_too_in_a_real_process():
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr == "after\n"
+
+
+# -- --device (issue 36) ------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+# Run in a child process before the command: reports CUDA_VISIBLE_DEVICES at the moment
+# something imports TensorFlow, and ends the process there (nothing of TensorFlow is loaded).
+WATCH_TENSORFLOW_IMPORT = """\
+import os, sys
+os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+class TensorFlowImportWatch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            print("at TensorFlow's import:", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+            os._exit(0)
+        return None
+sys.meta_path.insert(0, TensorFlowImportWatch())
+"""
+TINY_RUN = ["--game=breakout", "--timesteps=96", "--replay-start=32", "--replay-capacity=1000"]
+
+
+def command_in_child(command: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return subprocess.run([sys.executable, "-c", WATCH_TENSORFLOW_IMPORT + command],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+
+
+def play_run_dir(tmp_path: Path) -> Path:
+    from tests.test_play import write_checkpoint, write_run_dir
+
+    run_dir = write_run_dir(tmp_path / "played")
+    write_checkpoint(run_dir, 1000)
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, device, hidden", [
+    ("from fast_dqn.launch import main; main({flags}, 'dqn')", "cpu", "-1"),
+    ("from fast_dqn.launch import main; main({flags}, 'fast_dqn')", "cpu", "-1"),
+    ("from fast_dqn.launch import main; main({flags}, 'dqn')", "auto", "None"),
+    ("from fast_dqn.play import main; main([{run_dir!r}, '--device={device}'])", "cpu", "-1"),
+    ("from fast_dqn.benchmark import main; main(['--device={device}', '--skip-serial', "
+     "'--workers', '4'])", "cpu", "-1"),
+], ids=["serial", "fast", "serial-auto", "play", "benchmark"])
+def test_device_cpu_hides_the_gpus_before_tensorflow_is_imported(tmp_path, command, device,
+                                                                  hidden):
+    """Regression (issue 36): there was no way to choose the device (`--device=cpu` was
+    "unrecognized"). TensorFlow reads CUDA_VISIBLE_DEVICES once, when it starts: the
+    variable must hide the GPUs by the time anything imports it."""
+    run_dir = play_run_dir(tmp_path) if "play" in command else None
+    flags = [*TINY_RUN, f"--device={device}", f"--logdir={tmp_path / 'run'}"]
+    result = command_in_child(command.format(flags=flags, run_dir=str(run_dir), device=device))
+    assert result.stdout.splitlines()[-1:] == [f"at TensorFlow's import: {hidden}"], \
+        result.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, prog", [
+    (["run_fast_dqn.py", *TINY_RUN, "--device=gpu"], "run_fast_dqn.py"),
+    (["run_dqn.py", *TINY_RUN, "--device=gpu"], "run_dqn.py"),
+    (["-m", "fast_dqn.play", "{run_dir}", "--device=gpu"], "play"),
+])
+def test_device_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path, argv, prog):
+    run_dir = play_run_dir(tmp_path)
+    argv = [arg.format(run_dir=run_dir) for arg in argv]
+    logdir = [f"--logdir={tmp_path / 'run'}"] if prog != "play" else []
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1"}  # no GPU, whatever the machine has
+    result = subprocess.run([sys.executable, *argv, *logdir], capture_output=True, text=True,
+                            env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"{prog}: error: --device=gpu: TensorFlow sees no GPU here (CUDA_VISIBLE_DEVICES='-1' "
+        "hides them); --device=auto or cpu trains on the CPU" + (" (see --help)"
+                                                                 if prog == "play" else "")]
+    assert result.stdout == ""
+    assert not (tmp_path / "run").exists()

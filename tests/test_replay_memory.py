@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from fast_dqn.config import HISTORY
-from fast_dqn.acting import FrameHistory
 from fast_dqn.launch import check_memory_for
 from fast_dqn.replay_memory import ReplayMemory, clip_reward
 from fast_dqn.staging import SamplerBuffer
 from fast_dqn.transitions import (BYTES_PER_TRANSITION, FRAME_SHAPE, acted_transitions,
                                   zero_transitions)
+from tests.fakes import (actor_states, expected_valid, id_frame, ids_of, naive_transitions,
+                         random_stream)
 
 # ------------------------------------------------------------------------------- helpers
 
@@ -35,16 +36,6 @@ def add_one(memory: ReplayMemory, frame: np.ndarray, action: int, reward: float,
 def state_at(memory: ReplayMemory, slot: int) -> np.ndarray:
     """The state whose newest frame is in `slot`, as a minibatch would hold it."""
     return memory.batch(np.array([slot])).states[0]
-
-
-def id_frame(frame_id: int) -> np.ndarray:
-    return np.full(FRAME_SHAPE, frame_id, dtype=np.uint8)
-
-
-def ids_of(state: np.ndarray) -> list[int]:
-    """The frame ids of a (HISTORY, 84, 84) state made of `id_frame`s."""
-    assert all((frame == frame[0, 0]).all() for frame in state)
-    return [int(frame[0, 0]) for frame in state]
 
 
 def parse_steps(spec: str) -> list[tuple[int, bool, bool]]:
@@ -269,96 +260,6 @@ def test_load_state_dict_rejects_another_capacity():
 
 
 # ------------------------------------------------------------- naive reference, one actor
-
-
-class Step(NamedTuple):
-    frame: np.ndarray  # newest frame of the state the action was taken in
-    action: int
-    reward: float  # raw
-    terminal: bool
-    episode_end: bool
-    next_frame: np.ndarray  # the frame the env returned (the next episode's first after an end)
-
-
-class Stream(NamedTuple):
-    first_frame: np.ndarray
-    steps: list[Step]
-
-
-def random_frame(rng: np.random.Generator) -> np.ndarray:
-    """A nonzero frame (so that zero padding is never mistaken for it)."""
-    return rng.integers(1, 256, size=FRAME_SHAPE, dtype=np.uint8)
-
-
-def random_stream(rng: np.random.Generator, transitions: int) -> Stream:
-    """Episodes of random lengths (1-12) ending in a terminal (a life loss, say) or a
-    truncation; the last episode may be unfinished."""
-    steps = []
-    frame = first_frame = random_frame(rng)
-    left = int(rng.integers(1, 13))
-    for _ in range(transitions):
-        left -= 1
-        ends = left == 0
-        terminal = ends and rng.random() < 0.7
-        next_frame = random_frame(rng)
-        reward = float(rng.choice([-2.5, 0.0, 0.0, 0.0, 1.0, 7.0]))
-        steps.append(Step(frame, int(rng.integers(0, 6)), reward, terminal, ends, next_frame))
-        frame = next_frame
-        if ends:
-            left = int(rng.integers(1, 13))
-    return Stream(first_frame, steps)
-
-
-class Reference(NamedTuple):
-    """A whole transition, as a naive replay memory would store it."""
-
-    state: np.ndarray
-    action: int
-    reward: float  # clipped
-    next_state: np.ndarray
-    terminal: bool
-    truncated: bool
-
-
-def naive_transitions(stream: Stream) -> list[Reference]:
-    """States rebuilt the obvious way: the last HISTORY frames of the current episode, with
-    zeros in front while the episode is shorter than that."""
-    def stack(episode: list[np.ndarray]) -> np.ndarray:
-        frames = [np.zeros(FRAME_SHAPE, np.uint8)] * HISTORY + episode
-        return np.stack(frames[-HISTORY:])
-
-    episode = [stream.first_frame]
-    out = []
-    for step in stream.steps:
-        state = stack(episode)
-        episode = episode + [step.next_frame]
-        next_state = stack(episode)
-        out.append(Reference(state, step.action, float(np.sign(step.reward)), next_state,
-                             step.terminal, step.episode_end and not step.terminal))
-        if step.episode_end:
-            episode = [step.next_frame]
-    return out
-
-
-def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(state, state after the step) as the actors' `FrameHistory` sees them."""
-    history = FrameHistory(1)
-    history.reset(stream.first_frame[None])
-    out = []
-    for step in stream.steps:
-        state = history.states[0].copy()
-        assert (state[-1] == step.frame).all()
-        history.push(step.next_frame[None], np.array([step.episode_end]))
-        out.append((state, history.states[0].copy()))
-    return out
-
-
-def expected_valid(reference: list[Reference], capacity: int) -> set[int]:
-    """Transition numbers that must be sampleable after adding all of `reference`."""
-    count = len(reference)
-    oldest_sampleable = count - capacity + HISTORY - 1 if count >= capacity else 0
-    return {t for t, r in enumerate(reference)
-            if t >= oldest_sampleable and not r.truncated and (r.terminal or t < count - 1)}
 
 
 @pytest.mark.parametrize("capacity, transitions, seed", [

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,14 +25,12 @@ import pytest
 from fast_dqn import launch
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, save_checkpoint)
-from fast_dqn.config import ALGO_FAST_DQN, Config
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
-from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
+from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS, TINY, Finished,
                             assert_no_traceback, interrupt, read_csv, run_cli, snapshot, start,
                             step_of, summary, without_hours)
-
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
@@ -48,19 +47,30 @@ def interrupted(tmp_path_factory) -> tuple[Path, Finished]:
     return run_dir, result
 
 
+# A run started under other code: copy b of the interrupted run says so, with a commit id
+# that is no commit of this checkout.
+OTHER_CODE = {"from_step": 0, "commit": "bf5bf59" + "0" * 33, "tree_changed": False,
+              "changed_files": []}
+
+
 @pytest.fixture(scope="module")
 def resumed_twice(interrupted, tmp_path_factory) -> list[tuple[Path, Finished]]:
-    """Two copies of the interrupted run, resumed side by side to RESUMED_STEPS."""
+    """Two copies of the interrupted run, resumed side by side to RESUMED_STEPS; the second
+    says it was started under other code (OTHER_CODE)."""
     run_dir, _ = interrupted
     root = tmp_path_factory.mktemp("resumed")
     copies = [root / "a", root / "b"]
     for copy in copies:
         shutil.copytree(run_dir, copy)
+    config_b = json.loads((copies[1] / "config.json").read_text())
+    (copies[1] / "config.json").write_text(json.dumps({**config_b,
+                                                       "code_versions": [OTHER_CODE]}))
     runs = [start(RUN_FAST_DQN, ["--resume", str(copy), f"--timesteps={RESUMED_STEPS}"],
                   root / f"{copy.name}-resume") for copy in copies]
     return [(copy, run.finish(timeout=150)) for copy, run in zip(copies, runs)]
 
 
+@pytest.mark.slow
 def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     run_dir, result = interrupted
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
@@ -77,6 +87,7 @@ def test_sigint_stops_with_a_checkpoint_and_status_130(interrupted):
     assert done["updates"] == manifest["counters"]["updates"]
 
 
+@pytest.mark.slow
 def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     run_dir, _ = interrupted
     before = read_csv(run_dir / "episodes.csv")
@@ -106,6 +117,39 @@ def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     assert config["timesteps"] == RESUMED_STEPS and config["evaluate"] == 800
 
 
+def checkout_commit() -> str:
+    """The commit of the checkout these tests run from, as git says it."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+@pytest.mark.slow
+def test_config_json_records_the_code_of_the_start_and_of_a_resume_under_other_code(
+        interrupted, resumed_twice):
+    """Issue 36: config.json records the commit the run ran; a resume under another commit
+    goes on and adds it (with the step it took over at) to the list."""
+    run_dir, _ = interrupted
+    stopped_at = step_of(read_manifest(latest_checkpoint(run_dir)))
+    started = json.loads((run_dir / "config.json").read_text())["code_versions"]
+    assert len(started) == 1
+    assert started[0]["from_step"] == 0 and started[0]["commit"] == checkout_commit()
+    assert isinstance(started[0]["tree_changed"], bool)
+
+    (dir_a, result_a), (dir_b, result_b) = resumed_twice
+    assert result_b.returncode == 0, result_b.stderr[-3000:]
+    versions = json.loads((dir_b / "config.json").read_text())["code_versions"]
+    assert versions[0] == OTHER_CODE
+    assert len(versions) == 2
+    assert versions[1]["from_step"] == stopped_at
+    assert versions[1]["commit"] == checkout_commit()
+    # The same code as at the start: a clean tree adds nothing; a changed one cannot be
+    # compared, and is added.
+    same = json.loads((dir_a / "config.json").read_text())["code_versions"]
+    assert same[0] == started[0]
+    assert len(same) == (2 if started[0]["tree_changed"] else 1)
+
+
+@pytest.mark.slow
 def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
     (dir_a, result_a), (dir_b, result_b) = resumed_twice
     assert result_a.returncode == result_b.returncode == 0, result_b.stderr[-3000:]
@@ -144,22 +188,25 @@ def damage_the_network(checkpoint: Path) -> None:
     (break_a_reward, "rewards.npy is damaged: CRC-32"),
     (damage_the_network, "ckpt.index holds 7 bytes; the manifest says"),
 ], ids=["replay", "network"])
-def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, damage, message):
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_refused_in_one_line(interrupted, tmp_path, capsys, damage,
+                                                     message):
     """Every file is read back against the manifest's sizes and checksums before a resume
-    changes anything; a damaged one is refused with status 2, naming the file."""
+    changes anything; a damaged one is refused with status 2, naming the file (in this
+    process: a traceback would be an exception here)."""
     run_dir, _ = interrupted
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     damage(latest_checkpoint(copy))
-    result = run_cli(RUN_FAST_DQN, ["--resume", str(copy), "--timesteps=3000"],
-                     tmp_path / "damaged")
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert_no_traceback(result)
-    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
-    assert message in result.stderr
+    status = launch.main(["--resume", str(copy), "--timesteps=3000"], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2, err[-3000:]
+    assert len(err.splitlines()) == 1, err[-3000:]
+    assert message in err
     assert step_of(read_manifest(latest_checkpoint(copy))) < 3000  # it did not go on
 
 
+@pytest.mark.slow
 def test_serial_run_stops_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     result = interrupt(RUN_DQN, [*TINY, "--evaluate=0", "--checkpoint-every=600"], run_dir,
@@ -185,6 +232,7 @@ def test_serial_run_stops_and_resumes(tmp_path):
 # -- SIGTERM, and a checkpoint without the replay memory ---------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_gives_143_and_a_resume_without_replay_refills(tmp_path):
     run_dir = tmp_path / "run"
     result = interrupt(RUN_FAST_DQN, [*FAST, "--evaluate=0", "--checkpoint-every=400",
@@ -244,9 +292,10 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
 
 @pytest.mark.parametrize("script, args, prepare, message", [
     (RUN_FAST_DQN, ["--seed=3"], None,
-     "only --timesteps and --refill-replay may be given with --resume; got --seed"),
+     "only --timesteps, --refill-replay and --device may be given with --resume; got --seed"),
     (RUN_FAST_DQN, ["--timesteps=9", "--workers=2", "--lr=0.1"], None,
-     "only --timesteps and --refill-replay may be given with --resume; got --lr, --workers"),
+     "only --timesteps, --refill-replay and --device may be given with --resume; got --lr, "
+     "--workers"),
     (RUN_FAST_DQN, ["--timesteps=-1"], None, "--timesteps must be at least 1"),
     (RUN_FAST_DQN, ["--timesteps=400"], None,
      "is at step 500 and --timesteps is 400; a resume only extends a run"),
@@ -261,24 +310,28 @@ def corrupt_manifest(run_dir: Path, text: str) -> None:
 ], ids=["other-flag", "other-flags", "bad-timesteps", "fewer-timesteps", "state-incomplete",
         "wrong-entry-point", "no-checkpoint", "no-config", "format-version", "torn-manifest",
         "edited-manifest"])
-def test_bad_resume_is_one_line_with_status_2(saved_run, tmp_path, script, args, prepare,
+def test_bad_resume_is_one_line_with_status_2(saved_run, capsys, script, args, prepare,
                                               message):
+    """In this process (the entry points' own refusals are test_cli's): each refusal comes
+    before TensorFlow is needed."""
     if prepare is not None:
         prepare(saved_run)
     before = snapshot(saved_run)
-    result = run_cli(script, ["--resume", str(saved_run), *args], tmp_path / "bad",
-                     timeout=60)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert len(result.stderr.splitlines()) == 1, result.stderr[-3000:]
-    assert message in result.stderr
+    status = launch.main(["--resume", str(saved_run), *args],
+                         ALGO_DQN if script == RUN_DQN else ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2, err[-3000:]
+    assert len(err.splitlines()) == 1, err[-3000:]
+    assert message in err
     assert snapshot(saved_run) == before  # nothing written
 
 
-def test_resume_of_a_directory_that_is_not_a_run(tmp_path):
-    result = run_cli(RUN_FAST_DQN, ["--resume", str(tmp_path / "missing")], tmp_path / "bad")
-    assert result.returncode == 2
-    assert len(result.stderr.splitlines()) == 1
-    assert "cannot resume" in result.stderr
+def test_resume_of_a_directory_that_is_not_a_run(tmp_path, capsys):
+    status = launch.main(["--resume", str(tmp_path / "missing")], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.splitlines()) == 1
+    assert "cannot resume" in err
     assert not (tmp_path / "missing").exists()
 
 
@@ -346,6 +399,7 @@ def network_is_finite(checkpoint: Path) -> bool:
     # steps 300, 500, ...), checkpoints fall between them (steps 100, 200, 300, ...).
     (RUN_DQN, [*TINY, "--replay-start=100", "--target-update=200", "--checkpoint-every=100"]),
 ], ids=["fast", "serial"])
+@pytest.mark.slow
 def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, script, args):
     run_dir = tmp_path / "run"
     result = run_cli(script, [*args, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
@@ -400,6 +454,7 @@ def assert_all_equal(actual: list[np.ndarray], expected: list[np.ndarray], what:
         np.testing.assert_array_equal(a, e, err_msg=f"{what} #{i}")
 
 
+@pytest.mark.slow
 def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     from fast_dqn import launch
     from fast_dqn.run_logs import RunLogs

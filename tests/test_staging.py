@@ -15,8 +15,8 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.staging import SamplerBuffer, StagingArea
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions, concatenate
 
-from tests.test_replay_memory import (Stream, actor_states, expected_valid, id_frame,
-                                      naive_transitions, random_frame, random_stream)
+from tests.fakes import (Stream, actor_states, expected_valid, id_frame,
+                         naive_transitions, random_frame, random_stream)
 
 
 def tagged_frame(rng: np.random.Generator, env: int, obs: int) -> np.ndarray:
