@@ -347,12 +347,23 @@ def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
 
     # epochs of 200 rounds of 2 envs; one minibatch per call, so the first call comes soon
     config = TAPE.replace(target_update=400, updates_per_call=1)
-    pool = CorridorPool(config.workers, on_step=lambda actions: time.sleep(0.001))
+    loop: FastDQN | None = None
+
+    def step_once_the_trainer_failed(actions: np.ndarray) -> None:
+        """Once the trainer runs, a round's steps wait until its failure is recorded (no
+        clock: a give-up bound only for a trainer that never fails), so that the loop's
+        next look at it, in the next round or the one after, finds it."""
+        if loop.counters.step < config.replay_start:
+            return
+        deadline = time.monotonic() + 60
+        while not loop.trainer_thread.failed and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    pool = CorridorPool(config.workers, on_step=step_once_the_trainer_failed)
     loop = make_loop(FastDQN, config, pool, FailingNetwork(Tape()))
     with pytest.raises(RuntimeError, match="boom in the trainer"):
         loop.act_and_learn()
-    # the first update of the epoch after the random start fails; the rounds wait 1 ms
-    # each for their steps, time enough for the trainer thread to fail and be read
+    # the first update of the epoch after the random start fails
     assert config.replay_start <= loop.counters.step <= config.replay_start + 2 * 40
 
 
