@@ -124,7 +124,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     transitions before waiting for the trainer, so that it samples a memory being written,
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it."""
-    argv = TINY + ["--workers=4", "--timesteps=2400", "--updates-per-call=1"]
+    argv = TINY + ["--workers=4", "--timesteps=1600", "--updates-per-call=1"]  # 3 epochs
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
@@ -194,7 +194,7 @@ FAULT_DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("module,owner,method,after,backend,message", [
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
-    ("fast_dqn.q_network", "QNetwork", "update_many", 10, "vector", "injected trainer failure"),
+    ("fast_dqn.q_network", "QNetwork", "update_many", 2, "vector", "injected trainer failure"),
 ])
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,
                                         message):
