@@ -218,10 +218,10 @@ def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, 
 def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     run_dir = tmp_path / algo
     flags = ["--protocol=machado", "--double=true", "--dueling=true", "--evaluate=0",
-             "--timesteps=1600", f"--logdir={run_dir}"]
+             "--timesteps=800", f"--logdir={run_dir}"]  # 100 updates, then 100 resumed
     flags += ["--workers=4"] if algo == ALGO_FAST_DQN else []
     assert main(TINY + flags, algo) == 0
-    assert main([f"--resume={run_dir}", "--timesteps=2000"], algo) == 0
+    assert main([f"--resume={run_dir}", "--timesteps=1200"], algo) == 0
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["protocol"], config["double"], config["dueling"]) == ("machado", True, True)
     assert (config["sticky_actions"], config["life_loss_terminal"]) == (0.25, False)
@@ -229,7 +229,7 @@ def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     assert config["max_episode_steps"] == 400  # TINY's flag, given beside the preset, wins
     assert config["protocol_overrides"] == ["max_episode_steps"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["finished"] and summary["steps"] == 2000
+    assert summary["finished"] and summary["steps"] == 1200
     _, episodes = read_rows(run_dir / "episodes.csv")
     last_returns = [float(row["return"]) for row in episodes[-100:]]
     assert summary["training_games"] == len(episodes) > 0
