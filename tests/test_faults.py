@@ -66,7 +66,8 @@ def one_line(stderr: str) -> str:
 def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no_lock(
         tmp_path, capsys):
     run_dir = tmp_path / "run"
-    first = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=20000", "--evaluate=0",
+    # Far more steps than it can take before the SIGTERM below, however fast its updates.
+    first = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=1000000", "--evaluate=0",
                                  "--checkpoint-every=400", f"--logdir={run_dir}"],
                   tmp_path / "first")
     wait_for(first, run_dir / CHECKPOINT / MANIFEST)
@@ -97,14 +98,29 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
     assert len(evaluations) == len(set(evaluations))
 
     # A holder killed outright (SIGKILL, a lost node) leaves a lock the kernel has released.
+    # It is killed once it holds the lock (its pid in .lock): before TensorFlow's import.
     killed = start(RUN_FAST_DQN, ["--resume", str(run_dir), f"--timesteps={stopped_at + 800}"],
                    tmp_path / "killed")
-    wait_for_line(killed, "resumed from")
+    wait_for_holder(killed, run_dir)
     killed.process.kill()
     killed.finish(30)
     after = main_here(["--resume", str(run_dir), f"--timesteps={stopped_at + 800}"], capsys)
     assert after.returncode == 0, after.stderr[-3000:]
     assert summary(run_dir)["finished"] is True
+
+
+def wait_for_holder(run: Launch, run_dir: Path, timeout: float = 90) -> None:
+    """Waits until the run holds the lock of `run_dir`: it writes its pid into .lock once its
+    flock is taken."""
+    deadline = time.monotonic() + timeout
+    lock = run_dir / ".lock"
+    while not (lock.exists() and f" pid {run.pid} " in lock.read_text()):
+        if run.process.poll() is not None or time.monotonic() > deadline:
+            run.process.kill()
+            result = run.finish(10)
+            pytest.fail(f"the run did not take the lock (exit {result.returncode}):\n"
+                        f"{result.stderr[-3000:]}")
+        time.sleep(0.02)
 
 
 # -- a signal in each phase ------------------------------------------------------------------------
@@ -129,9 +145,9 @@ def sigterm_at_line(args: list[str], tmp_path: Path, line: str, stop_line: str) 
 @pytest.mark.slow
 def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone(tmp_path,
                                                                                  capsys):
-    """16 games of up to 4,500 steps take long; the stop must not wait for them."""
+    """8 games of up to 4,500 steps take long (seconds); the stop must not wait for them."""
     run_dir = tmp_path / "run"
-    args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=16",
+    args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=8",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
     # The phase line comes as the evaluation starts (at the first sync point, 400).
     sigterm_at_line(args, tmp_path, "evaluation at step 400",
@@ -144,7 +160,7 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone
     resumed = main_here(["--resume", str(run_dir)], capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     evaluations = read_csv(run_dir / "evaluations.csv")
-    assert [(row["timestep"], row["episodes"]) for row in evaluations] == [("400", "16")]
+    assert [(row["timestep"], row["episodes"]) for row in evaluations] == [("400", "8")]
 
 
 @pytest.mark.slow
@@ -260,7 +276,7 @@ def test_a_full_disk_at_a_csv_row_is_one_line_naming_it(tmp_path, capsys, monkey
     watcher = threading.Thread(target=fill_after_the_first_checkpoint, daemon=True)
     watcher.start()
     try:
-        status = launch.main([*FAST, "--timesteps=20000", "--evaluate=0",
+        status = launch.main([*FAST, SMALL_BATCH, "--timesteps=20000", "--evaluate=0",
                               "--checkpoint-every=400", f"--logdir={run_dir}"], ALGO_FAST_DQN)
     finally:
         done.set()
@@ -315,8 +331,8 @@ def test_a_failed_summary_is_one_line_naming_the_checkpoint(tmp_path, capsys, mo
 
     monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", summary_disk_full)
     run_dir = tmp_path / "run"
-    status = launch.main([*FAST, "--timesteps=800", "--evaluate=0", "--checkpoint-every=0",
-                          f"--logdir={run_dir}"], ALGO_FAST_DQN)
+    status = launch.main([*FAST, SMALL_BATCH, "--timesteps=800", "--evaluate=0",
+                          "--checkpoint-every=0", f"--logdir={run_dir}"], ALGO_FAST_DQN)
     err = capsys.readouterr().err
     assert status == 1
     line = one_line(err)
