@@ -165,16 +165,16 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone
 
 @pytest.mark.slow
 def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
-    """An epoch of 1,000 updates takes far longer than the acting; the stop abandons it."""
+    """An epoch of 500 updates takes far longer than the acting; the stop abandons it."""
     run_dir = tmp_path / "run"
-    args = [*FAST, "--timesteps=20000", "--target-update=4000", "--evaluate=0",
+    args = [*FAST, "--timesteps=20000", "--target-update=2000", "--evaluate=0",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    # Once the epoch's 4,000 steps are acted, the loop waits for the trainer's 1,000 updates.
-    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 4400",
-                    "stopping at step 4400: finishing the trainer's update call")
+    # Once the epoch's 2,000 steps are acted, the loop waits for the trainer's 500 updates.
+    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 2400",
+                    "stopping at step 2400: finishing the trainer's update call")
     done = summary(run_dir)
-    # Abandoned, not waited for: inside the first epoch of learning (steps 400-4400).
-    assert 0 < done["updates"] < 1000
+    # Abandoned, not waited for: inside the first epoch of learning (steps 400-2400).
+    assert 0 < done["updates"] < 500
     assert verify_checkpoint(latest_checkpoint(run_dir))
 
 
@@ -569,7 +569,7 @@ def test_a_manifest_that_leaves_out_a_linked_replay_file_is_refused(stopped_run,
 def start_run_to_move(tmp_path: Path, run_dir: Path) -> Launch:
     """A run with a checkpoint every 400 steps, off a terminal: it prints "checkpoint at
     step N" as each starts; waits for the first."""
-    run = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=2400", "--evaluate=800",
+    run = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=1600", "--evaluate=800",
                                "--eval-episodes=2", "--eval-max-episode-steps=200",
                                "--checkpoint-every=400", f"--logdir={run_dir}"],
                 tmp_path / "moved-run")
@@ -588,13 +588,12 @@ def test_a_run_whose_directory_is_renamed_finishes_whole_in_its_new_place(tmp_pa
     assert not run_dir.exists()
     assert f"files in {moved}" in result.stdout
     done = summary(moved)
-    assert done["finished"] is True and done["steps"] == 2400
+    assert done["finished"] is True and done["steps"] == 1600
     manifest = verify_checkpoint(latest_checkpoint(moved))
-    assert step_of(manifest) == 2400
-    run_logs.check_logs_match(moved, 2400, manifest["counters"]["games"]["episodes"],
+    assert step_of(manifest) == 1600
+    run_logs.check_logs_match(moved, 1600, manifest["counters"]["games"]["episodes"],
                               manifest["evaluator"]["evaluations"])
-    assert [int(row["timestep"]) for row in read_csv(moved / "evaluations.csv")] == \
-        [800, 1600, 2400]
+    assert [int(row["timestep"]) for row in read_csv(moved / "evaluations.csv")] == [800, 1600]
     assert len(list(moved.glob("events.out.tfevents.*"))) == 1
     assert sorted(path.name for path in moved.iterdir() if path.name.startswith("checkpoint")) \
         == ["checkpoint"]
@@ -618,6 +617,6 @@ def test_a_run_whose_directory_is_deleted_stops_in_one_line_and_recreates_nothin
                     "run stops (nothing is written in its place)"), line
     # Its last line says it stopped, not "done:" (issue 36).
     last = result.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"stopped at step \d+ of 2400 by the error above; no files: the run "
+    assert re.fullmatch(r"stopped at step \d+ of 1600 by the error above; no files: the run "
                         r"directory was deleted", last), last
     assert not run_dir.exists()
