@@ -259,18 +259,16 @@ def test_fast_dqn_trains_a_tiny_run_and_a_stopped_one_exits_130(installed):
     """Exit statuses as launch.py documents them: 0 for a finished run, 128 + SIGINT for a
     run stopped with work left, its checkpoint written; no traceback either way."""
     bin_dir, elsewhere = installed
-    # The two commands side by side: each spends its first seconds importing TensorFlow.
-    tiny_run = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=200", "--logdir=tiny"],
-                     elsewhere, elsewhere / "tiny-run")
-    stopped = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=100000", "--logdir=stopped"],
-                    elsewhere, elsewhere / "stopped-run")
-    finished = tiny_run.finish(COMMAND_SECONDS)
+    finished = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=200", "--logdir=tiny"],
+                     elsewhere, elsewhere / "tiny-run").finish(COMMAND_SECONDS)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert_no_traceback(finished)
     tiny = summary(elsewhere / "tiny")
     # It learned: one update per 4 steps after the 100 random ones.
     assert (tiny["finished"], tiny["steps"], tiny["updates"]) == (True, 200, (200 - 100) // 4)
 
+    stopped = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=100000", "--logdir=stopped"],
+                    elsewhere, elsewhere / "stopped-run")
     wait_for(stopped, elsewhere / "stopped" / "config.json", timeout=COMMAND_SECONDS)
     stopped.process.send_signal(signal.SIGINT)
     result = stopped.finish(COMMAND_SECONDS)
