@@ -418,7 +418,7 @@ def network_is_finite(checkpoint: Path) -> bool:
 def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, capsys, script, args):
     """In this process: the status main returns is the one the run script exits with."""
     run_dir = tmp_path / "run"
-    result = run_in_process([*args, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
+    result = run_in_process([*args, SMALL_BATCH, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
                              f"--logdir={run_dir}"],
                             ALGO_DQN if script == RUN_DQN else ALGO_FAST_DQN, capsys)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -480,8 +480,9 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     # Calls of 4 updates, so that the stop lands while the target lags: with the default 64
     # an epoch of 100 updates is two calls, and 4 runs out of 4 stopped with the target
     # equal to the online network.
-    argv = [*FAST, "--evaluate=400", "--eval-episodes=2", "--checkpoint-every=0",
-            "--timesteps=20000", "--updates-per-call=4", f"--logdir={run_dir}"]
+    argv = [*FAST, "--evaluate=400", "--eval-episodes=2", "--eval-max-episode-steps=200",
+            "--checkpoint-every=0", "--timesteps=20000", "--updates-per-call=4",
+            f"--logdir={run_dir}"]
     config = launch.prepare_config(argv, ALGO_FAST_DQN)
     previous = signal.signal(signal.SIGINT, lambda *_: None)  # a late signal does no harm
     done = threading.Event()
