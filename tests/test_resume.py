@@ -2,8 +2,11 @@
 
 The entry points run as subprocesses from the repository root, on the CPU (where a seed fixes
 a run bit for bit): a first SIGINT/SIGTERM stops a run at the end of its round with a
-checkpoint and exit status 130/143; `--resume RUN_DIR` continues it. One test restores a
-checkpoint in this process and compares every array with the run that wrote it.
+checkpoint and exit status 130/143; `--resume RUN_DIR` continues it. A run whose signal,
+exit status or company of another process is not under test (a single resume, a diverging
+run) calls the entry point's main in this process instead, to skip a TensorFlow import. One
+test restores a checkpoint in this process and compares every array with the run that wrote
+it.
 """
 
 from __future__ import annotations
