@@ -44,6 +44,19 @@ def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> F
     return start(script, args, log).finish(timeout)
 
 
+def run_in_process(args: list[str], algo: str, capsys: pytest.CaptureFixture) -> Finished:
+    """An entry point's `launch.main` called in the test's process, for a test of a run's
+    files or lines where no signal, exit status or second process is under test: it skips
+    the seconds a subprocess spends importing TensorFlow. Its status and what it printed
+    (through `capsys`), as a finished subprocess's; `seconds` is not measured (0)."""
+    from fast_dqn import launch
+
+    capsys.readouterr()  # what came before is not this call's
+    status = launch.main(args, algo)
+    out, err = capsys.readouterr()
+    return Finished(status, out, err, seconds=0.0)
+
+
 def wait_for(run: Launch, path: Path, timeout: float = 90) -> None:
     """Waits until `path` exists while the run goes on."""
     deadline = time.monotonic() + timeout
