@@ -34,7 +34,7 @@ def stop_after_the_first_group(signum: int) -> None:
             print(f"evaluation games made: {count} from env {first}", flush=True)
             if not signalled:
                 signalled.append(True)
-                os.kill(os.getpid(), signum)  # the handler runs on this thread before the next line
+                os.kill(os.getpid(), signum)  # its handler runs here, before the next line
             return pool
 
         return grouped_pool(make_and_signal, num_envs, group_size, should_stop)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,30 @@ FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=
 EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
 
 
+def run_here(script: Path, args: list[str], capfd) -> Finished:
+    """`python SCRIPT ARGS...` run in this process, on the CPU as the subprocesses are: the
+    status the script exits with (launch.main's, which it passes to sys.exit) and what it
+    writes on file descriptors 1 and 2 (`capfd`). For the runs no signal reaches: TensorFlow's
+    import is then paid once for the file, not once per run."""
+    from fast_dqn import launch
+    from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
+
+    algo = ALGO_FAST_DQN if script == RUN_FAST_DQN else ALGO_DQN
+    capfd.readouterr()
+    started = time.monotonic()
+    status = launch.main([*args, "--device=cpu"], algo)
+    out, err = capfd.readouterr()
+    return Finished(status, out, err, time.monotonic() - started)
+
+
+def resume_here(script: Path, run_dir: Path, capfd, *extra: str) -> Finished:
+    return run_here(script, ["--resume", str(run_dir), *extra], capfd)
+
+
 def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
+    """A resume in a process of its own, for the runs compared byte for byte with another
+    process's: a network built in a process that built others before names its variables
+    otherwise, and the checkpoint's bytes hold the names."""
     return run_cli(script, ["--resume", str(run_dir), *extra], run_dir.parent / log,
                    timeout=180)
 
@@ -64,7 +88,7 @@ def never_stopped(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_bytes(
-        never_stopped, tmp_path):
+        never_stopped, tmp_path, capfd):
     """Regression: the checkpoint at step == --timesteps with updates owed was refused by
     every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever."""
     run_dir = tmp_path / "run"
@@ -90,7 +114,7 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     assert run_bytes(run_dir) == run_bytes(never_stopped["fast"])
 
     before = snapshot(run_dir)
-    again = resume(RUN_FAST_DQN, run_dir, "again")
+    again = resume_here(RUN_FAST_DQN, run_dir, capfd)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is finished" in again.stdout and again.stderr == ""
     assert snapshot(run_dir) == before
@@ -113,18 +137,19 @@ def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_pa
     assert run_bytes(run_dir) == run_bytes(never_stopped["serial"])
 
 
-def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path):
+def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path,
+                                                                   capfd):
     """A finished run's resume (a requeued job, a sweep run again) exits 0 and changes
     nothing; a finished run extended by --timesteps goes on."""
     run_dir = tmp_path / "run"
     subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
     before = snapshot(run_dir)
     for extra in ([], ["--timesteps=600"]):
-        again = resume(RUN_DQN, run_dir, "again", *extra)
+        again = resume_here(RUN_DQN, run_dir, capfd, *extra)
         assert again.returncode == 0, again.stderr[-3000:]
         assert again.stdout.strip().endswith("(a larger --timesteps extends it)")
         assert snapshot(run_dir) == before
-    shorter = resume(RUN_DQN, run_dir, "shorter", "--timesteps=599")
+    shorter = resume_here(RUN_DQN, run_dir, capfd, "--timesteps=599")
     assert shorter.returncode == 2 and "a resume only extends a run" in shorter.stderr
 
 
@@ -183,18 +208,17 @@ def test_a_finished_runs_resume_on_a_read_only_mount_is_finished(never_stopped, 
     assert result.stderr == ""
 
 
-def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path):
+def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path, capfd):
     """Regression: the resumed fast run first trained on the empty memory (`ValueError: high
     <= 0`, a traceback, exit 1); now it refills it for --replay-start steps, as the serial
     trainer does, and the updates an epoch owed at the checkpoint are not made."""
     run_dir = tmp_path / "run"
-    first = run_cli(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
-                                   "--evaluate=0", "--batch-size=4",
-                                   "--checkpoint-replay=false", f"--logdir={run_dir}"],
-                    tmp_path / "first", timeout=180)
+    first = run_here(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
+                                    "--evaluate=0", "--batch-size=4",
+                                    "--checkpoint-replay=false", f"--logdir={run_dir}"], capfd)
     assert first.returncode == 0, first.stderr[-3000:]
     updates = summary(run_dir)["updates"]
-    resumed = resume(RUN_FAST_DQN, run_dir, "resume", "--timesteps=2000")
+    resumed = resume_here(RUN_FAST_DQN, run_dir, capfd, "--timesteps=2000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
     assert "refills it for 400 steps" in resumed.stderr
