@@ -939,24 +939,24 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
                   "--out", out, "--python", PY, "--",
-                  "--timesteps=2000", "--replay-start=400", "--replay-capacity=5000",
-                  "--evaluate=1000", "--eval-episodes=2", "--target-update=400", "--workers=4",
+                  "--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
+                  "--evaluate=600", "--eval-episodes=2", "--target-update=400", "--workers=4",
                   "--max-episode-steps=300", "--eval-max-episode-steps=300",
                   "--batch-size=4"], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
-        assert summary["finished"] is True and summary["steps"] == 2000
+        assert summary["finished"] is True and summary["steps"] == 1200
     table = tmp_path / "table.csv"
     summary = run([PY, SUMMARIZE, out, "--csv", table])
     assert summary.returncode == 0, summary.stderr
     rows = {row["game"]: row for row in csv.DictReader(table.open())}
     assert set(rows) == {"pong", "breakout"}
     for row in rows.values():
-        assert row["final_timestep"] == "2000"
+        assert row["final_timestep"] == "1200"
         assert row["human_normalized"] != "" and row["short"] == "true"
         assert float(row["steps_per_second"]) > 0
-    # 2,000-step runs: their scores are marked and left out of the median, with a line
+    # 1,200-step runs: their scores are marked and left out of the median, with a line
     assert "human-normalized score over" not in summary.stdout
     assert "every score is from a short run" in summary.stdout
 
