@@ -68,8 +68,8 @@ def resume_here(script: Path, run_dir: Path, capfd, *extra: str) -> Finished:
 
 def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
     """A resume in a process of its own, for the runs compared byte for byte with another
-    process's: a network built in a process that built others before names its variables
-    otherwise, and the checkpoint's bytes hold the names."""
+    process's: the serial run resumed in this process after the fast one wrote other
+    checkpoint/network/ckpt bytes than a process of its own (seen once, cause not sought)."""
     return run_cli(script, ["--resume", str(run_dir), *extra], run_dir.parent / log,
                    timeout=180)
 
