@@ -47,17 +47,18 @@ EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
 
 
 def run_here(script: Path, args: list[str], capfd) -> Finished:
-    """`python SCRIPT ARGS...` run in this process, on the CPU as the subprocesses are: the
-    status the script exits with (launch.main's, which it passes to sys.exit) and what it
-    writes on file descriptors 1 and 2 (`capfd`). For the runs no signal reaches: TensorFlow's
-    import is then paid once for the file, not once per run."""
+    """`python SCRIPT ARGS...` run in this process: the status the script exits with
+    (launch.main's, which it passes to sys.exit) and what it writes on file descriptors 1
+    and 2 (`capfd`). For the runs no signal reaches and whose bytes are compared with none:
+    TensorFlow's import is then paid once for the file, not once per run. No --device=cpu:
+    before TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the session."""
     from fast_dqn import launch
     from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 
     algo = ALGO_FAST_DQN if script == RUN_FAST_DQN else ALGO_DQN
     capfd.readouterr()
     started = time.monotonic()
-    status = launch.main([*args, "--device=cpu"], algo)
+    status = launch.main(args, algo)
     out, err = capfd.readouterr()
     return Finished(status, out, err, time.monotonic() - started)
 

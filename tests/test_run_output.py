@@ -134,14 +134,14 @@ def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tm
     """Regression (issue 36): evaluations.csv held each evaluation's mean, but the run
     printed none of them, and its last progress line said "eval -". The run is the serial
     script's main() in this process (no signal, no terminal here), its output on file
-    descriptors 1 and 2 (`capfd`), on the CPU as the subprocesses are."""
+    descriptors 1 and 2 (`capfd`)."""
     from fast_dqn import launch
     from fast_dqn.config import ALGO_DQN
 
     run_dir = tmp_path / "run"
     capfd.readouterr()
     status = launch.main([*SERIAL, "--timesteps=1200", "--evaluate=400", "--eval-episodes=2",
-                          "--eval-max-episode-steps=100", "--batch-size=4", "--device=cpu",
+                          "--eval-max-episode-steps=100", "--batch-size=4",
                           f"--logdir={run_dir}"], ALGO_DQN)
     result = capfd.readouterr()
     result = Finished(status, result.out, result.err, 0.0)
