@@ -27,6 +27,9 @@ ENV = {**os.environ, **CPU_ONLY}  # for a test that starts a run itself (a termi
 TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
+# For runs whose test is not about the trainer being slower than the acting: an update of 4
+# transitions costs a fraction of one of 32 on the CPU.
+SMALL_BATCH = "--batch-size=4"
 STOP_SECONDS = 20  # a signalled run must be gone within this
 # `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
 # once its epoch's steps are all taken and before its updates are (see the file).
@@ -44,17 +47,20 @@ def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> F
     return start(script, args, log).finish(timeout)
 
 
-def run_in_process(args: list[str], algo: str, capsys: pytest.CaptureFixture) -> Finished:
+def run_in_process(args: list[str], algo: str, capture: pytest.CaptureFixture) -> Finished:
     """An entry point's `launch.main` called in the test's process, for a test of a run's
-    files or lines where no signal, exit status or second process is under test: it skips
-    the seconds a subprocess spends importing TensorFlow. Its status and what it printed
-    (through `capsys`), as a finished subprocess's; `seconds` is not measured (0)."""
+    files or lines where no signal, no process's exit and no second process is under test: it
+    skips the seconds a subprocess spends importing TensorFlow. Its status (what the scripts
+    pass to sys.exit) and what it printed (through `capture`: capsys, or capfd for what
+    native code writes too), as a finished subprocess's. No --device=cpu in `args`: before
+    TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the session."""
     from fast_dqn import launch
 
-    capsys.readouterr()  # what came before is not this call's
+    capture.readouterr()  # what came before is not this call's
+    started = time.monotonic()
     status = launch.main(args, algo)
-    out, err = capsys.readouterr()
-    return Finished(status, out, err, seconds=0.0)
+    out, err = capture.readouterr()
+    return Finished(status, out, err, time.monotonic() - started)
 
 
 def wait_for(run: Launch, path: Path, timeout: float = 90) -> None:

@@ -15,7 +15,7 @@ from fast_dqn.run_dir import OpenDirectory, write_failure
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
                              float_fields)
 from fast_dqn.launch import main, prepare_config
-from tests.cli_runs import ENV
+from tests.cli_runs import ENV, SMALL_BATCH
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -269,9 +269,8 @@ def test_a_run_says_in_one_line_how_it_departs_from_nature_dqn(argv, line, tmp_p
 # (after TensorFlow's import, seconds later) the device line.
 SMOKE = ["--game=pong", "--timesteps=300", "--replay-start=100", "--replay-capacity=1000",
          "--evaluate=0"]
-# Minibatches of 4 where the run's length is not what a test relies on (a pipe closed while
-# it trains needs it to train a while): its 50 updates then cost a fraction of the 32's.
-SMALL_BATCH = "--batch-size=4"
+# SMALL_BATCH where the run's length is not what a test relies on (a pipe closed while it
+# trains needs it to train a while).
 
 
 def test_refill_replay_on_a_new_run_is_refused(tmp_path, capsys):

@@ -15,7 +15,7 @@ import pytest
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from fast_dqn.launch import main
 from tests import cli_runs
-from tests.cli_runs import without_hours
+from tests.cli_runs import SMALL_BATCH, without_hours
 
 pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 # is about the trainer's speed against the acting (they check files, determinism, resumes
 # and failures, none of which depends on the minibatch's size).
 TINY = [*cli_runs.TINY, "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-        "--checkpoint-every=0", "--batch-size=4"]
+        "--checkpoint-every=0", SMALL_BATCH]
 EPISODE_COLUMNS = ["episode", "timestep", "length", "return", "avg_length", "avg_return",
                    "hours"]
 EVALUATION_COLUMNS = ["timestep", "mean", "std", "episodes", "hours"]

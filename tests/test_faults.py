@@ -29,15 +29,14 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
                                   read_manifest, verify_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.run_dir import OpenDirectory, write_failure
-from tests.cli_runs import (FAST, RUN_FAST_DQN, Finished, Launch, assert_no_traceback,
-                            read_csv, run_in_process, snapshot, start, step_of, summary,
-                            wait_for, wait_for_line)
+from tests.cli_runs import (FAST, RUN_FAST_DQN, SMALL_BATCH, Finished, Launch,
+                            assert_no_traceback, read_csv, run_in_process, snapshot, start,
+                            step_of, summary, wait_for, wait_for_line)
 from tests.fakes import flip_byte
 
 # Minibatches of 4 where a test is not about the trainer being slower than the acting: an
 # update then costs a fraction of the default 32's (about 20 ms on a CPU), and the run's
 # files are the same kinds, checked the same way.
-SMALL_BATCH = "--batch-size=4"
 
 
 def signal_and_finish(run: Launch, signum: int, timeout: float = 60):

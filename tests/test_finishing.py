@@ -17,16 +17,16 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from tests.cli_runs import (ENV, FAST, FINAL_WINDOW_STOP, REPO, RUN_DQN, RUN_FAST_DQN,
-                            Finished, Launch, assert_no_traceback, read_csv, run_bytes, run_cli,
-                            snapshot, start, step_of, summary, wait_for, wait_for_line,
-                            with_handlers)
+                            SMALL_BATCH, Finished, Launch, assert_no_traceback, read_csv,
+                            run_bytes, run_cli, run_in_process, snapshot, start, step_of,
+                            summary, wait_for, wait_for_line, with_handlers)
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 # stop in the final window is made by tests/final_window_stop.py, whatever the trainer's
 # speed, so its minibatches are small (4): the updates cost a fraction of a second.
 FINAL_EPOCH = [*FAST, "--target-update=800", "--timesteps=1200", "--evaluate=0",
-               "--batch-size=4", "--xla=off", "--progress-every=0.05"]
+               SMALL_BATCH, "--xla=off", "--progress-every=0.05"]
 # A serial run that evaluates 4 Freeway games, each cut at 100 steps, at its last step; its
 # stop in that evaluation is made by tests/evaluation_stop.py, whatever the games' length.
 FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=400",
@@ -47,20 +47,10 @@ EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
 
 
 def run_here(script: Path, args: list[str], capfd) -> Finished:
-    """`python SCRIPT ARGS...` run in this process: the status the script exits with
-    (launch.main's, which it passes to sys.exit) and what it writes on file descriptors 1
-    and 2 (`capfd`). For the runs no signal reaches and whose bytes are compared with none:
-    TensorFlow's import is then paid once for the file, not once per run. No --device=cpu:
-    before TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the session."""
-    from fast_dqn import launch
-    from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
-
+    """`python SCRIPT ARGS...` in this process (cli_runs.run_in_process), for the runs no
+    signal reaches and whose bytes are compared with none."""
     algo = ALGO_FAST_DQN if script == RUN_FAST_DQN else ALGO_DQN
-    capfd.readouterr()
-    started = time.monotonic()
-    status = launch.main(args, algo)
-    out, err = capfd.readouterr()
-    return Finished(status, out, err, time.monotonic() - started)
+    return run_in_process(args, algo, capfd)
 
 
 def resume_here(script: Path, run_dir: Path, capfd, *extra: str) -> Finished:
@@ -167,7 +157,6 @@ def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, 
     run directory fails as on a read-only mount (EROFS), even for root; reads go on; the
     real mount is the next test's."""
     from fast_dqn import launch
-    from fast_dqn.config import ALGO_DQN
 
     run_dir = tmp_path / "run"
     subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
@@ -215,7 +204,7 @@ def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path, 
     trainer does, and the updates an epoch owed at the checkpoint are not made."""
     run_dir = tmp_path / "run"
     first = run_here(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
-                                    "--evaluate=0", "--batch-size=4",
+                                    "--evaluate=0", SMALL_BATCH,
                                     "--checkpoint-replay=false", f"--logdir={run_dir}"], capfd)
     assert first.returncode == 0, first.stderr[-3000:]
     updates = summary(run_dir)["updates"]
@@ -262,7 +251,7 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
     # Under nohup (SIGHUP ignored), a hang-up changes nothing: the run writes its next
     # checkpoint, which it does only if it went on; SIGTERM still stops it.
     ignored = tmp_path / "nohup"
-    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0", "--batch-size=4",
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0", SMALL_BATCH,
                                "--checkpoint-every=400", f"--logdir={ignored}"],
                 tmp_path / "nohup-log", signals={signal.SIGHUP: signal.SIG_IGN})
     wait_for_line(run, "checkpoint at step 400\n")

@@ -531,7 +531,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     about half of the time left, so an ETA that left them out would fail."""
     from fast_dqn import launch, trainer
     from fast_dqn.config import ALGO_FAST_DQN
-    from tests.cli_runs import FAST
+    from tests.cli_runs import FAST, SMALL_BATCH
 
     clock = WorkClock()
     lines = TimedLines(clock)
@@ -558,7 +558,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     # real updates take a fraction of the real time.
     status = launch.main([*FAST, "--timesteps=2000", "--evaluate=400", "--eval-episodes=4",
                           "--eval-max-episode-steps=100", "--checkpoint-every=800",
-                          "--batch-size=4", "--progress-every=0.5", "--xla=off",
+                          SMALL_BATCH, "--progress-every=0.5", "--xla=off",
                           f"--logdir={tmp_path / 'run'}"],
                          ALGO_FAST_DQN)
     assert status == 0

@@ -31,13 +31,12 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
-from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, Finished,
+from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, Finished,
                             assert_no_traceback, interrupt, read_csv, run_in_process,
                             snapshot, start, step_of, summary, without_hours)
 
 # Minibatches of 4 where a test is not about the trainer being slower than the acting: an
 # update then costs a fraction of the default 32's (about 20 ms on a CPU).
-SMALL_BATCH = "--batch-size=4"
 
 
 def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, Finished, read_csv,
-                            start, summary, wait_for_match)
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, Finished,
+                            read_csv, start, summary, wait_for_match)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
@@ -51,7 +51,7 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     # Small minibatches (4), so that the updates cost little: nothing here is about the
     # trainer's speed.
     run = start(script, [*args, "--timesteps=2000", "--evaluate=0", "--checkpoint-every=800",
-                         "--batch-size=4", "--progress-every=0.05", f"--logdir={run_dir}"],
+                         SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
                 tmp_path / "stopped")
     wait_for_match(run, r"checkpoint at step 800")
     past = wait_for_match(run, r"step (\d+)/2000 .*", accept=lambda m: int(m[1]) > 800)
@@ -141,7 +141,7 @@ def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tm
     run_dir = tmp_path / "run"
     capfd.readouterr()
     status = launch.main([*SERIAL, "--timesteps=1200", "--evaluate=400", "--eval-episodes=2",
-                          "--eval-max-episode-steps=100", "--batch-size=4",
+                          "--eval-max-episode-steps=100", SMALL_BATCH,
                           f"--logdir={run_dir}"], ALGO_DQN)
     result = capfd.readouterr()
     result = Finished(status, result.out, result.err, 0.0)

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
-from tests.cli_runs import FINAL_WINDOW_STOP
+from tests.cli_runs import FINAL_WINDOW_STOP, SMALL_BATCH
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
@@ -942,7 +942,7 @@ def test_real_two_game_sweep_then_summary(tmp_path):
                   "--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
                   "--evaluate=600", "--eval-episodes=2", "--target-update=400", "--workers=4",
                   "--max-episode-steps=300", "--eval-max-episode-steps=300",
-                  "--batch-size=4"], timeout=900)
+                  SMALL_BATCH], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
@@ -977,7 +977,7 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
     stopping_python.chmod(0o755)
     extra = ["--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
              "--target-update=800", "--evaluate=0", "--workers=4", "--max-episode-steps=400",
-             "--batch-size=4", "--xla=off"]
+             SMALL_BATCH, "--xla=off"]
 
     def sweep(python) -> list:
         return ["bash", ALL_GAMES, "--games", "breakout", "--seeds", "0", "--jobs", "1",
@@ -1003,7 +1003,7 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # Small minibatches (4): the race is about the run's files, not the trainer's speed.
 RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
               "--target-update=1000", "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-              "--eval-max-episode-steps=500", "--batch-size=4", "--xla=off")
+              "--eval-max-episode-steps=500", SMALL_BATCH, "--xla=off")
 
 
 def breakout_sweep(out: Path) -> list[str]:
