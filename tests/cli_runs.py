@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from scripts.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
                                       launch, with_handlers)
 
@@ -47,18 +48,20 @@ def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> F
     return start(script, args, log).finish(timeout)
 
 
-def run_in_process(args: list[str], algo: str, capture: pytest.CaptureFixture) -> Finished:
-    """An entry point's `launch.main` called in the test's process, for a test of a run's
-    files or lines where no signal, no process's exit and no second process is under test: it
-    skips the seconds a subprocess spends importing TensorFlow. Its status (what the scripts
-    pass to sys.exit) and what it printed (through `capture`: capsys, or capfd for what
-    native code writes too), as a finished subprocess's. No --device=cpu in `args`: before
-    TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the session."""
+def run_in_process(script: Path, args: list[str],
+                   capture: pytest.CaptureFixture) -> Finished:
+    """`python SCRIPT ARGS...` as its `launch.main` called in the test's process, for a test
+    of a run's files or lines where no signal, no process's exit and no second process is
+    under test: it skips the seconds a subprocess spends importing TensorFlow. Its status
+    (what the scripts pass to sys.exit) and what it printed (through `capture`: capsys, or
+    capfd for what native code writes too), as a finished subprocess's. No --device=cpu in
+    `args`: before TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the
+    session."""
     from fast_dqn import launch
 
     capture.readouterr()  # what came before is not this call's
     started = time.monotonic()
-    status = launch.main(args, algo)
+    status = launch.main(args, {RUN_FAST_DQN: ALGO_FAST_DQN, RUN_DQN: ALGO_DQN}[script])
     out, err = capture.readouterr()
     return Finished(status, out, err, time.monotonic() - started)
 
@@ -85,6 +88,16 @@ def _give_up_waiting(run: Launch, deadline: float, what: str) -> None:
         result = run.finish(10)
         pytest.fail(f"{what} (exit {result.returncode}):\n"
                     f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def wait_for_holder(run: Launch, run_dir: Path, timeout: float = 90) -> None:
+    """Waits until the run holds the lock of `run_dir`: it writes its pid into .lock once its
+    flock is taken (before TensorFlow's import)."""
+    lock = run_dir / ".lock"
+    deadline = time.monotonic() + timeout
+    while not (lock.exists() and f" pid {run.pid} " in lock.read_text()):
+        _give_up_waiting(run, deadline, "the run did not take the lock")
+        time.sleep(0.02)
 
 
 def wait_for_line(run: Launch, text: str, timeout: float = 90) -> None:

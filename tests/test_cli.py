@@ -266,11 +266,10 @@ def test_a_run_says_in_one_line_how_it_departs_from_nature_dqn(argv, line, tmp_p
 # -- issue 34: --refill-replay, stdout that cannot be written, many workers --------------------
 
 # The smallest serial run that trains: its first line is "run directory: ...", its second
-# (after TensorFlow's import, seconds later) the device line.
+# (after TensorFlow's import, seconds later) the device line. Tests add SMALL_BATCH where the
+# run's length is not what they rely on (a pipe closed while it trains needs it to train).
 SMOKE = ["--game=pong", "--timesteps=300", "--replay-start=100", "--replay-capacity=1000",
          "--evaluate=0"]
-# SMALL_BATCH where the run's length is not what a test relies on (a pipe closed while it
-# trains needs it to train a while).
 
 
 def test_refill_replay_on_a_new_run_is_refused(tmp_path, capsys):

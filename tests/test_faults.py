@@ -31,12 +31,8 @@ from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.run_dir import OpenDirectory, write_failure
 from tests.cli_runs import (FAST, RUN_FAST_DQN, SMALL_BATCH, Finished, Launch,
                             assert_no_traceback, read_csv, run_in_process, snapshot, start,
-                            step_of, summary, wait_for, wait_for_line)
+                            step_of, summary, wait_for, wait_for_holder, wait_for_line)
 from tests.fakes import flip_byte
-
-# Minibatches of 4 where a test is not about the trainer being slower than the acting: an
-# update then costs a fraction of the default 32's (about 20 ms on a CPU), and the run's
-# files are the same kinds, checked the same way.
 
 
 def signal_and_finish(run: Launch, signum: int, timeout: float = 60):
@@ -49,7 +45,7 @@ def signal_and_finish(run: Launch, signum: int, timeout: float = 60):
 
 def main_here(argv: list[str], capsys) -> Finished:
     """The fast trainer's entry point in this process (cli_runs.run_in_process)."""
-    return run_in_process(argv, ALGO_FAST_DQN, capsys)
+    return run_in_process(RUN_FAST_DQN, argv, capsys)
 
 
 def one_line(stderr: str) -> str:
@@ -106,20 +102,6 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
     after = main_here(["--resume", str(run_dir), f"--timesteps={stopped_at + 800}"], capsys)
     assert after.returncode == 0, after.stderr[-3000:]
     assert summary(run_dir)["finished"] is True
-
-
-def wait_for_holder(run: Launch, run_dir: Path, timeout: float = 90) -> None:
-    """Waits until the run holds the lock of `run_dir`: it writes its pid into .lock once its
-    flock is taken."""
-    deadline = time.monotonic() + timeout
-    lock = run_dir / ".lock"
-    while not (lock.exists() and f" pid {run.pid} " in lock.read_text()):
-        if run.process.poll() is not None or time.monotonic() > deadline:
-            run.process.kill()
-            result = run.finish(10)
-            pytest.fail(f"the run did not take the lock (exit {result.returncode}):\n"
-                        f"{result.stderr[-3000:]}")
-        time.sleep(0.02)
 
 
 # -- a signal in each phase ------------------------------------------------------------------------

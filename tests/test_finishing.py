@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
-from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
+from fast_dqn.config import ALGO_DQN
 from tests.cli_runs import (ENV, FAST, FINAL_WINDOW_STOP, REPO, RUN_DQN, RUN_FAST_DQN,
                             SMALL_BATCH, Finished, Launch, assert_no_traceback, read_csv,
                             run_bytes, run_cli, run_in_process, snapshot, start, step_of,
@@ -46,15 +46,10 @@ FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=
 EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
 
 
-def run_here(script: Path, args: list[str], capfd) -> Finished:
-    """`python SCRIPT ARGS...` in this process (cli_runs.run_in_process), for the runs no
-    signal reaches and whose bytes are compared with none."""
-    algo = ALGO_FAST_DQN if script == RUN_FAST_DQN else ALGO_DQN
-    return run_in_process(args, algo, capfd)
-
-
 def resume_here(script: Path, run_dir: Path, capfd, *extra: str) -> Finished:
-    return run_here(script, ["--resume", str(run_dir), *extra], capfd)
+    """A resume in this process (cli_runs.run_in_process), for the runs no signal reaches
+    and whose bytes are compared with none."""
+    return run_in_process(script, ["--resume", str(run_dir), *extra], capfd)
 
 
 def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
@@ -203,9 +198,10 @@ def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path, 
     <= 0`, a traceback, exit 1); now it refills it for --replay-start steps, as the serial
     trainer does, and the updates an epoch owed at the checkpoint are not made."""
     run_dir = tmp_path / "run"
-    first = run_here(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
-                                    "--evaluate=0", SMALL_BATCH,
-                                    "--checkpoint-replay=false", f"--logdir={run_dir}"], capfd)
+    first = run_in_process(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
+                                          "--evaluate=0", SMALL_BATCH,
+                                          "--checkpoint-replay=false", f"--logdir={run_dir}"],
+                           capfd)
     assert first.returncode == 0, first.stderr[-3000:]
     updates = summary(run_dir)["updates"]
     resumed = resume_here(RUN_FAST_DQN, run_dir, capfd, "--timesteps=2000")

@@ -35,9 +35,6 @@ from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY
                             assert_no_traceback, interrupt, read_csv, run_in_process,
                             snapshot, start, step_of, summary, without_hours)
 
-# Minibatches of 4 where a test is not about the trainer being slower than the acting: an
-# update then costs a fraction of the default 32's (about 20 ms on a CPU).
-
 
 def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:
     """A prompt stop, by the run's own records: it announced one stop ("stopping at step
@@ -234,7 +231,7 @@ def test_serial_run_stops_and_resumes(tmp_path, capsys):
     assert step_of(stopped) >= 600 and summary(run_dir)["finished"] is False
 
     # In this process: the resume's work and files are under test, not its process.
-    resumed = run_in_process(["--resume", str(run_dir), "--timesteps=1200"], ALGO_DQN, capsys)
+    resumed = run_in_process(RUN_DQN, ["--resume", str(run_dir), "--timesteps=1200"], capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     done = summary(run_dir)
     assert done["finished"] is True and done["steps"] == 1200
@@ -262,7 +259,7 @@ def test_sigterm_gives_143_and_a_resume_without_replay_refills(tmp_path, capsys)
     assert not (checkpoint / "replay").exists()
     stopped = read_manifest(checkpoint)
 
-    resumed = run_in_process(["--resume", str(run_dir), "--timesteps=1200"], ALGO_FAST_DQN,
+    resumed = run_in_process(RUN_FAST_DQN, ["--resume", str(run_dir), "--timesteps=1200"],
                              capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
@@ -420,9 +417,8 @@ def network_is_finite(checkpoint: Path) -> bool:
 def test_divergence_stops_with_status_1_and_a_good_checkpoint(tmp_path, capsys, script, args):
     """In this process: the status main returns is the one the run script exits with."""
     run_dir = tmp_path / "run"
-    result = run_in_process([*args, SMALL_BATCH, "--evaluate=0", "--lr=1e30", "--timesteps=2000",
-                             f"--logdir={run_dir}"],
-                            ALGO_DQN if script == RUN_DQN else ALGO_FAST_DQN, capsys)
+    result = run_in_process(script, [*args, SMALL_BATCH, "--evaluate=0", "--lr=1e30",
+                                     "--timesteps=2000", f"--logdir={run_dir}"], capsys)
     assert result.returncode == 1, result.stderr[-3000:]
     assert_no_traceback(result)
     match = re.search(r"error: training diverged at step (\d+): .*--lr", result.stderr)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, Finished,
-                            read_csv, start, summary, wait_for_match)
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, read_csv,
+                            run_in_process, start, summary, wait_for_match)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
@@ -135,16 +135,10 @@ def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tm
     printed none of them, and its last progress line said "eval -". The run is the serial
     script's main() in this process (no signal, no terminal here), its output on file
     descriptors 1 and 2 (`capfd`)."""
-    from fast_dqn import launch
-    from fast_dqn.config import ALGO_DQN
-
     run_dir = tmp_path / "run"
-    capfd.readouterr()
-    status = launch.main([*SERIAL, "--timesteps=1200", "--evaluate=400", "--eval-episodes=2",
-                          "--eval-max-episode-steps=100", SMALL_BATCH,
-                          f"--logdir={run_dir}"], ALGO_DQN)
-    result = capfd.readouterr()
-    result = Finished(status, result.out, result.err, 0.0)
+    result = run_in_process(RUN_DQN, [*SERIAL, "--timesteps=1200", "--evaluate=400",
+                                      "--eval-episodes=2", "--eval-max-episode-steps=100",
+                                      SMALL_BATCH, f"--logdir={run_dir}"], capfd)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_csv(run_dir / "evaluations.csv")
     assert [row["timestep"] for row in rows] == ["400", "800", "1200"]
