@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from scripts.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
                                       launch, with_handlers)
 
@@ -27,6 +28,9 @@ ENV = {**os.environ, **CPU_ONLY}  # for a test that starts a run itself (a termi
 TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
         "--target-update=400", "--max-episode-steps=400", "--seed=0"]
 FAST = [*TINY, "--workers=4"]
+# For runs whose test is not about the trainer being slower than the acting: an update of 4
+# transitions costs a fraction of one of 32 on the CPU.
+SMALL_BATCH = "--batch-size=4"
 STOP_SECONDS = 20  # a signalled run must be gone within this
 # `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
 # once its epoch's steps are all taken and before its updates are (see the file).
@@ -42,6 +46,24 @@ def start(script: Path, args: list[str], log: Path,
 
 def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:
     return start(script, args, log).finish(timeout)
+
+
+def run_in_process(script: Path, args: list[str],
+                   capture: pytest.CaptureFixture) -> Finished:
+    """`python SCRIPT ARGS...` as its `launch.main` called in the test's process, for a test
+    of a run's files or lines where no signal, no process's exit and no second process is
+    under test: it skips the seconds a subprocess spends importing TensorFlow. Its status
+    (what the scripts pass to sys.exit) and what it printed (through `capture`: capsys, or
+    capfd for what native code writes too), as a finished subprocess's. No --device=cpu in
+    `args`: before TensorFlow's import it would set CUDA_VISIBLE_DEVICES for the rest of the
+    session."""
+    from fast_dqn import launch
+
+    capture.readouterr()  # what came before is not this call's
+    started = time.monotonic()
+    status = launch.main(args, {RUN_FAST_DQN: ALGO_FAST_DQN, RUN_DQN: ALGO_DQN}[script])
+    out, err = capture.readouterr()
+    return Finished(status, out, err, time.monotonic() - started)
 
 
 def wait_for(run: Launch, path: Path, timeout: float = 90) -> None:
@@ -66,6 +88,16 @@ def _give_up_waiting(run: Launch, deadline: float, what: str) -> None:
         result = run.finish(10)
         pytest.fail(f"{what} (exit {result.returncode}):\n"
                     f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+
+
+def wait_for_holder(run: Launch, run_dir: Path, timeout: float = 90) -> None:
+    """Waits until the run holds the lock of `run_dir`: it writes its pid into .lock once its
+    flock is taken (before TensorFlow's import)."""
+    lock = run_dir / ".lock"
+    deadline = time.monotonic() + timeout
+    while not (lock.exists() and f" pid {run.pid} " in lock.read_text()):
+        _give_up_waiting(run, deadline, "the run did not take the lock")
+        time.sleep(0.02)
 
 
 def wait_for_line(run: Launch, text: str, timeout: float = 90) -> None:

@@ -15,14 +15,17 @@ import pytest
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from fast_dqn.launch import main
 from tests import cli_runs
-from tests.cli_runs import without_hours
+from tests.cli_runs import SMALL_BATCH, without_hours
 
 pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
 
 REPO = Path(__file__).resolve().parents[1]
 # The tests' tiny breakout run (tests/cli_runs.py), 2,000 steps with two evaluations.
+# Minibatches of 4, not 32: an update costs ~20 ms at 32 on a 2-core CPU, and no test here
+# is about the trainer's speed against the acting (they check files, determinism, resumes
+# and failures, none of which depends on the minibatch's size).
 TINY = [*cli_runs.TINY, "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-        "--checkpoint-every=0"]
+        "--checkpoint-every=0", SMALL_BATCH]
 EPISODE_COLUMNS = ["episode", "timestep", "length", "return", "avg_length", "avg_return",
                    "hours"]
 EVALUATION_COLUMNS = ["timestep", "mean", "std", "episodes", "hours"]
@@ -121,7 +124,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     transitions before waiting for the trainer, so that it samples a memory being written,
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it."""
-    argv = TINY + ["--workers=4", "--timesteps=2400", "--updates-per-call=1"]
+    argv = TINY + ["--workers=4", "--timesteps=1600", "--updates-per-call=1"]  # 3 epochs
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
@@ -191,7 +194,7 @@ FAULT_DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("module,owner,method,after,backend,message", [
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
-    ("fast_dqn.q_network", "QNetwork", "update_many", 10, "vector", "injected trainer failure"),
+    ("fast_dqn.q_network", "QNetwork", "update_many", 2, "vector", "injected trainer failure"),
 ])
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,
                                         message):
@@ -215,10 +218,10 @@ def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, 
 def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     run_dir = tmp_path / algo
     flags = ["--protocol=machado", "--double=true", "--dueling=true", "--evaluate=0",
-             "--timesteps=1600", f"--logdir={run_dir}"]
+             "--timesteps=800", f"--logdir={run_dir}"]  # 100 updates, then 100 resumed
     flags += ["--workers=4"] if algo == ALGO_FAST_DQN else []
     assert main(TINY + flags, algo) == 0
-    assert main([f"--resume={run_dir}", "--timesteps=2000"], algo) == 0
+    assert main([f"--resume={run_dir}", "--timesteps=1200"], algo) == 0
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["protocol"], config["double"], config["dueling"]) == ("machado", True, True)
     assert (config["sticky_actions"], config["life_loss_terminal"]) == (0.25, False)
@@ -226,7 +229,7 @@ def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     assert config["max_episode_steps"] == 400  # TINY's flag, given beside the preset, wins
     assert config["protocol_overrides"] == ["max_episode_steps"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["finished"] and summary["steps"] == 2000
+    assert summary["finished"] and summary["steps"] == 1200
     _, episodes = read_rows(run_dir / "episodes.csv")
     last_returns = [float(row["return"]) for row in episodes[-100:]]
     assert summary["training_games"] == len(episodes) > 0

@@ -17,37 +17,45 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST, read_manifest
+from fast_dqn.config import ALGO_DQN
 from tests.cli_runs import (ENV, FAST, FINAL_WINDOW_STOP, REPO, RUN_DQN, RUN_FAST_DQN,
-                            Finished, Launch, assert_no_traceback, read_csv, run_bytes, run_cli,
-                            snapshot, start, step_of, summary, wait_for, wait_for_line,
-                            with_handlers)
+                            SMALL_BATCH, Finished, Launch, assert_no_traceback, read_csv,
+                            run_bytes, run_cli, run_in_process, snapshot, start, step_of,
+                            summary, wait_for, wait_for_line, with_handlers)
 
 pytestmark = pytest.mark.slow
 
-# A fast run whose last epoch is 800 steps (200 updates, seconds on a CPU) after a 400-step
-# random start: its acting ends long before its trainer does.
+# A fast run whose last epoch is 800 steps (200 updates) after a 400-step random start. Its
+# stop in the final window is made by tests/final_window_stop.py, whatever the trainer's
+# speed, so its minibatches are small (4): the updates cost a fraction of a second.
 FINAL_EPOCH = [*FAST, "--target-update=800", "--timesteps=1200", "--evaluate=0",
-               "--xla=off", "--progress-every=0.05"]
-# A serial run that evaluates 4 Freeway games (2,048 steps each) at its last step.
+               SMALL_BATCH, "--xla=off", "--progress-every=0.05"]
+# A serial run that evaluates 4 Freeway games, each cut at 100 steps, at its last step; its
+# stop in that evaluation is made by tests/evaluation_stop.py, whatever the games' length.
 FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=400",
                     "--target-update=400", "--timesteps=600", "--evaluate=600",
-                    "--eval-episodes=4", "--seed=0", "--xla=off", "--progress-every=0.05"]
+                    "--eval-episodes=4", "--eval-max-episode-steps=100", "--seed=0",
+                    "--xla=off", "--progress-every=0.05"]
+# `python EVALUATION_STOP SIGNAL run_*.py ARGS...`: the run stopped by SIGNAL once its first
+# evaluation has made its first group of games (see the file).
+EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
 
 
-def stop_at(script: Path, args: list[str], run_dir: Path, line: str, signum: int) -> Finished:
-    run = start(script, [*args, f"--logdir={run_dir}"], run_dir.parent / f"{run_dir.name}-1")
-    wait_for_line(run, line)
-    run.process.send_signal(signum)
-    return run.finish(timeout=60)
+def resume_here(script: Path, run_dir: Path, capfd, *extra: str) -> Finished:
+    """A resume in this process (cli_runs.run_in_process), for the runs no signal reaches
+    and whose bytes are compared with none."""
+    return run_in_process(script, ["--resume", str(run_dir), *extra], capfd)
 
 
 def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
+    """A resume in a process of its own, for the runs compared byte for byte with another
+    process's: the serial run resumed in this process after the fast one wrote other
+    checkpoint/network/ckpt bytes than a process of its own (seen once, cause not sought)."""
     return run_cli(script, ["--resume", str(run_dir), *extra], run_dir.parent / log,
                    timeout=180)
 
@@ -66,7 +74,7 @@ def never_stopped(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_bytes(
-        never_stopped, tmp_path):
+        never_stopped, tmp_path, capfd):
     """Regression: the checkpoint at step == --timesteps with updates owed was refused by
     every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever."""
     run_dir = tmp_path / "run"
@@ -92,7 +100,7 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     assert run_bytes(run_dir) == run_bytes(never_stopped["fast"])
 
     before = snapshot(run_dir)
-    again = resume(RUN_FAST_DQN, run_dir, "again")
+    again = resume_here(RUN_FAST_DQN, run_dir, capfd)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is finished" in again.stdout and again.stderr == ""
     assert snapshot(run_dir) == before
@@ -102,9 +110,10 @@ def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_pa
     """Regression: a stop in the last evaluation left a checkpoint at the last step that no
     resume would take; the serial trainer's run, here."""
     run_dir = tmp_path / "run"
-    stopped = stop_at(RUN_DQN, FINAL_EVALUATION, run_dir, "evaluation at step 600",
-                      signal.SIGINT)
+    stopped = start(EVALUATION_STOP, ["INT", RUN_DQN.name, *FINAL_EVALUATION,
+                                      f"--logdir={run_dir}"], tmp_path / "run-1").finish(60)
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
+    assert "evaluation at step 600\n" in stopped.stdout  # the final one, under way
     manifest = read_manifest(run_dir / CHECKPOINT)
     assert step_of(manifest) == 600 and manifest["evaluator"]["evaluations"] == 0
 
@@ -114,18 +123,19 @@ def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_pa
     assert run_bytes(run_dir) == run_bytes(never_stopped["serial"])
 
 
-def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path):
+def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path,
+                                                                   capfd):
     """A finished run's resume (a requeued job, a sweep run again) exits 0 and changes
     nothing; a finished run extended by --timesteps goes on."""
     run_dir = tmp_path / "run"
     subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
     before = snapshot(run_dir)
     for extra in ([], ["--timesteps=600"]):
-        again = resume(RUN_DQN, run_dir, "again", *extra)
+        again = resume_here(RUN_DQN, run_dir, capfd, *extra)
         assert again.returncode == 0, again.stderr[-3000:]
         assert again.stdout.strip().endswith("(a larger --timesteps extends it)")
         assert snapshot(run_dir) == before
-    shorter = resume(RUN_DQN, run_dir, "shorter", "--timesteps=599")
+    shorter = resume_here(RUN_DQN, run_dir, capfd, "--timesteps=599")
     assert shorter.returncode == 2 and "a resume only extends a run" in shorter.stderr
 
 
@@ -142,7 +152,6 @@ def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, 
     run directory fails as on a read-only mount (EROFS), even for root; reads go on; the
     real mount is the next test's."""
     from fast_dqn import launch
-    from fast_dqn.config import ALGO_DQN
 
     run_dir = tmp_path / "run"
     subprocess.run(["cp", "-r", str(never_stopped["serial"]), str(run_dir)], check=True)
@@ -184,18 +193,18 @@ def test_a_finished_runs_resume_on_a_read_only_mount_is_finished(never_stopped, 
     assert result.stderr == ""
 
 
-def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path):
+def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path, capfd):
     """Regression: the resumed fast run first trained on the empty memory (`ValueError: high
     <= 0`, a traceback, exit 1); now it refills it for --replay-start steps, as the serial
     trainer does, and the updates an epoch owed at the checkpoint are not made."""
     run_dir = tmp_path / "run"
-    first = run_cli(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
-                                   "--evaluate=0",
-                                   "--checkpoint-replay=false", f"--logdir={run_dir}"],
-                    tmp_path / "first", timeout=180)
+    first = run_in_process(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
+                                          "--evaluate=0", SMALL_BATCH,
+                                          "--checkpoint-replay=false", f"--logdir={run_dir}"],
+                           capfd)
     assert first.returncode == 0, first.stderr[-3000:]
     updates = summary(run_dir)["updates"]
-    resumed = resume(RUN_FAST_DQN, run_dir, "resume", "--timesteps=2000")
+    resumed = resume_here(RUN_FAST_DQN, run_dir, capfd, "--timesteps=2000")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
     assert "refills it for 400 steps" in resumed.stderr
@@ -235,17 +244,19 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path
     assert step_of(read_manifest(run_dir / CHECKPOINT)) == done["steps"]
     assert "Traceback" not in (tmp_path / "hup.err").read_text()
 
-    # Under nohup (SIGHUP ignored), a hang-up changes nothing; SIGTERM still stops it.
+    # Under nohup (SIGHUP ignored), a hang-up changes nothing: the run writes its next
+    # checkpoint, which it does only if it went on; SIGTERM still stops it.
     ignored = tmp_path / "nohup"
-    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0",
+    run = start(RUN_FAST_DQN, [*FAST, "--timesteps=20000", "--evaluate=0", SMALL_BATCH,
                                "--checkpoint-every=400", f"--logdir={ignored}"],
                 tmp_path / "nohup-log", signals={signal.SIGHUP: signal.SIG_IGN})
-    wait_for(run, ignored / CHECKPOINT / MANIFEST)
+    wait_for_line(run, "checkpoint at step 400\n")
     run.process.send_signal(signal.SIGHUP)
-    with pytest.raises(subprocess.TimeoutExpired):
-        run.process.wait(timeout=3)
+    wait_for_line(run, "checkpoint at step 800\n")
     run.process.send_signal(signal.SIGTERM)
-    assert run.finish(timeout=60).returncode == 128 + signal.SIGTERM
+    result = run.finish(timeout=60)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert "stopping at step " in result.stdout and "Traceback" not in result.stderr
 
 
 def show_terminal(main: int, window_open: threading.Event) -> None:
@@ -262,20 +273,20 @@ def show_terminal(main: int, window_open: threading.Event) -> None:
 
 def test_a_stop_while_a_large_evaluation_makes_its_games_is_prompt(tmp_path):
     """Regression: with --eval-episodes=256 a SIGTERM 3 s into the evaluation exited after 45 s
-    (making and resetting the 256 games took one call each); now within 10 s."""
+    (making and resetting the 256 games took one call each). Now the games are made in
+    groups of 8 and a stop is taken between two groups: signalled once the first group is
+    made (tests/evaluation_stop.py), the run makes no other and exits."""
     run_dir = tmp_path / "run"
-    run = start(RUN_FAST_DQN, ["--game=freeway", "--workers=4", "--timesteps=2000",
-                               "--replay-start=400", "--replay-capacity=2000",
-                               "--train-freq=100", "--target-update=400", "--evaluate=400",
-                               "--eval-episodes=256", "--progress-every=0.05",
-                               f"--logdir={run_dir}"], tmp_path / "large")
-    wait_for_line(run, "evaluation at step 400")
-    time.sleep(3)
-    signalled = time.monotonic()
-    run.process.send_signal(signal.SIGTERM)
-    result = run.finish(timeout=60, since=signalled)
+    result = start(EVALUATION_STOP, [
+        "TERM", RUN_FAST_DQN.name, "--game=freeway", "--workers=4", "--timesteps=2000",
+        "--replay-start=400", "--replay-capacity=2000", "--train-freq=100",
+        "--target-update=400", "--evaluate=400", "--eval-episodes=256",
+        "--progress-every=0.05", f"--logdir={run_dir}"], tmp_path / "large").finish(120)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
-    assert result.seconds < 10
+    made = [line for line in result.stdout.splitlines()
+            if line.startswith("evaluation games made: ")]
+    assert made == ["evaluation games made: 8 from env 0"], result.stdout
+    assert "dropping the evaluation under way" in result.stdout
     assert read_csv(run_dir / "evaluations.csv") == []  # cut short: played again on resume
 
 

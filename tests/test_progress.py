@@ -531,7 +531,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     about half of the time left, so an ETA that left them out would fail."""
     from fast_dqn import launch, trainer
     from fast_dqn.config import ALGO_FAST_DQN
-    from tests.cli_runs import FAST
+    from tests.cli_runs import FAST, SMALL_BATCH
 
     clock = WorkClock()
     lines = TimedLines(clock)
@@ -553,10 +553,13 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
         *a, **{**k, "clock": clock, "stream": lines}))
     # Every evaluation game is cut at 100 steps (an untrained player rarely ends one sooner),
     # so that each evaluation costs about the same: the ETA counts them at their mean. The
-    # periods are multiples of the sync points' 400 steps, where both pauses fall.
+    # periods are multiples of the sync points' 400 steps, where both pauses fall. An update
+    # costs the clock UPDATE whatever its minibatch, so the minibatches are small (4): the
+    # real updates take a fraction of the real time.
     status = launch.main([*FAST, "--timesteps=2000", "--evaluate=400", "--eval-episodes=4",
                           "--eval-max-episode-steps=100", "--checkpoint-every=800",
-                          "--progress-every=0.5", "--xla=off", f"--logdir={tmp_path / 'run'}"],
+                          SMALL_BATCH, "--progress-every=0.5", "--xla=off",
+                          f"--logdir={tmp_path / 'run'}"],
                          ALGO_FAST_DQN)
     assert status == 0
     printed = "\n".join(line for _, line in lines.lines)

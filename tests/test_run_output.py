@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, TINY, read_csv, start,
-                            summary, wait_for_match)
+from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, read_csv,
+                            run_in_process, start, summary, wait_for_match)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
@@ -48,8 +48,11 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     write's time estimated from the first checkpoint's; its last line gives the command
     that finishes it, and that command does."""
     run_dir = tmp_path / "run"
+    # Small minibatches (4), so that the updates cost little: nothing here is about the
+    # trainer's speed.
     run = start(script, [*args, "--timesteps=2000", "--evaluate=0", "--checkpoint-every=800",
-                         "--progress-every=0.05", f"--logdir={run_dir}"], tmp_path / "stopped")
+                         SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
+                tmp_path / "stopped")
     wait_for_match(run, r"checkpoint at step 800")
     past = wait_for_match(run, r"step (\d+)/2000 .*", accept=lambda m: int(m[1]) > 800)
     assert int(past[1]) < 2000
@@ -127,14 +130,15 @@ def test_a_stop_in_the_random_phase_estimates_the_write_from_the_memory(tmp_path
 
 
 @pytest.mark.slow
-def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tmp_path):
+def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tmp_path, capfd):
     """Regression (issue 36): evaluations.csv held each evaluation's mean, but the run
-    printed none of them, and its last progress line said "eval -"."""
+    printed none of them, and its last progress line said "eval -". The run is the serial
+    script's main() in this process (no signal, no terminal here), its output on file
+    descriptors 1 and 2 (`capfd`)."""
     run_dir = tmp_path / "run"
-    run = start(RUN_DQN, [*SERIAL, "--timesteps=1200", "--evaluate=400", "--eval-episodes=2",
-                          "--eval-max-episode-steps=100", f"--logdir={run_dir}"],
-                tmp_path / "evaluations")
-    result = run.finish(timeout=300)
+    result = run_in_process(RUN_DQN, [*SERIAL, "--timesteps=1200", "--evaluate=400",
+                                      "--eval-episodes=2", "--eval-max-episode-steps=100",
+                                      SMALL_BATCH, f"--logdir={run_dir}"], capfd)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_csv(run_dir / "evaluations.csv")
     assert [row["timestep"] for row in rows] == ["400", "800", "1200"]
@@ -207,8 +211,10 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     the evaluation and the checkpoint while each lasts; the checkpoint and each evaluation
     leave a line on the screen; a Ctrl-C after the first checkpoint shows the stop's line,
     and the screen's last line is the command that goes on."""
+    # The stop comes at step 800; the 1,600 steps (400 updates) left take the run seconds
+    # more, time for the Ctrl-C to land, and its resume that much.
     run_dir = tmp_path / "run"
-    terminal = Terminal([*FAST_OFF, "--timesteps=4000", "--evaluate=800", "--eval-episodes=2",
+    terminal = Terminal([*FAST_OFF, "--timesteps=2400", "--evaluate=800", "--eval-episodes=2",
                          "--eval-max-episode-steps=100", "--checkpoint-every=800",
                          f"--logdir={run_dir}"], tmp_path / "terminal")
     terminal.wait_for("checkpoint at step 800\r\n")
@@ -226,9 +232,9 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     assert len(stopping) == 1, shown
     step = summary(run_dir)["steps"]
     assert stopping[0].startswith(f"stopping at step {step}: ")
-    assert shown[-1] == (f"stopped at step {step} of 4000; resume with: python "
+    assert shown[-1] == (f"stopped at step {step} of 2400; resume with: python "
                          f"{RUN_FAST_DQN} --resume {run_dir}")
-    assert shown[-2].startswith(f"step {step}/4000 ")  # the progress line, left above it
+    assert shown[-2].startswith(f"step {step}/2400 ")  # the progress line, left above it
     assert not any(line.startswith("done:") for line in shown)
 
     # The resume, on a terminal too: its "resumed from" line stays on the screen (it was
@@ -238,7 +244,7 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     shown = [line for line in screen(resumed.output) if line]
     assert any(line.startswith("resumed from ") and line.endswith(f" at step {step}")
                for line in shown), shown
-    assert shown[-1].startswith("done: 4000 steps"), shown
+    assert shown[-1].startswith("done: 2400 steps"), shown
 
 
 # -- the README's block ------------------------------------------------------------------------

@@ -71,7 +71,8 @@ class FakeEnv:
 
 
 def test_machados_settings_give_18_actions_and_terminals_only_at_game_over():
-    actions = np.random.default_rng(1).integers(0, 18, size=(800, 2))
+    # 500 rounds: 4 games end (2 by round 300); here a lost life is no terminal.
+    actions = np.random.default_rng(1).integers(0, 18, size=(500, 2))
     runs = {}
     for backend in ("vector", "threads"):
         pool = make_pool(backend, life_loss_terminal=False, full_action_set=True)
@@ -353,14 +354,15 @@ def test_a_grouped_pool_plays_as_one_pool_of_its_envs(backend):
     rewards and flags for the same actions (with the no-ops and sticky actions, which draw
     from each env's seed)."""
     settings = GameSettings("pong", noop_max=30, sticky_actions=0.25, max_episode_steps=40)
-    whole = make_env_pool(backend, settings, 5, seed=11)
+    # 3 envs in groups of 2: a whole group and a short one, seeded from its first env.
+    whole = make_env_pool(backend, settings, 3, seed=11)
     grouped = GroupedPool(lambda first, n: make_env_pool(backend, settings, n, seed=11 + first),
-                          5, 2, should_stop=lambda: False)
+                          3, 2, should_stop=lambda: False)
     try:
         np.testing.assert_array_equal(grouped.reset(11), whole.reset(11))
         rng = np.random.default_rng(0)
         for _ in range(60):  # through the 40-step cap
-            actions = rng.integers(0, whole.n_actions, size=5)
+            actions = rng.integers(0, whole.n_actions, size=3)
             for name, a, b in zip(PoolStep._fields, grouped.step(actions), whole.step(actions)):
                 np.testing.assert_array_equal(a, b, err_msg=name)
     finally:

@@ -75,27 +75,74 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
     trainer.close()
 
 
+# A bound on waits for what a correct trainer does at once: only a failing test waits it out.
+GIVE_UP_SECONDS = 60
+
+
+class LooksAtTheStop:
+    """A stop request the test makes, and a gate on the trainer's updates once it is made:
+    each later update waits for one look of `TrainerThread.wait` at the request. A `wait`
+    that acts on its first look then lets at most two more updates through (the one that
+    look let go, and one begun before the abandon was set), whatever the threads' timing;
+    one that waited out the epoch would starve the gate and let the rest run ungated."""
+
+    def __init__(self):
+        self.requested = threading.Event()
+        self.gating = True
+        self.starved = False  # an update waited GIVE_UP_SECONDS for a look
+        self._looks = threading.Semaphore(0)
+
+    def gate(self) -> None:
+        if self.requested.is_set() and self.gating and not self.starved:
+            self.starved = not self._looks.acquire(timeout=GIVE_UP_SECONDS)
+
+    def __call__(self) -> bool:
+        """`abandon_if`: the stop request, as `wait` polls it."""
+        if self.requested.is_set():
+            self._looks.release()
+            return True
+        return False
+
+
 def test_a_stop_request_abandons_the_epoch_within_moments():
     """Regression: Ctrl-C while the main thread waited for the trainer waited out the epoch."""
-    trainer = trainer_thread(lambda _, count: time.sleep(0.01))
-    trainer.start_epoch(10_000)  # 100 s of updates
-    requested = time.monotonic() + 0.2
-    started = time.monotonic()
-    made = trainer.wait(abandon_if=lambda: time.monotonic() > requested)
-    assert time.monotonic() - started < 2.0
-    assert 0 < made < 10_000
+    made = []
+    stop = LooksAtTheStop()
+
+    def update(_, count):
+        stop.gate()
+        made.append(count)
+        if len(made) == 3:
+            stop.requested.set()
+
+    trainer = trainer_thread(update)
+    trainer.start_epoch(10_000)
+    made_count = trainer.wait(abandon_if=stop)
+    stop.gating = False
+    assert not stop.starved
+    assert 3 <= made_count <= 5
     trainer.start_epoch(2)  # the next epoch is not abandoned
     assert trainer.wait() == 2
     trainer.close()
 
 
 def test_close_is_idempotent_and_joins_the_thread():
-    trainer = trainer_thread(lambda _, count: time.sleep(0.001), name="trainer-closed-twice")
-    trainer.start_epoch(1_000_000)  # 1,000 s of updates
-    started = time.monotonic()
+    """close() during an epoch of 1,000 s of updates returns with the epoch unfinished and
+    the thread gone."""
+    made = []
+    updating = threading.Event()
+
+    def update(_, count):
+        made.append(count)
+        updating.set()
+        time.sleep(0.001)
+
+    trainer = trainer_thread(update, name="trainer-closed-twice")
+    trainer.start_epoch(1_000_000)
+    assert updating.wait(GIVE_UP_SECONDS)
     trainer.close()
     trainer.close()
-    assert time.monotonic() - started < 5.0
+    assert 0 < len(made) < 1_000_000
     names = [thread.name for thread in threading.enumerate()]
     assert not [name for name in names if name.startswith("trainer-closed-twice")]
 
@@ -130,24 +177,28 @@ def test_wait_returns_the_updates_made_since_the_last_wait():
 
 def test_the_next_call_is_prepared_while_the_current_one_updates():
     """prepare(k, buffer) runs one call ahead on its own thread, in the epoch's order, into
-    alternating buffers; update gets what was prepared for it."""
-    events, lock = [], threading.Lock()
-    overlapped = threading.Event()
-    updating = threading.Event()
+    alternating buffers; update gets what was prepared for it. An update that has a next
+    call waits until that call's preparation has begun: a trainer that prepared only after
+    the update would leave it waiting (no clock decides the overlap)."""
+    events, changed = [], threading.Condition()
+    waited_for = []  # per call with a next one: whether its preparation began meanwhile
 
     def prepare(count: int, buffer: int) -> tuple[int, int]:
-        if updating.is_set():
-            overlapped.set()
-        with lock:
+        with changed:
             events.append(("prepare", count, buffer, threading.current_thread().name))
+            changed.notify_all()
         return count, buffer
 
+    def kinds(kind: str) -> int:
+        return sum(event[0] == kind for event in events)
+
     def update(prepared: tuple[int, int], count: int) -> None:
-        updating.set()
-        time.sleep(0.02)  # long enough for the next preparation to start meanwhile
-        with lock:
+        with changed:
+            if kinds("update") < 2:  # the first two of the three calls have a next one
+                made = kinds("update")
+                waited_for.append(changed.wait_for(lambda: kinds("prepare") >= made + 2,
+                                                   timeout=GIVE_UP_SECONDS))
             events.append(("update", prepared, count))
-        updating.clear()
 
     trainer = trainer_thread(update, prepare=prepare, updates_per_call=3)
     trainer.start_epoch(7)
@@ -159,7 +210,7 @@ def test_the_next_call_is_prepared_while_the_current_one_updates():
     assert updates == [((3, 0), 3), ((3, 1), 3), ((1, 0), 1)]
     assert all(event[3].startswith("trainer-prepare") for event in events
                if event[0] == "prepare")
-    assert overlapped.is_set()
+    assert waited_for == [True, True]
 
 
 def test_an_abandoned_epoch_leaves_no_preparation_running():
@@ -172,9 +223,15 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
         time.sleep(0.01)
         running.pop()
 
-    trainer = trainer_thread(lambda _, count: time.sleep(0.005), prepare=prepare)
+    updating = threading.Event()
+
+    def update(_, count):
+        updating.set()
+        time.sleep(0.005)
+
+    trainer = trainer_thread(update, prepare=prepare)
     trainer.start_epoch(100_000)
-    time.sleep(0.1)
+    assert updating.wait(GIVE_UP_SECONDS)  # an update under way: at least one is made
     made = trainer.wait(abandon_if=lambda: True)
     assert running == []
     assert 0 < made < 100_000
@@ -223,21 +280,22 @@ def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
     replay memory's generator, so the updates a resume made drew other minibatches than the
     run never stopped."""
     prepared, made, discarded = [], [], []
-    abandon = threading.Event()
+    stop = LooksAtTheStop()  # the epoch of 100 calls cannot end before the stop is seen
 
     def prepare(count: int, buffer: int) -> int:
         prepared.append(buffer)
         return buffer
 
     def update(buffer: int, count: int) -> None:
+        stop.gate()
         made.append(buffer)
-        time.sleep(0.05)  # the next call is prepared meanwhile
-        abandon.set()
+        stop.requested.set()
 
     trainer = trainer_thread(update, prepare=prepare, updates_per_call=1, discard=discarded.append)
     trainer.start_epoch(100)
-    abandon.wait(5)
-    assert trainer.wait(abandon_if=lambda: True) == len(made)
+    assert trainer.wait(abandon_if=stop) == len(made)
+    stop.gating = False
     trainer.close()
+    assert not stop.starved and 1 <= len(made) <= 3
     # Every call prepared was either made or discarded, the discarded one last.
     assert prepared == made + discarded and len(discarded) == 1
