@@ -47,6 +47,17 @@ _MACHADO_PRESET: dict[str, Any] = {"sticky_actions": 0.25, "life_loss_terminal":
                                    "max_episode_steps": 27_000}
 PROTOCOLS = ("nature", "machado")
 
+# The optimizers and losses `--optimizer` and `--loss` name (fast_dqn/update_rule.py makes
+# them): Nature's centered RMSProp and summed Huber loss, or the Adam and mean squared loss of
+# Dopamine's JAX DQN (docs/protocol.md cites its source for each value).
+OPTIMIZERS = ("rmsprop", "adam")
+LOSSES = ("huber", "mse")
+# What `--optimizer=adam` sets unless a flag given on the command line sets it itself:
+# Dopamine's learning rate (its epsilon and moments are update_rule's constants).
+_ADAM_PRESET: dict[str, Any] = {"lr": 6.25e-5}
+# The flags of RMSProp only, refused beside --optimizer=adam.
+_RMSPROP_ONLY = ("rmsprop_rho", "rmsprop_epsilon")
+
 # Settings of one resume's command line, not of the run: config.json does not keep them, and
 # `Config.from_saved` leaves them out of an older config.json that does (a run started with
 # --refill-replay would otherwise refill every later resume without being asked).
@@ -87,9 +98,19 @@ class Config:
     train_freq: int = _field(4, "agent steps per minibatch update")
     target_update: int = _field(10_000, "agent steps between target-network updates")
     batch_size: int = _field(32, "transitions per minibatch")
-    lr: float = _field(2.5e-4, "centered RMSProp learning rate")
-    rmsprop_rho: float = _field(0.95, "centered RMSProp gradient momentum (rho)")
-    rmsprop_epsilon: float = _field(0.01, "centered RMSProp epsilon")
+    lr: float = _field(2.5e-4, "learning rate (with --optimizer=adam, Dopamine's 6.25e-5 "
+                       "unless given)")
+    optimizer: str = _field("rmsprop", "rmsprop: centered RMSProp (Nature); adam: Adam as "
+                            "Dopamine's JAX DQN runs it (optax.adam, b1 0.9, b2 0.999, "
+                            "epsilon 1.5e-4 added after the bias correction)",
+                            choices=OPTIMIZERS)
+    rmsprop_rho: float = _field(0.95, "centered RMSProp gradient momentum (rho; "
+                                "--optimizer=rmsprop only)")
+    rmsprop_epsilon: float = _field(0.01, "centered RMSProp epsilon, inside the square root "
+                                    "(--optimizer=rmsprop only)")
+    loss: str = _field("huber", "huber: Huber loss (delta 1) summed over the minibatch "
+                       "(Nature); mse: squared TD error averaged over the minibatch "
+                       "(Dopamine's JAX DQN)", choices=LOSSES)
     discount: float = _field(0.99, "discount factor gamma")
     initial_epsilon: float = _field(1.0, "exploration epsilon at the start of learning")
     exploration_steps: int = _field(1_000_000, "agent steps over which epsilon decays linearly")
@@ -334,6 +355,23 @@ def with_protocol(given: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a new run: its protocol's preset, then the flags given on top."""
     preset = PROTOCOL_PRESETS[given.get("protocol", Config.protocol)]
     return {**preset, **given}
+
+
+def new_run_settings(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a new run from the flags `given`: its protocol's preset and, with
+    --optimizer=adam, Dopamine's learning rate, then the flags given on top.
+
+    Raises:
+        ValueError: a flag of RMSProp given beside --optimizer=adam (--rmsprop-epsilon).
+    """
+    optimizer = given.get("optimizer", Config.optimizer)
+    if optimizer == "adam":
+        for name in _RMSPROP_ONLY:
+            if name in given:
+                raise ValueError(f"{flag_name(name)} is a setting of --optimizer=rmsprop; "
+                                 "this run's optimizer is adam")
+    preset = _ADAM_PRESET if optimizer == "adam" else {}
+    return {**preset, **with_protocol(given)}
 
 
 def protocol_overrides(config: Config) -> list[str]:

@@ -43,7 +43,7 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
-                             make_parser, protocol_overrides, validate, with_protocol)
+                             make_parser, new_run_settings, protocol_overrides, validate)
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.quiet_tensorflow import select_device
@@ -91,7 +91,7 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     if settings.get("refill_replay"):
         raise ValueError("--refill-replay only has meaning with --resume (it accepts a "
                          "checkpoint whose replay memory is missing); leave it out of a new run")
-    config = Config(**with_protocol(settings))
+    config = Config(**new_run_settings(settings))
     validate(config, algo)
     config = config.replace(game=game_of_new_run(config.game, config, settings))
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))

@@ -8,7 +8,7 @@ first in a run, quietly (fast_dqn/quiet_tensorflow.py).
 The architecture follows Mnih et al. (2015): three convolutions and two dense layers on
 84x84x4 frames scaled by 1/255 (or Wang et al.'s dueling streams).
 
-The update itself (TD targets, the summed Huber loss, the RMSProp step) is one function,
+The update itself (TD targets, the loss, the optimizer's step) is one function,
 `update_rule.dqn_update`, which this module does not reimplement: `QNetwork` traces it (one
 update from a host minibatch, or from slots whose states it gathers from the frames on the
 device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
@@ -35,7 +35,7 @@ from fast_dqn.config import Config
 from fast_dqn.direct_calls import Dispatch, DirectCalls, borrowed_tensor, run_call
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
-from fast_dqn.update_rule import UpdateFunction, dqn_update, nature_rmsprop
+from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer
 
 # TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
 # something is wrong (see quiet_tensorflow.py), or always with FAST_DQN_TF_LOGS=1.
@@ -47,6 +47,10 @@ SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 o
 # Every traced call by purpose: the samplers' query of the target network, the online
 # network's query, and the updates from host minibatches and from slots, 1 or K per call.
 CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES)
+# The name under which a checkpoint keeps each optimizer's slots: Nature's RMSProp under the
+# name checkpoints have always used, Adam under its own, so that a checkpoint is never read
+# into the other optimizer's slots (both have two slots per weight, stored by position).
+OPTIMIZER_CHECKPOINT_KEYS = {"rmsprop": "optimizer", "adam": "adam_optimizer"}
 
 # xla -> the traced function of each of CALL_PURPOSES: what a network's calls run.
 TracedCalls = Callable[[bool], Mapping[str, Any]]
@@ -192,7 +196,9 @@ class QNetwork:
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
                  discount: float, seed: int, xla: bool = False, double: bool = False,
-                 dueling: bool = False, update_function: UpdateFunction | None = None,
+                 dueling: bool = False, optimizer: str = Config.optimizer,
+                 loss: str = Config.loss,
+                 update_function: UpdateFunction | None = None,
                  traced_calls: TracedCalls | None = None, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
         self.discount = discount
@@ -200,10 +206,12 @@ class QNetwork:
         seeds = random.Random(seed)
         self.online = build_nature_cnn(n_actions, "online", seeds, dueling)
         self.target = build_nature_cnn(n_actions, "target", seeds, dueling)
-        self.optimizer = nature_rmsprop(lr, rho, epsilon)
+        self.optimizer_name = optimizer
+        self.optimizer = make_optimizer(optimizer, lr=lr, rmsprop_rho=rho,
+                                        rmsprop_epsilon=epsilon)
         self.optimizer.build(self.online.trainable_variables)
         self.update_function: UpdateFunction = update_function or functools.partial(
-            dqn_update, discount=discount, double=double)
+            dqn_update, discount=discount, double=double, loss=loss)
         self._traced_calls = traced_calls or self._own_calls
         self._dispatch = dispatch
         # Sums over the updates since the last `take_train_stats`, kept on the device so
@@ -360,7 +368,7 @@ class QNetwork:
         self._call_directly(SLOT_UPDATES[1], stacked, (frames,), any_count=True)
 
     def take_train_stats(self, updates: int) -> tuple[float, float]:
-        """Mean Huber loss per transition and mean Q(s, a) over the `updates` updates made
+        """Mean loss per transition and mean Q(s, a) over the `updates` updates made
         since the last call (the run counts them: `RunCounters.updates`), NaN for none; the
         sums start again from zero. Reading them waits for the updates under way."""
         loss_sum, q_sum = float(self._loss_sum.numpy()), float(self._q_sum.numpy())
@@ -375,9 +383,14 @@ class QNetwork:
 
         Raises:
             ValueError: no checkpoint at `prefix`, a damaged one, or one that does not fit
-                this network (another game's action count).
+                this network (another game's action count, another optimizer's slots).
         """
         try:
+            saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(prefix)}
+            for optimizer, key in OPTIMIZER_CHECKPOINT_KEYS.items():
+                if key in saved and optimizer != self.optimizer_name:
+                    raise ValueError(f"it holds the slots of --optimizer={optimizer}, and "
+                                     f"this run's optimizer is {self.optimizer_name}")
             self.checkpoint().read(prefix).assert_consumed()
         except (tf.errors.OpError, ValueError, AssertionError) as error:
             message = " ".join(str(error).split())
@@ -401,8 +414,8 @@ class QNetwork:
 
     def checkpoint(self) -> tf.train.Checkpoint:
         """Networks and optimizer slots, saved by TensorFlow's own format (no pickles)."""
-        return tf.train.Checkpoint(online=self.online, target=self.target,
-                                   optimizer=self.optimizer)
+        return tf.train.Checkpoint(online=self.online, target=self.target, **{
+            OPTIMIZER_CHECKPOINT_KEYS[self.optimizer_name]: self.optimizer})
 
 
 # Graph nodes the runtime does not dispatch as work: constants and the function's inputs.
@@ -445,12 +458,13 @@ def _xla_refused(error: Exception) -> bool:
 
 
 def q_network_settings(config: Config) -> dict[str, Any]:
-    """QNetwork's keyword arguments from `config`: Nature's optimizer settings and discount,
-    and the Double DQN target or the dueling architecture where it asks for them (the
-    learning rule, `update_rule.dqn_update`, is the default)."""
+    """QNetwork's keyword arguments from `config`: its optimizer, loss and discount, and the
+    Double DQN target or the dueling architecture where it asks for them (the learning rule,
+    `update_rule.dqn_update`, is the default)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
                 discount=config.discount, seed=config.seed, xla=use_xla(config.xla),
-                double=config.double, dueling=config.dueling)
+                double=config.double, dueling=config.dueling, optimizer=config.optimizer,
+                loss=config.loss)
 
 
 def make_q_network(config: Config, n_actions: int) -> QNetwork:

@@ -17,6 +17,13 @@ clipped TD error and accumulates the 32 gradients, and pfrl's Nature reproductio
 `batch_accumulator="sum"`. With a mean the gradient is 32 times smaller while the optimizer's
 epsilon stays 0.01, so most updates would be many times smaller than Nature's.
 
+Dopamine's JAX DQN (`--optimizer=adam --loss=mse`, docs/protocol.md cites its source): the
+squared TD error, without a factor 1/2, averaged over the minibatch; Adam as optax computes
+it, epsilon added to the square root of the bias-corrected second moment. Keras's own Adam
+adds its epsilon before the bias correction (the paper's epsilon-hat), which is another
+update for the same epsilon, so `DopamineAdam` writes the step out. The loss and the
+optimizer are chosen by name (`LOSSES`, `make_optimizer`); the defaults are Nature's.
+
 The minibatch is a `transitions.Batch` of tensors, read by column name: a column declared in
 `transitions.MINIBATCH_COLUMNS` reaches this function from either frame store.
 """
@@ -36,7 +43,8 @@ keras = tf.keras
 
 class UpdateStats(NamedTuple):
     """What one update reports (scalars): the loss per transition, as other tools plot it
-    (the gradient is of the sum), and the mean Q(s, a) of the actions taken."""
+    (the gradient of the Huber loss is of the sum), and the mean Q(s, a) of the actions
+    taken."""
 
     loss: tf.Tensor
     mean_q: tf.Tensor
@@ -53,12 +61,91 @@ def nature_rmsprop(lr: float, rho: float, epsilon: float) -> keras.optimizers.Op
                                     momentum=0.0)
 
 
+# Dopamine's Adam settings (dopamine/jax/agents/dqn/dqn_agent.py, create_optimizer's
+# defaults; its Atari configuration, dqn.gin, sets the same epsilon). Its learning rate is
+# --lr's value with --optimizer=adam (fast_dqn/config.py).
+ADAM_BETA_1 = 0.9
+ADAM_BETA_2 = 0.999
+ADAM_EPSILON = 1.5e-4
+
+
+class DopamineAdam(keras.optimizers.Optimizer):
+    """Adam as optax.adam computes it (Kingma and Ba 2015, Algorithm 1): with m and v the
+    moving averages of the gradient and its square, t the step count from 1,
+
+        variable -= lr * (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)
+
+    Its moments are optimizer variables, so a checkpoint of the optimizer holds them and
+    the step count (`iterations`) as it does RMSProp's slots.
+    """
+
+    def __init__(self, learning_rate: float, epsilon: float = ADAM_EPSILON,
+                 beta_1: float = ADAM_BETA_1, beta_2: float = ADAM_BETA_2,
+                 name: str = "dopamine_adam"):
+        super().__init__(learning_rate=learning_rate, name=name)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+
+    def build(self, var_list: list) -> None:
+        if self.built:
+            return
+        super().build(var_list)
+        self._first_moments, self._second_moments = self.add_optimizer_variables(
+            var_list, ["first_moment", "second_moment"])
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        dtype = variable.dtype
+        lr = tf.cast(learning_rate, dtype)
+        gradient = tf.cast(gradient, dtype)
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self._first_moments[index], self._second_moments[index]
+        self.assign(m, (1 - self.beta_1) * gradient + self.beta_1 * m)
+        self.assign(v, (1 - self.beta_2) * tf.square(gradient) + self.beta_2 * v)
+        m_hat = m / (1 - tf.pow(tf.cast(self.beta_1, dtype), step))
+        v_hat = v / (1 - tf.pow(tf.cast(self.beta_2, dtype), step))
+        self.assign_sub(variable, lr * (m_hat / (tf.sqrt(v_hat) + self.epsilon)))
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon)
+        return config
+
+
+def make_optimizer(name: str, *, lr: float, rmsprop_rho: float,
+                   rmsprop_epsilon: float) -> keras.optimizers.Optimizer:
+    """The optimizer `--optimizer` names: "rmsprop" (Nature's, with its rho and epsilon) or
+    "adam" (Dopamine's)."""
+    if name == "rmsprop":
+        return nature_rmsprop(lr, rmsprop_rho, rmsprop_epsilon)
+    if name == "adam":
+        return DopamineAdam(lr)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
 def huber(x: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     """0.5 x^2 for |x| <= delta, delta (|x| - delta / 2) beyond: its gradient is x clipped
     to [-delta, delta]."""
     abs_x = tf.abs(x)
     quadratic = tf.minimum(abs_x, delta)
     return 0.5 * tf.square(quadratic) + delta * (abs_x - quadratic)
+
+
+class Loss(NamedTuple):
+    """A loss on the TD errors: each transition's term, and how the minibatch's terms make
+    the loss whose gradient the optimizer steps on."""
+
+    per_transition: Callable[[tf.Tensor], tf.Tensor]
+    reduce: Callable[[tf.Tensor], tf.Tensor]
+
+
+# The losses `--loss` names. huber: Nature's, summed (the module's docstring says why).
+# mse: Dopamine's losses.mse_loss, (target - Q)^2 with no 1/2, averaged by its train step.
+LOSSES: dict[str, Loss] = {
+    "huber": Loss(huber, tf.reduce_sum),
+    "mse": Loss(tf.square, tf.reduce_mean),
+}
 
 
 def td_targets(online: Any, target: Any, batch: Batch, *, discount: float,
@@ -80,16 +167,18 @@ def td_targets(online: Any, target: Any, batch: Batch, *, discount: float,
 
 
 def dqn_update(online: Any, target: Any, optimizer: Any, batch: Batch, *, discount: float,
-               double: bool = False) -> UpdateStats:
-    """One minibatch update of `online`: the summed Huber loss of its Q(s, a) against the TD
-    targets, and one step of `optimizer` on its gradient."""
+               double: bool = False, loss: str = "huber") -> UpdateStats:
+    """One minibatch update of `online`: the loss `loss` names (LOSSES; Nature's summed
+    Huber loss by default) of its Q(s, a) against the TD targets, and one step of
+    `optimizer` on its gradient."""
+    chosen_loss = LOSSES[loss]
     targets = tf.stop_gradient(td_targets(online, target, batch, discount=discount,
                                           double=double))
     with tf.GradientTape() as tape:
         q = online(batch.states, training=True)
         q_taken = tf.gather(q, batch.actions, axis=1, batch_dims=1)
-        per_transition = huber(targets - q_taken)
-        loss = tf.reduce_sum(per_transition)
-    gradients = tape.gradient(loss, online.trainable_variables)
+        per_transition = chosen_loss.per_transition(targets - q_taken)
+        total = chosen_loss.reduce(per_transition)
+    gradients = tape.gradient(total, online.trainable_variables)
     optimizer.apply_gradients(zip(gradients, online.trainable_variables))
     return UpdateStats(loss=tf.reduce_mean(per_transition), mean_q=tf.reduce_mean(q_taken))
