@@ -29,8 +29,9 @@ import numpy as np
 
 from fast_dqn.agents import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
-from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, REPLAY_DEVICES, XLA_MODES,
-                             Config, OneLineErrorParser, add_device_flag, validate)
+from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
+                             OneLineErrorParser, add_config_flags, add_device_flag,
+                             new_run_settings, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
@@ -56,22 +57,24 @@ def program_name(argv0: str) -> str:
     return MODULE_COMMAND if name in ("benchmark.py", "__main__.py", "") else name
 
 
+# The trainer's settings the benchmark takes, as run_fast_dqn.py takes them (its parser's
+# flags, help and checks): what the measured runs are made of. The benchmark sets the rest
+# itself (its steps, replay and schedule, below) or takes them in its own form (--workers).
+TRAINER_SETTINGS = ("game", "seed", "target_update", "final_epsilon", "batch_size", "backend",
+                    "updates_per_call", "replay_device", "xla",
+                    *(variant.field for variant in VARIANTS))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = OneLineErrorParser(prog=program_name(sys.argv[0]),
                                 description=__doc__.split("\n\n")[0], epilog=EPILOG)
-    parser.add_argument("--game", default="pong",
-                        help="Atari game, as run_fast_dqn.py's --game (default: pong)")
+    add_config_flags(parser, ALGO_FAST_DQN, names=TRAINER_SETTINGS)
     parser.add_argument("--workers", type=int, nargs="+", default=[8],
                         help="worker counts of the fast scheme to measure (default: 8)")
-    parser.add_argument("--backend", choices=("vector", "threads"), default="vector",
-                        help="the fast scheme's sampler pool, as run_fast_dqn.py's --backend "
-                             "(default: vector)")
     parser.add_argument("--random-steps", type=int, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
     parser.add_argument("--steps", type=int, default=10_000,
                         help="agent steps measured per configuration (default: 10000)")
-    parser.add_argument("--target-update", type=int, default=10_000,
-                        help="epoch length in agent steps (default: 10000, the Nature value)")
     parser.add_argument("--trainer-seconds", type=float, default=4.0,
                         help="length of one window timing the trainer alone (default: 4)")
     parser.add_argument("--trainer-windows", type=int, default=6,
@@ -80,31 +83,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default: 6)")
     parser.add_argument("--emulation-seconds", type=float, default=3.0,
                         help="how long to time the envs alone per worker count (default: 3)")
-    parser.add_argument("--final-epsilon", type=float, default=0.1,
-                        help="the fixed exploration epsilon of the measured steps (default: "
-                             "0.1, the Nature value after the decay)")
     parser.add_argument("--skip-serial", action="store_true",
                         help="do not measure the serial reference")
     parser.add_argument("--trainer-stub-ms", type=float, default=None,
                         help="simulate the GPU: replace each minibatch update by a wait of X ms")
     parser.add_argument("--query-stub-ms", type=float, default=None,
                         help="simulate the GPU: replace each batched Q query by a wait of Y ms")
-    parser.add_argument("--updates-per-call", type=int, default=Config.updates_per_call,
-                        help="minibatch updates per trainer call in the fast scheme "
-                             f"(default: {Config.updates_per_call})")
     parser.add_argument("--switch-interval-ms", type=float, default=None,
                         help="Python's GIL switch interval during the measurement "
                              "(default: Python's own, 5 ms)")
-    parser.add_argument("--replay-device", choices=REPLAY_DEVICES, default=Config.replay_device,
-                        help="where the replay frames live, as run_fast_dqn.py's "
-                             "--replay-device (default: auto, which is the device on a "
-                             "simulated GPU)")
-    parser.add_argument("--xla", choices=XLA_MODES, default=Config.xla,
-                        help=f"XLA for the update, as run_fast_dqn.py's --xla (default: "
-                             f"{Config.xla})")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the envs, the exploration, the replay and the network "
-                             "(default: 0)")
     add_device_flag(parser)
     args = parser.parse_args(argv)
     if min(args.workers) < 1 or args.steps < 1 or args.random_steps < 0:
@@ -113,19 +100,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--trainer-stub-ms and --query-stub-ms go together")
     if args.switch_interval_ms is not None and not args.switch_interval_ms > 0:
         parser.error("--switch-interval-ms must be positive")
-    if args.updates_per_call < 1:
-        parser.error("--updates-per-call must be at least 1")
     if args.trainer_windows < 1 or not args.trainer_seconds > 0:
         parser.error("--trainer-windows must be at least 1 and --trainer-seconds positive")
     return args
 
 
+def trainer_settings(args: argparse.Namespace) -> dict:
+    """The trainer's settings given on the command line (TRAINER_SETTINGS), with their
+    protocol's preset and optimizer's learning rate as a new run gets them."""
+    given = {name: getattr(args, name) for name in TRAINER_SETTINGS
+             if getattr(args, name) is not None}
+    return new_run_settings(given)
+
+
 def bench_replay_device(args: argparse.Namespace) -> str:
     """--replay-device; "auto" on a simulated GPU is what it is on a real one with room for
     the frames: the device."""
-    if args.replay_device == "auto" and args.trainer_stub_ms is not None:
+    replay_device = args.replay_device or Config.replay_device
+    if replay_device == "auto" and args.trainer_stub_ms is not None:
         return "device"
-    return args.replay_device
+    return replay_device
 
 
 def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> ReplayMemory:
@@ -154,14 +148,16 @@ def touch_pages(memory: ReplayMemory) -> None:
 
 
 def bench_config(args: argparse.Namespace, workers: int, concurrent: bool = True) -> Config:
+    """The measured run's settings: the trainer's settings given (TRAINER_SETTINGS), and the
+    benchmark's steps, replay and fixed exploration. Raises ValueError as `validate` does."""
     random_steps = round_up(args.random_steps, workers)
-    config = Config(
-        game=resolve_game(args.game), seed=args.seed, timesteps=random_steps + args.steps,
-        replay_start=random_steps, replay_capacity=max(random_steps + args.steps, 10_000),
-        exploration_steps=0, final_epsilon=args.final_epsilon, evaluate=0,
-        target_update=args.target_update, workers=workers, concurrent=concurrent,
-        backend=args.backend, checkpoint_every=0, updates_per_call=args.updates_per_call,
-        xla=args.xla, replay_device=bench_replay_device(args))
+    settings = trainer_settings(args)
+    config = Config(**{
+        **settings, "game": resolve_game(settings.get("game", Config.game)),
+        "timesteps": random_steps + args.steps, "replay_start": random_steps,
+        "replay_capacity": max(random_steps + args.steps, 10_000), "exploration_steps": 0,
+        "evaluate": 0, "workers": workers, "concurrent": concurrent, "checkpoint_every": 0,
+        "replay_device": bench_replay_device(args)})
     validate(config, ALGO_FAST_DQN)
     return config
 
@@ -424,8 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
         "fast_over_limit": best["steps_per_second"] / limit,
         "fast_by_workers": by_workers(fast_results, "steps_per_second"),
-        "updates_per_call": args.updates_per_call, "xla": first.xla,
+        "updates_per_call": first.updates_per_call, "xla": first.xla,
         "replay_device": first.replay_device,
+        **{variant.field: getattr(first, variant.field) for variant in VARIANTS},
         "switch_interval_ms": 1000.0 * sys.getswitchinterval(),
         "emulation_steps_per_second_by_workers": by_workers(fast_results,
                                                             "emulation_steps_per_second"),

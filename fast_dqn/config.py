@@ -226,6 +226,53 @@ def _as_json(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A way a run departs from Nature DQN, declared once: one setting of `Config`, whose
+    default is Nature's. The trainers' flags, the run's variant line (launch.variant_line),
+    the benchmark, scripts/summarize.py and scripts/learning_check.sh read VARIANTS.
+
+    `labels` names each departing value for the variant line ("Double DQN target"), `names`
+    for summaries and run directories ("double"); a departing value not listed is named by
+    itself.
+    """
+
+    field: str
+    labels: Mapping[Any, str]
+    names: Mapping[Any, str]
+
+    @property
+    def flag(self) -> str:
+        return flag_name(self.field)
+
+    @property
+    def nature(self) -> Any:
+        """Nature DQN's value: the setting's default."""
+        return getattr(Config, self.field)
+
+    def departs(self, value: Any) -> bool:
+        """Whether `value` departs from Nature DQN (of a switch, only true does: a
+        hand-edited config.json's "yes" is no variant)."""
+        if isinstance(self.nature, bool):
+            return value is True
+        return value != self.nature
+
+    def label(self, value: Any) -> str | None:
+        return self.labels.get(value, f"{self.field} {value}") if self.departs(value) else None
+
+    def short_name(self, value: Any) -> str | None:
+        return self.names.get(value, str(value)) if self.departs(value) else None
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("protocol", {"machado": "protocol machado"}, {"machado": "machado"}),
+    Variant("double", {True: "Double DQN target"}, {True: "double"}),
+    Variant("dueling", {True: "dueling network"}, {True: "dueling"}),
+    Variant("optimizer", {"adam": "Adam (Dopamine's)"}, {"adam": "adam"}),
+    Variant("loss", {"mse": "mean squared loss (Dopamine's)"}, {"mse": "mse"}),
+)
+
+
 PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {
     "nature": {name: getattr(Config, name) for name in _MACHADO_PRESET},
     "machado": _MACHADO_PRESET,
@@ -288,10 +335,14 @@ class OneLineErrorParser(argparse.ArgumentParser):
         return ""
 
 
-def add_config_flags(parser: argparse.ArgumentParser, algo: str) -> None:
-    """Adds one flag per `Config` field (fast-only fields only for the fast trainer)."""
+def add_config_flags(parser: argparse.ArgumentParser, algo: str,
+                     names: Sequence[str] | None = None) -> None:
+    """Adds one flag per `Config` field (fast-only fields only for the fast trainer), or
+    per field in `names` (for the commands that take some of the trainers' flags)."""
     for field in dataclasses.fields(Config):
         if field.metadata["fast_only"] and algo != ALGO_FAST_DQN:
+            continue
+        if names is not None and field.name not in names:
             continue
         kwargs: dict[str, Any] = {"default": None, "dest": field.name}
         if field.type in ("bool", bool):
@@ -336,6 +387,39 @@ def make_parser(algo: str, description: str) -> OneLineErrorParser:
                     parser.flags_elsewhere[flag] = ("a flag of the fast trainer only "
                                                     "(run_fast_dqn.py, fast-dqn)")
     return parser
+
+
+def variant_flags(argv: Sequence[str], prog: str) -> tuple[list[str], list[str]]:
+    """The variant flags in `argv`, read as the trainers read them: the flags of the variants
+    that depart from Nature DQN, as the trainers take them ("--double=true"), and their short
+    names, both in VARIANTS' order. Exits with status 2 and one line, as a trainer's parser
+    does, on any other flag or a bad value (scripts/learning_check.sh passes them on)."""
+    parser = OneLineErrorParser(prog=prog)
+    add_config_flags(parser, ALGO_FAST_DQN, names=[variant.field for variant in VARIANTS])
+    given = vars(parser.parse_args(argv))
+    flags, names = [], []
+    for variant in VARIANTS:
+        value = given[variant.field]
+        if value is not None and variant.departs(value):
+            flags.append(f"{variant.flag}={str(value).lower() if value is True else value}")
+            names.append(variant.short_name(value))
+    return flags, names
+
+
+def variant_help_lines() -> list[str]:
+    """One line per variant flag for a script's --help: the flag, its departing values'
+    labels and its default."""
+    lines = []
+    for variant in VARIANTS:
+        field = next(f for f in dataclasses.fields(Config) if f.name == variant.field)
+        if isinstance(variant.nature, bool):
+            usage, meaning = variant.flag, variant.labels[True]
+        else:
+            usage = f"{variant.flag}={'|'.join(field.metadata['choices'])}"
+            meaning = "; ".join(f"{value}: {label}" for value, label in variant.labels.items())
+            meaning += f" (default: {variant.nature})"
+        lines.append(f"  {usage:<28} {meaning}")
+    return lines
 
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:

@@ -42,7 +42,8 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   network_prefix, read_replay_into, read_unstored, replay_in,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
-from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, given_settings,
+from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_name,
+                             given_settings,
                              make_parser, new_run_settings, protocol_overrides, validate)
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
@@ -386,16 +387,19 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
 
 
 def variant_line(config: Config) -> str | None:
-    """One line on how the run departs from Nature DQN (None for Nature DQN itself)."""
+    """One line on how the run departs from Nature DQN (None for Nature DQN itself): its
+    variants' labels (config.VARIANTS), the protocol's followed by the preset's settings
+    that flags changed."""
     parts = []
-    if config.protocol != "nature":
-        parts.append(f"protocol {config.protocol}")
-    overridden = protocol_overrides(config)
-    if overridden:
-        parts.append("changed by flags: " + ", ".join(
-            f"{flag_name(name)}={getattr(config, name)}" for name in overridden))
-    parts += [label for label, on in (("Double DQN target", config.double),
-                                      ("dueling network", config.dueling)) if on]
+    for variant in VARIANTS:
+        label = variant.label(getattr(config, variant.field))
+        if label is not None:
+            parts.append(label)
+        if variant.field == "protocol":
+            overridden = protocol_overrides(config)
+            if overridden:
+                parts.append("changed by flags: " + ", ".join(
+                    f"{flag_name(name)}={getattr(config, name)}" for name in overridden))
     return "; ".join(parts) if parts else None
 
 

@@ -7,8 +7,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The short schedule. Network, loss, optimizer, discount, minibatch, train frequency and
-# target period stay Nature's; only what shrinks the work is changed: the budget, the replay
-# start, the epsilon decay, and 10 evaluation games instead of 30.
+# target period stay Nature's (unless a variant flag is given); only what shrinks the work is
+# changed: the budget, the replay start, the epsilon decay, and 10 evaluation games instead
+# of 30.
 GAME=road_runner
 STEPS=150000
 REPLAY_START=20000
@@ -34,9 +35,10 @@ otherwise:
       --replay-start=$REPLAY_START --exploration-steps=$EXPLORATION_STEPS --replay-capacity=T
       --evaluate=E --eval-episodes=$EVAL_EPISODES --checkpoint-every=0
       --checkpoint-replay=false --logdir=OUT
-Everything else is the Nature default. On a 2-core CPU one run of the default schedule
-took 17 to 38 minutes in the runs of docs/learning-check.md (2 cores, most of them beside
-other work); it is meant for changes that can touch learning, not for CI.
+Everything else is the Nature default, but for the variant flags given (below). On a
+2-core CPU one run of the default schedule took 17 to 38 minutes in the runs of
+docs/learning-check.md (2 cores, most of them beside other work); it is meant for changes
+that can touch learning, not for CI.
 An existing finished run in OUT is checked again without training.
 
 Options:
@@ -45,9 +47,6 @@ Options:
   --steps T         agent steps (default: $STEPS)
   --evaluate E      evaluation period in agent steps (default: $EVALUATE)
   --seed S          seed (default: 0)
-  --protocol P      Atari protocol: nature or machado (default: nature)
-  --double          the Double DQN target
-  --dueling         the dueling network
   --threshold X     score the best evaluation after the decay must reach
                     (default: $THRESHOLD)
   --out DIR         run directory (default: runs/learning-check-GAME-TRAINER[-VARIANTS]-seedS)
@@ -55,15 +54,28 @@ Options:
   -h, --help        show this help
   -- EXTRA FLAGS    passed to the trainer (e.g. -- --backend=threads)
 
+Variants (the trainers' flags declared in fast_dqn/config.py's VARIANTS, passed to the
+trainer; the default run directory names those that depart from Nature DQN, in this order):
+$(variant_help)
+
 Exit status: 0 PASS, 1 FAIL or a failed run, 2 bad input.
+EOF
+}
+
+# variant_help: the variant flags, one per line, from their declaration (fast_dqn/config.py).
+variant_help() {
+  "$PY" - "$REPO_ROOT" <<'EOF' 2>/dev/null || echo "  (--python $PY cannot list them)"
+import sys
+sys.path.insert(0, sys.argv[1])
+from fast_dqn.config import variant_help_lines
+print("\n".join(variant_help_lines()))
 EOF
 }
 
 TRAINER=fast
 SEED=0
-PROTOCOL=nature
-VARIANT_FLAGS=()  # --protocol, --double, --dueling as the trainer takes them
-VARIANT_NAME=     # and as the default run directory names them
+GIVEN_VARIANTS=()  # the variant flags as given, for fast_dqn/config.py to read
+HELP=false
 OUT=
 PY=python
 EXTRA=()
@@ -77,16 +89,18 @@ while (($#)); do
     --steps) need_value "$1" $#; STEPS=$2; shift 2 ;;
     --evaluate) need_value "$1" $#; EVALUATE=$2; shift 2 ;;
     --seed) need_value "$1" $#; SEED=$2; shift 2 ;;
-    --protocol) need_value "$1" $#; PROTOCOL=$2; shift 2 ;;
-    --double|--dueling) VARIANT_FLAGS+=("$1=true"); VARIANT_NAME+=-${1#--}; shift ;;
     --threshold) need_value "$1" $#; THRESHOLD=$2; shift 2 ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
+    -h|--help) HELP=true; shift ;;
     --) shift; EXTRA=("$@"); break ;;
+    # Any other option is a variant's flag, with its value unless an option follows.
+    --*) GIVEN_VARIANTS+=("$1"); shift
+         if (($#)) && [[ $1 != -* ]]; then GIVEN_VARIANTS+=("$1"); shift; fi ;;
     *) die_usage "unknown option: $1" ;;
   esac
 done
+if $HELP; then usage; exit 0; fi
 
 case $TRAINER in
   fast) SCRIPT=(run_fast_dqn.py --workers=8) ;;
@@ -98,11 +112,21 @@ is_positive_int "$EVALUATE" || die_usage "--evaluate must be a positive integer;
 is_uint "$SEED" || die_usage "--seed must be a non-negative integer; got '$SEED'"
 [[ $THRESHOLD =~ ^-?[0-9]+([.][0-9]+)?$ ]] || die_usage "--threshold must be a number; got '$THRESHOLD'"
 ((10#$STEPS > REPLAY_START)) || die_usage "--steps must exceed the replay start ($REPLAY_START)"
-case $PROTOCOL in
-  nature) ;;
-  machado) VARIANT_FLAGS+=(--protocol=machado); VARIANT_NAME=-machado$VARIANT_NAME ;;
-  *) die_usage "--protocol must be nature or machado; got '$PROTOCOL'" ;;
-esac
+# The variants given, read by their declaration: the first line names them for the run
+# directory ("-machado-double"), the others are their flags as the trainer takes them. A flag
+# that is no variant's, or a bad value, is refused there in one line (exit status 2).
+VARIANTS=$("$PY" - "$REPO_ROOT" "$PROG" "${GIVEN_VARIANTS[@]+"${GIVEN_VARIANTS[@]}"}" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from fast_dqn.config import variant_flags
+flags, names = variant_flags(sys.argv[3:], prog=sys.argv[2])
+print("".join("-" + name for name in names))
+print("\n".join(flags))
+EOF
+) || exit $?
+mapfile -t VARIANT_FLAGS <<<"$VARIANTS"
+VARIANT_NAME=${VARIANT_FLAGS[0]}
+VARIANT_FLAGS=("${VARIANT_FLAGS[@]:1}")
 [[ -n $OUT ]] || OUT=runs/learning-check-$GAME-$TRAINER$VARIANT_NAME-seed$SEED
 OUT=$(absolute_path "$OUT")
 

@@ -54,7 +54,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # The repository root is put on the path above.
 from fast_dqn import atari_data  # noqa: E402
-from fast_dqn.config import Config  # noqa: E402
+from fast_dqn.config import VARIANTS, Config  # noqa: E402
 from fast_dqn.run_dir import (RunDirectory, RunDirError, WriteFailed,  # noqa: E402
                               open_atomic)
 
@@ -93,7 +93,7 @@ class Run(NamedTuple):
     evaluations: tuple[Evaluation, ...]
     summary: Optional[dict[str, Any]]
     algo: str = ""  # "dqn" (run_dqn.py) or "fast_dqn" (run_fast_dqn.py)
-    variant: str = ""  # "" for Nature DQN; else e.g. "machado+double" (see variant_of)
+    variant: str = ""  # "" for Nature DQN; else e.g. "machado+double+adam" (see variant_of)
     settings: tuple[tuple[str, str], ...] = ()  # what keeps runs apart (see settings_of)
 
 
@@ -209,12 +209,11 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
 
 
 def variant_of(config: dict[str, Any]) -> str:
-    """How a run departs from Nature DQN: its protocol, Double DQN, dueling ("" for none)."""
-    parts = []
-    if config.get("protocol", "nature") != "nature":
-        parts.append(str(config["protocol"]))
-    parts += [name for name in ("double", "dueling") if config.get(name) is True]
-    return "+".join(parts)
+    """How a run departs from Nature DQN: the short names of its variants (fast_dqn.config's
+    VARIANTS, in their order: "machado+double+adam"), "" for none."""
+    names = (variant.short_name(config.get(variant.field, variant.nature))
+             for variant in VARIANTS)
+    return "+".join(name for name in names if name is not None)
 
 
 def _number(summary: Optional[dict[str, Any]], key: str) -> Optional[float]:

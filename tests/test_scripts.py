@@ -1174,7 +1174,7 @@ def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_l
                              "--protocol", "machado", "--double", "--seed", "2"],
                             capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "runs" / "learning-check-road_runner-fast-machado-dueling-double-seed2"
+    out = tmp_path / "runs" / "learning-check-road_runner-fast-machado-double-dueling-seed2"
     args = (out / "args").read_text().split("\n")
     for flag in ("--dueling=true", "--double=true", "--protocol=machado", "--seed=2"):
         assert flag in args
