@@ -48,8 +48,10 @@ SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 o
 # network's query, and the updates from host minibatches and from slots, 1 or K per call.
 CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES)
 # The name under which a checkpoint keeps each optimizer's slots: Nature's RMSProp under the
-# name checkpoints have always used, Adam under its own, so that a checkpoint is never read
-# into the other optimizer's slots (both have two slots per weight, stored by position).
+# name checkpoints have always used, Adam under its own, so that `restore` can say in one
+# line that a checkpoint holds the other optimizer's. Under one name both keep two slots per
+# weight by position, and TensorFlow compares only shapes (with the same name, a test's
+# mismatch was refused only as "incompatible tensor with shape (512, 4)").
 OPTIMIZER_CHECKPOINT_KEYS = {"rmsprop": "optimizer", "adam": "adam_optimizer"}
 
 # xla -> the traced function of each of CALL_PURPOSES: what a network's calls run.

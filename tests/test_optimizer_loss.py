@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -265,7 +266,8 @@ def test_a_resume_with_another_optimizer_is_refused_in_one_line(tmp_path, capsys
 def test_both_trainers_train_and_resume_with_adam_and_mse(tmp_path, capsys, script):
     """A tiny run of each trainer with Dopamine's optimizer and loss, then a resume that
     extends it: config.json records them, the checkpoint's Adam slots are read back (a
-    resume restores with every variable matched, or refuses)."""
+    resume restores with every variable matched, or refuses), and a copy whose config.json
+    was edited to RMSProp is refused in one line."""
     run_dir = tmp_path / "run"
     args = [*(FAST if script == RUN_FAST_DQN else TINY), SMALL_BATCH, "--timesteps=800",
             "--evaluate=0", "--xla=off", "--optimizer=adam", "--loss=mse",
@@ -274,6 +276,17 @@ def test_both_trainers_train_and_resume_with_adam_and_mse(tmp_path, capsys, scri
     assert first.returncode == 0, first.stderr[-3000:]
     saved = json.loads((run_dir / "config.json").read_text())
     assert (saved["optimizer"], saved["loss"], saved["lr"]) == ("adam", "mse", 6.25e-5)
+    # The same checkpoint under a config.json edited to Nature's optimizer: refused.
+    edited = tmp_path / "edited"
+    shutil.copytree(run_dir, edited)
+    (edited / "config.json").write_text(json.dumps({**saved, "optimizer": "rmsprop",
+                                                    "logdir": str(edited)}))
+    refused = run_in_process(script, ["--resume", str(edited), "--timesteps=1200"], capsys)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert ("holds the slots of --optimizer=adam, and this run's optimizer is rmsprop"
+            in refused.stderr)
+
     resumed = run_in_process(script, ["--resume", str(run_dir), "--timesteps=1200"], capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
