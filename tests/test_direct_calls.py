@@ -15,9 +15,7 @@ from fast_dqn.direct_calls import DirectCall, borrowed_tensor
 from fast_dqn.q_network import make_q_network
 from fast_dqn.device_frames import DeviceFrames
 from fast_dqn.transitions import SlotBatch
-from tests.fakes import random_batch
-
-N_ACTIONS = 6
+from tests.fakes import N_ACTIONS, random_batch
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
 

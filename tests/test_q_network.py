@@ -20,12 +20,11 @@ from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # no
                                 dueling_q_values, huber, make_q_network)
 from fast_dqn.simulated_gpu import SimulatedGpu, make_simulated_q_network  # noqa: E402
 from fast_dqn.transitions import Batch  # noqa: E402
-from tests.fakes import FakeClock, random_batch, refusing_xla
+from tests.fakes import N_ACTIONS, FakeClock, random_batch, refusing_xla
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
 keras = tf.keras
-N_ACTIONS = 6
 
 
 def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = None) -> QNetwork:
