@@ -75,3 +75,12 @@ def fill(disk: Path, leave_bytes: int = 0) -> Path:
 def fill_disk() -> Callable[..., Path]:
     """`fill_disk(disk, leave_bytes=0)`: see `fill`."""
     return fill
+
+
+# -- Fixtures more than one test file used to define for itself (issue 35 item 7) ----------
+
+
+@pytest.fixture
+def tiny_disk(small_disk):
+    """A real 64 KiB tmpfs, or None where none can be mounted (see `small_disk`)."""
+    return small_disk(64)

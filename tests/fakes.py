@@ -3,6 +3,8 @@ test data (minibatches, clocks, damaged files), shared by the tests."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import threading
 from pathlib import Path
@@ -11,9 +13,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fast_dqn.acting import FrameHistory
-from fast_dqn.config import HISTORY
+from fast_dqn.checkpoints import save_checkpoint
+from fast_dqn.config import ALGO_DQN, HISTORY, Config
 from fast_dqn.transitions import FRAME_SHAPE, Batch
 from fast_dqn.samplers import OneCallStep, PoolStep
+from tests.run_files import write_stand_in_network
 
 
 class FakeRunLog:
@@ -316,3 +320,35 @@ def screen(output: str) -> list[str]:
             column += 1
         shown.append("".join(line).rstrip())
     return shown
+
+
+# -- Constants and data makers more than one test file used to define for itself -----------
+# (issue 35 item 7: one definition each)
+
+# Nature's settings (the Config defaults): replay start 50,000, an update every 4 steps, the
+# target synced every 10,000 steps, epsilon 1.0 -> 0.1 over 1,000,000 steps counted from the
+# replay start.
+NATURE = Config()
+N_ACTIONS = 6  # a network's action count where any will do (pong's; random_batch's default)
+
+
+def episodes_of(n: int) -> list[tuple[int, float]]:
+    """n (length, return) pairs that differ from game to game."""
+    return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
+
+
+RUN_SEED = 0  # the seed in write_run_dir's config.json: `play` builds its network with it
+
+
+def write_run_dir(run_dir: Path, **config_changes) -> Path:
+    """config.json as a training run writes it (settings plus the algorithm)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = Config(game="pong", max_episode_steps=200, seed=RUN_SEED).replace(**config_changes)
+    settings = {**dataclasses.asdict(config), "algo": ALGO_DQN}
+    (run_dir / "config.json").write_text(json.dumps(settings))
+    return run_dir
+
+
+def write_checkpoint(run_dir: Path, step: int, write_network=write_stand_in_network) -> None:
+    """A checkpoint as a run writes it: files, and a manifest that lists and signs them."""
+    save_checkpoint(run_dir, {"counters": {"step": step}}, write_network, None)

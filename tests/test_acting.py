@@ -17,9 +17,7 @@ from fast_dqn.agents import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
 
-from tests.fakes import FakeRunLog, ScriptedPool, id_frame, ids_of
-
-NATURE = Config()
+from tests.fakes import NATURE, FakeRunLog, ScriptedPool, id_frame, ids_of
 
 
 @pytest.mark.parametrize("step, expected", [

@@ -56,7 +56,8 @@ def reference_run(game: str, actions: np.ndarray) -> tuple[list[np.ndarray], lis
     return frames, rewards, max_mattered
 
 
-def run(env: AtariEnv, actions: np.ndarray, seed: int = 0) -> tuple[np.ndarray, list[AtariStep]]:
+def play_actions(env: AtariEnv, actions: np.ndarray,
+                 seed: int = 0) -> tuple[np.ndarray, list[AtariStep]]:
     first = env.reset(seed=seed)
     return first, [env.step(int(a)) for a in actions]
 
@@ -81,7 +82,7 @@ def test_shapes_and_dtypes():
 def test_frames_are_max_of_last_two_frames_and_rewards_are_raw(game):
     env = make(game)
     actions = random_actions(env.n_actions, 150)
-    first, steps = run(env, actions)
+    first, steps = play_actions(env, actions)
     frames, rewards, max_mattered = reference_run(game, actions)
     env.close()
     assert np.array_equal(first, frames[0])
@@ -96,7 +97,7 @@ def test_frames_are_max_of_last_two_frames_and_rewards_are_raw(game):
 def test_area_frames_equal_gymnasium_atari_preprocessing():
     env = make("breakout")
     actions = random_actions(env.n_actions, 60)
-    first, steps = run(env, actions)
+    first, steps = play_actions(env, actions)
     base = gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0)
     reference = AtariPreprocessing(base, noop_max=0, frame_skip=4, screen_size=84)
     reference.reset(seed=0)
@@ -125,7 +126,8 @@ def test_noop_count_within_one_to_noop_max(game, fire_frames):
 def test_fire_at_reset_launches_breakout():
     env = make("breakout")
     assert env.episode_frame_number == 1  # the FIRE frame, before any no-op
-    _, steps = run(env, np.zeros(300, int))  # NOOP only: only the reset FIRE launched a ball
+    # NOOP only: only the reset FIRE launched a ball
+    _, steps = play_actions(env, np.zeros(300, int))
     terminals = [t for t, step in enumerate(steps) if step.terminal]
     assert len(terminals) == 1 and env.lives == BREAKOUT_LIVES - 1
     env.close()
@@ -177,7 +179,7 @@ def test_same_seed_same_run_and_other_seeds_differ():
 
     def frames(seed: int) -> np.ndarray:
         env = make("breakout", seed=seed, noop_max=30, sticky_actions=0.25)
-        first, steps = run(env, actions, seed=seed)
+        first, steps = play_actions(env, actions, seed=seed)
         env.close()
         return np.stack([first] + [s.frame for s in steps])
 
@@ -315,7 +317,7 @@ def test_interpolation_choice_changes_frames():
     frames = {}
     for interp in ("area", "linear", "nearest", "cubic"):
         env = make("breakout", interp=interp)
-        _, steps = run(env, actions)
+        _, steps = play_actions(env, actions)
         env.close()
         assert steps[-1].frame.shape == (84, 84) and steps[-1].frame.dtype == np.uint8
         frames[interp] = steps[-1].frame

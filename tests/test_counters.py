@@ -12,16 +12,7 @@ from fast_dqn import counters
 from fast_dqn.config import Config
 from fast_dqn.counters import EpisodeStats, RunCounters
 from fast_dqn.saved_state import StateError
-from tests.fakes import FakeClock
-
-# Nature's settings: replay start 50,000, an update every 4 steps, the target synced every
-# 10,000 steps, epsilon 1.0 -> 0.1 over 1,000,000 steps counted from the replay start.
-NATURE = Config()
-
-
-def episodes_of(n: int) -> list[tuple[int, float]]:
-    """n (length, return) pairs that differ from game to game."""
-    return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
+from tests.fakes import NATURE, FakeClock, episodes_of
 
 
 @pytest.fixture

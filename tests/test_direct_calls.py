@@ -15,9 +15,7 @@ from fast_dqn.direct_calls import DirectCall, borrowed_tensor
 from fast_dqn.q_network import make_q_network
 from fast_dqn.device_frames import DeviceFrames
 from fast_dqn.transitions import SlotBatch
-from tests.fakes import random_batch
-
-N_ACTIONS = 6
+from tests.fakes import N_ACTIONS, random_batch
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
 
@@ -119,13 +117,28 @@ def test_a_borrowed_tensor_reads_an_aligned_array_in_place():
     np.testing.assert_array_equal(tensor.numpy(), states)
 
 
+@pytest.fixture(scope="module")
+def query_network():
+    """`query_network(xla)`: one network per XLA setting for the tests that only query it
+    (a query changes no weight), built on first use."""
+    networks = {}
+
+    def network(xla: str):
+        if xla not in networks:
+            networks[xla] = make_q_network(Config(xla=xla, seed=5), N_ACTIONS)
+        return networks[xla]
+
+    return network
+
+
 @pytest.mark.parametrize("offset", [1, 16, 32])
 @pytest.mark.parametrize("xla", ["on", "off"])
-def test_queries_of_states_tensorflow_cannot_borrow_are_answered_from_a_copy(offset, xla):
+def test_queries_of_states_tensorflow_cannot_borrow_are_answered_from_a_copy(query_network,
+                                                                             offset, xla):
     """TensorFlow's kernels abort the process on memory not aligned to 64 bytes (an
     array 16 bytes past a boundary did), so such states, and read-only ones, are copied."""
     rng = np.random.default_rng(2)
-    network = make_q_network(Config(xla=xla, seed=5), N_ACTIONS)
+    network = query_network(xla)
     states = rng.integers(0, 256, (16, 4, 84, 84), dtype=np.uint8)
     expected = {use_target: network._greedy_fns[use_target](tf.constant(states)).numpy()
                 for use_target in (True, False)}

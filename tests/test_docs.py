@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.cli_runs import REPO
+
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250  # the front page a researcher reads in five minutes
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

@@ -20,12 +20,13 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
                                   zero_transitions)
 
-CAPACITY = 64
+MEMORY_CAPACITY = 64
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
 
 
-def fill(memory: ReplayMemory, seed: int = 3, count: int = 150) -> ReplayMemory:
+def with_random_transitions(memory: ReplayMemory, seed: int = 3,
+                            count: int = 150) -> ReplayMemory:
     """Random transitions in chunks of 20 (a flush each): the memory wraps around twice and
     many slots are invalid (episode ends, the overwritten oldest), so sampling rejects some."""
     rng = np.random.default_rng(seed)
@@ -52,9 +53,9 @@ def test_a_write_goes_around_the_end_of_the_ring(store_class):
 
 
 def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
-    host = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed)))
-    device = fill(ReplayMemory(CAPACITY, np.random.default_rng(seed),
-                               frames=DeviceFrames(CAPACITY)))
+    host = with_random_transitions(ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(seed)))
+    device = with_random_transitions(ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(seed),
+                                                  frames=DeviceFrames(MEMORY_CAPACITY)))
     return host, device
 
 
@@ -105,22 +106,23 @@ def test_a_device_memory_saves_the_host_bytes_in_chunks_and_reads_them_back(tmp_
         path = f"checkpoint/replay/{name}.npy"
         assert (tmp_path / "device" / path).read_bytes() == (tmp_path / "host" / path).read_bytes()
 
-    restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
-                            frames=DeviceFrames(CAPACITY))
+    restored = ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(0),
+                            frames=DeviceFrames(MEMORY_CAPACITY))
     assert read_replay_into(latest_checkpoint(tmp_path / "device"), restored)
-    np.testing.assert_array_equal(restored.frames.rows(0, CAPACITY), host.frames.array)
+    np.testing.assert_array_equal(restored.frames.rows(0, MEMORY_CAPACITY), host.frames.array)
     assert (restored.cursor, restored.size) == (host.cursor, host.size)
     restored.check_valid()
 
 
 def test_a_checkpoint_of_a_memory_that_has_not_wrapped_fills_the_leading_rows(tmp_path):
-    host = fill(ReplayMemory(CAPACITY, np.random.default_rng(0)), count=40)
+    host = with_random_transitions(ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(0)),
+                                   count=40)
     save_checkpoint(tmp_path, {"step": 1}, None, host.state_dict())
-    restored = ReplayMemory(CAPACITY, np.random.default_rng(0),
-                            frames=DeviceFrames(CAPACITY))
+    restored = ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(0),
+                            frames=DeviceFrames(MEMORY_CAPACITY))
     assert read_replay_into(latest_checkpoint(tmp_path), restored)
     np.testing.assert_array_equal(restored.frames.rows(0, 40), host.frames.array[:40])
-    assert not restored.frames.rows(40, CAPACITY).any()
+    assert not restored.frames.rows(40, MEMORY_CAPACITY).any()
     assert restored.size == 40
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -16,41 +15,20 @@ import numpy as np
 import pytest
 
 from fast_dqn import play
-from fast_dqn.checkpoints import save_checkpoint
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.run_dir import OpenDirectory
+from tests.fakes import RUN_SEED, flip_byte, write_checkpoint, write_run_dir
+from tests.run_files import network_data, truncate
 
 PONG_ACTIONS = 6
-RUN_SEED = 0  # the seed in config.json: `play` builds its network with it before restoring
 SAVED_SEED = 7  # the saved network's seed, so that restored weights differ from fresh ones
-
-
-def write_run_dir(run_dir: Path, **config_changes) -> Path:
-    """config.json as a training run writes it (settings plus the algorithm)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = Config(game="pong", max_episode_steps=200, seed=RUN_SEED).replace(**config_changes)
-    settings = {**dataclasses.asdict(config), "algo": ALGO_DQN}
-    (run_dir / "config.json").write_text(json.dumps(settings))
-    return run_dir
 
 
 def write_fake_checkpoint(checkpoint: Path, manifest: dict | None = None) -> None:
     """A complete checkpoint's marker files without TensorFlow, for the cheap error paths."""
     (checkpoint / "network").mkdir(parents=True)
     (checkpoint / "manifest.json").write_text(json.dumps(manifest or {}))
-
-
-def write_stand_in_network(prefix: str) -> None:
-    """A network file that is not TensorFlow's, for the paths that only find and verify a
-    checkpoint."""
-    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    Path(prefix + ".index").write_bytes(b"a stand-in for the network")
-
-
-def write_checkpoint(run_dir: Path, step: int, write_network=write_stand_in_network) -> None:
-    """A checkpoint as a run writes it: files, and a manifest that lists and signs them."""
-    save_checkpoint(run_dir, {"counters": {"step": step}}, write_network, None)
 
 
 @pytest.fixture(scope="module")
@@ -123,23 +101,9 @@ def test_a_checkpoint_of_another_game_is_bad_input(trained_run, tmp_path, capsys
     assert_bad_input([str(other)], "cannot restore the online network", capsys)
 
 
-def network_data(checkpoint: Path) -> Path:
-    return next((checkpoint / "network").glob("ckpt.data-*"))
-
-
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
-
-
-def flip_a_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize("damage, message", [
     (lambda ckpt: truncate(network_data(ckpt)), "{data} holds {size} bytes; the manifest says"),
-    (lambda ckpt: flip_a_byte(network_data(ckpt)), "{data} is damaged: CRC-32"),
+    (lambda ckpt: flip_byte(network_data(ckpt)), "{data} is damaged: CRC-32"),
     (lambda ckpt: (ckpt / "network" / "ckpt.index").unlink(), "ckpt.index is missing"),
 ], ids=["truncated", "flipped-byte", "deleted"])
 def test_a_damaged_checkpoint_is_refused_in_one_line_naming_the_file(trained_run, tmp_path,
@@ -227,6 +191,7 @@ def test_load_run_resolves_another_spelling_of_the_game_and_refuses_an_unknown_o
     assert_bad_input([str(tmp_path)], "unknown game 'pongg'", capsys)
 
 
+@pytest.mark.slow  # starts `python -m fast_dqn.play`
 def test_command_line_bad_input_has_no_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "fast_dqn.play", str(tmp_path / "none")],
                             capture_output=True, text=True, cwd=Path(__file__).parents[1],

@@ -13,6 +13,8 @@ import pytest
 
 from fast_dqn import quiet_tensorflow
 from fast_dqn.quiet_tensorflow import TF_LOGS_ENV, gpu_trouble, quiet_tensorflow_start
+from tests.cli_runs import REPO, TINY
+from tests.fakes import write_checkpoint, write_run_dir
 
 # What `import tensorflow` and the GPU listing printed on the development machine (no GPU).
 CPU_MACHINE_START = """\
@@ -107,6 +109,7 @@ def test_gpu_trouble(captured, nvidia_device, trouble):
     assert gpu_trouble(captured, nvidia_device=nvidia_device) is trouble
 
 
+@pytest.mark.slow  # starts a python process
 def test_python_level_writes_are_held_back_too_in_a_real_process():
     """Outside pytest's capture sys.stderr writes to fd 2, as in a run (Python warnings)."""
     code = ("import os, sys\n"
@@ -127,7 +130,6 @@ def test_python_level_writes_are_held_back_too_in_a_real_process():
 
 # -- --device (issue 36) ------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[1]
 # Run in a child process before the command: reports CUDA_VISIBLE_DEVICES at the moment
 # something imports TensorFlow, and ends the process there (nothing of TensorFlow is loaded).
 WATCH_TENSORFLOW_IMPORT = """\
@@ -141,7 +143,6 @@ class TensorFlowImportWatch:
         return None
 sys.meta_path.insert(0, TensorFlowImportWatch())
 """
-TINY_RUN = ["--game=breakout", "--timesteps=96", "--replay-start=32", "--replay-capacity=1000"]
 
 
 def command_in_child(command: str) -> subprocess.CompletedProcess:
@@ -151,8 +152,6 @@ def command_in_child(command: str) -> subprocess.CompletedProcess:
 
 
 def play_run_dir(tmp_path: Path) -> Path:
-    from tests.test_play import write_checkpoint, write_run_dir
-
     run_dir = write_run_dir(tmp_path / "played")
     write_checkpoint(run_dir, 1000)
     return run_dir
@@ -173,7 +172,7 @@ def test_device_cpu_hides_the_gpus_before_tensorflow_is_imported(tmp_path, comma
     "unrecognized"). TensorFlow reads CUDA_VISIBLE_DEVICES once, when it starts: the
     variable must hide the GPUs by the time anything imports it."""
     run_dir = play_run_dir(tmp_path) if "play" in command else None
-    flags = [*TINY_RUN, f"--device={device}", f"--logdir={tmp_path / 'run'}"]
+    flags = [*TINY, "--timesteps=800", f"--device={device}", f"--logdir={tmp_path / 'run'}"]
     result = command_in_child(command.format(flags=flags, run_dir=str(run_dir), device=device))
     assert result.stdout.splitlines()[-1:] == [f"at TensorFlow's import: {hidden}"], \
         result.stderr[-2000:]
@@ -181,8 +180,8 @@ def test_device_cpu_hides_the_gpus_before_tensorflow_is_imported(tmp_path, comma
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, prog", [
-    (["run_fast_dqn.py", *TINY_RUN, "--device=gpu"], "run_fast_dqn.py"),
-    (["run_dqn.py", *TINY_RUN, "--device=gpu"], "run_dqn.py"),
+    (["run_fast_dqn.py", *TINY, "--timesteps=800", "--device=gpu"], "run_fast_dqn.py"),
+    (["run_dqn.py", *TINY, "--timesteps=800", "--device=gpu"], "run_dqn.py"),
     (["-m", "fast_dqn.play", "{run_dir}", "--device=gpu"], "play"),
 ])
 def test_device_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path, argv, prog):

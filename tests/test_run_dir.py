@@ -23,8 +23,8 @@ from fast_dqn.run_dir import (LOCK_FILE, OpenDirectory, RunDirectory, RunDirErro
                               disk_space_warning, free_bytes, library_versions, open_atomic,
                               write_bytes_atomic, write_failure, write_json_atomic,
                               write_text_atomic)
+from tests.cli_runs import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Takes the lock of a run directory in another process: argv = create|reopen, path and, to
 # keep the lock, seconds to sleep. Exit status 3 (and the message on stdout) when refused.
@@ -46,7 +46,7 @@ run_dir.release()
 
 
 def lock_in_subprocess(how: str, path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LOCK_SCRIPT, how, str(path)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-c", LOCK_SCRIPT, how, str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -54,14 +54,6 @@ def holder_pattern(pid: int) -> str:
     """What the refusal says of a holder: this machine's name and `pid`."""
     return (rf"is in use by another process \(host {re.escape(socket.gethostname())} "
             rf"pid {pid} since \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\); wait for it to end")
-
-
-@pytest.fixture
-def tiny_disk(small_disk):
-    """A real 64 KiB tmpfs, or None where none can be mounted (see conftest.py)."""
-    return small_disk(64)
-
-
 
 
 # ---------------------------------------------------------------------------- where a run goes
@@ -131,6 +123,7 @@ def test_create_locks_a_new_nested_directory_and_names_the_holder(tmp_path):
     run_dir.release()  # a second release does nothing
 
 
+@pytest.mark.slow  # starts python processes that take the lock
 def test_a_second_process_is_refused_until_the_lock_is_released(tmp_path):
     path = tmp_path / "run"
     run_dir = RunDirectory.create(path)
@@ -152,11 +145,12 @@ def test_a_second_lock_in_this_process_is_refused_too(tmp_path):
     RunDirectory.reopen(tmp_path / "run").release()  # `with` released it
 
 
+@pytest.mark.slow  # starts a python process that holds the lock
 def test_the_lock_of_a_killed_process_is_free_again(tmp_path):
     path = tmp_path / "run"
     path.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", LOCK_SCRIPT, "reopen", str(path), "60"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline() == "locked\n", holder.stderr.read()
@@ -185,6 +179,7 @@ def test_create_refuses_a_directory_that_holds_a_run(tmp_path):
     RunDirectory.reopen(path).release()  # the refusal released the lock it took
 
 
+@pytest.mark.slow  # starts python processes that take the lock
 def test_create_on_a_live_runs_directory_names_the_holder(tmp_path):
     path = tmp_path / "run"
     with RunDirectory.create(path):
@@ -355,13 +350,14 @@ def test_library_versions_names_every_library():
     assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
 
 
+@pytest.mark.slow  # starts a python process
 def test_module_imports_without_tensorflow():
     code = ("import sys, tempfile, pathlib, fast_dqn.run_dir as r;"
             "d = pathlib.Path(tempfile.mkdtemp()) / 'run';"
             "run = r.RunDirectory.create(d); r.write_json_atomic(d / 'x.json', {});"
             "r.library_versions(); run.discard();"
             "assert 'tensorflow' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
 
 
 # ---------------------------------------------------------------------------- links and moves

@@ -24,20 +24,18 @@ from fast_dqn.counters import EpisodeStats
 from fast_dqn.run_dir import RunDirGone, WriteFailed, library_versions
 from fast_dqn.run_logs import (EPISODE_COLUMNS, EVALUATION_COLUMNS, EpisodeRow, RunLogs,
                                check_logs_match)
+from tests.cli_runs import REPO
+from tests.fakes import episodes_of
 
-ROOT = Path(__file__).resolve().parents[1]
 EPISODES_HEADER = ",".join(EPISODE_COLUMNS) + "\n"
 EVALUATIONS_HEADER = ",".join(EVALUATION_COLUMNS) + "\n"
 
 
-def read_csv(path: Path) -> list[list[str]]:
+def csv_rows(path: Path) -> list[list[str]]:
+    """Every row as written, the header too (tests/cli_runs.read_csv gives dicts, which
+    would hide a header written twice or a header's own columns)."""
     with open(path, newline="") as file:
         return list(csv.reader(file))
-
-
-def episodes_of(n: int) -> list[tuple[int, float]]:
-    """n (length, return) pairs that differ from game to game."""
-    return [(100 + 7 * i, float((i * 13) % 41 - 20)) for i in range(n)]
 
 
 def opened(run_dir: Path, kept_rows: tuple[int, int] | None = None) -> RunLogs:
@@ -58,12 +56,6 @@ def log_game(logs: RunLogs, stats: EpisodeStats, timestep: int, length: int, ret
 
 def row(episode: int, timestep: int) -> EpisodeRow:
     return EpisodeRow(episode, timestep, 100, 1.0, 100.0, 1.0, 0.0)
-
-
-@pytest.fixture
-def tiny_disk(small_disk):
-    """A real 64 KiB tmpfs, or None where none can be mounted (see conftest.py)."""
-    return small_disk(64)
 
 
 # ---------------------------------------------------------------------------- opening
@@ -103,7 +95,7 @@ def test_episodes_csv_header_and_columns(tmp_path):
     log_game(logs, stats, timestep=812, length=812, ret=-21.0, hours=0.01)
     log_game(logs, stats, timestep=1700, length=888, ret=-19.0, hours=0.02)
     logs.close()
-    rows = read_csv(tmp_path / "run" / "episodes.csv")
+    rows = csv_rows(tmp_path / "run" / "episodes.csv")
     assert rows[0] == ["episode", "timestep", "length", "return", "avg_length", "avg_return",
                        "hours"]
     assert tuple(rows[0]) == EPISODE_COLUMNS
@@ -119,7 +111,7 @@ def test_running_averages_cover_the_last_100_games(tmp_path):
         log_game(logs, stats, timestep=1000 * (i + 1), length=length, ret=ret)
     logs.close()
     assert stats.episodes == 150
-    rows = read_csv(tmp_path / "run" / "episodes.csv")
+    rows = csv_rows(tmp_path / "run" / "episodes.csv")
     last, last_100 = rows[-1], games[50:]
     assert int(last[0]) == 150
     assert float(last[4]) == pytest.approx(sum(g[0] for g in last_100) / 100)
@@ -145,11 +137,11 @@ def test_resume_appends_without_second_header_and_continues_numbers(tmp_path):
     logs.log_evaluation(1200, [3.0], hours=0.0)
     logs.close()
 
-    rows = read_csv(run_dir / "episodes.csv")
+    rows = csv_rows(run_dir / "episodes.csv")
     assert rows.count(list(EPISODE_COLUMNS)) == 1
     assert [int(row[0]) for row in rows[1:]] == list(range(1, 121))
     assert float(rows[-1][5]) == pytest.approx(sum(g[1] for g in games[20:]) / 100)
-    evaluations = read_csv(run_dir / "evaluations.csv")
+    evaluations = csv_rows(run_dir / "evaluations.csv")
     assert evaluations.count(list(EVALUATION_COLUMNS)) == 1
     assert [row[0] for row in evaluations[1:]] == ["500", "1200"]
 
@@ -166,10 +158,10 @@ def test_resume_drops_rows_logged_after_the_checkpoint(tmp_path):
     logs = opened(run_dir, kept_rows=(2, 2))  # a checkpoint at step 200
     logs.log_episode(EpisodeRow(3, 300, 100, 7.0, 100.0, 1.0, 0.0))
     logs.close()
-    rows = read_csv(run_dir / "episodes.csv")
+    rows = csv_rows(run_dir / "episodes.csv")
     assert [(row[0], row[1], row[3]) for row in rows[1:]] == \
         [("1", "100", "100.0"), ("2", "200", "200.0"), ("3", "300", "7.0")]
-    assert [row[0] for row in read_csv(run_dir / "evaluations.csv")[1:]] == ["100", "200"]
+    assert [row[0] for row in csv_rows(run_dir / "evaluations.csv")[1:]] == ["100", "200"]
 
 
 def test_resume_drops_a_torn_last_line_and_keeps_the_rows_before(tmp_path):
@@ -197,8 +189,8 @@ def test_resume_rewrites_nothing_when_nothing_is_dropped(tmp_path):
     assert [(p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes()) for p in paths] == before
     opened(run_dir, kept_rows=(1, 1)).close()  # drops a row of each: a new file each
     assert all(p.stat().st_ino != ino for p, (ino, _, _) in zip(paths, before))
-    assert [r[1] for r in read_csv(paths[0])[1:]] == ["100"]
-    assert [r[0] for r in read_csv(paths[1])[1:]] == ["100"]
+    assert [r[1] for r in csv_rows(paths[0])[1:]] == ["100"]
+    assert [r[0] for r in csv_rows(paths[1])[1:]] == ["100"]
 
 
 def test_resume_refuses_a_file_that_is_not_the_log(tmp_path):
@@ -216,7 +208,7 @@ def test_each_row_is_on_disk_whole_as_soon_as_it_is_logged(tmp_path):
         log_game(logs, stats, timestep=5 * n, length=5, ret=1.0)
         text = path.read_text()  # read while the file is still open: nothing is buffered
         assert text.endswith("\n") and text.count("\n") == n + 1
-        assert read_csv(path)[-1][:2] == [str(n), str(5 * n)]
+        assert csv_rows(path)[-1][:2] == [str(n), str(5 * n)]
     logs.close()
 
 
@@ -339,7 +331,7 @@ def test_an_evaluation_logged_at_the_checkpoints_step_after_it_is_dropped(tmp_pa
     write_logs(tmp_path, [(1, 100)], [800, 1600, 2400, 3200])
     check_logs_match(tmp_path, 3200, episodes=1, evaluations=3)
     opened(tmp_path, kept_rows=(1, 3)).close()
-    assert [row[0] for row in read_csv(tmp_path / "evaluations.csv")[1:]] == \
+    assert [row[0] for row in csv_rows(tmp_path / "evaluations.csv")[1:]] == \
         ["800", "1600", "2400"]
 
 
@@ -356,7 +348,7 @@ def test_log_evaluation_writes_and_returns_the_row(tmp_path):
     assert row_written == {"timestep": 250_000, "mean": statistics.fmean(returns),
                            "std": pytest.approx(statistics.pstdev(returns)), "episodes": 4,
                            "hours": 1.5}
-    rows = read_csv(tmp_path / "run" / "evaluations.csv")
+    rows = csv_rows(tmp_path / "run" / "evaluations.csv")
     assert rows[0] == ["timestep", "mean", "std", "episodes", "hours"]
     assert len(rows) == 2
     assert rows[1][0] == "250000" and rows[1][3] == "4" and rows[1][4] == "1.5000"
@@ -376,6 +368,7 @@ def test_write_summary(tmp_path):
     assert summary == {"steps": 20, "last_evaluation": -20.5}
 
 
+@pytest.mark.slow  # starts a python process
 def test_module_imports_without_tensorflow():
     code = ("import sys, fast_dqn.run_logs as r, tempfile, pathlib;"
             "d = pathlib.Path(tempfile.mkdtemp());"
@@ -384,7 +377,7 @@ def test_module_imports_without_tensorflow():
             "f.log_evaluation(1, [1.0], 0.0); f.flush(); f.write_summary({}); f.close();"
             "r.check_logs_match(d, 1, 1, 1);"
             "assert 'tensorflow' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
 
 
 def test_log_scalars_writes_tensorboard_events(tmp_path):
@@ -409,6 +402,7 @@ def test_log_scalars_writes_tensorboard_events(tmp_path):
     assert plugins == {"scalars"}  # what TensorBoard's scalar dashboard looks for
 
 
+@pytest.mark.slow  # a real run (in this process; it starts git for its code version)
 def test_tensorboard_lists_the_scalars_of_a_real_run(tmp_path, capsys):
     """TensorBoard itself (requirements-scripts.txt) reads a tiny run's scalars, the way its
     scalars dashboard does: its event multiplexer and data provider, plugin "scalars"."""
@@ -468,7 +462,7 @@ def test_rows_go_to_the_run_directory_after_it_is_moved(tmp_path):
     logs.log_episode(row(2, 200))
     logs.write_summary({"steps": 200})
     logs.close()
-    assert [r[0] for r in read_csv(moved / "episodes.csv")[1:]] == ["1", "2"]
+    assert [r[0] for r in csv_rows(moved / "episodes.csv")[1:]] == ["1", "2"]
     assert json.loads((moved / "summary.json").read_text()) == {"steps": 200}
     assert logs.run_dir == moved
     assert not run_dir.exists()

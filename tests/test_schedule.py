@@ -9,10 +9,7 @@ from fast_dqn.config import Config
 from fast_dqn.schedule import (epoch_end, epsilon_at, epsilons_at, final_epsilon_step,
                                learning_started, next_target_sync, period_passed,
                                target_sync_due, updates_due)
-
-# Nature's settings: replay start 50,000, an update every 4 steps, the target synced every
-# 10,000 steps, epsilon 1.0 -> 0.1 over 1,000,000 steps counted from the replay start.
-NATURE = Config()
+from tests.fakes import NATURE
 
 
 def test_nature_settings_are_the_defaults():
