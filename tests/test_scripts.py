@@ -935,24 +935,24 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
                   "--out", out, "--python", PY, "--",
-                  "--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
-                  "--evaluate=600", "--eval-episodes=2", "--target-update=400", "--workers=4",
+                  "--timesteps=800", "--replay-start=400", "--replay-capacity=5000",
+                  "--evaluate=400", "--eval-episodes=2", "--target-update=400", "--workers=4",
                   "--max-episode-steps=300", "--eval-max-episode-steps=300",
                   SMALL_BATCH], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
-        assert summary["finished"] is True and summary["steps"] == 1200
+        assert summary["finished"] is True and summary["steps"] == 800
     table = tmp_path / "table.csv"
     summary = run([PY, SUMMARIZE, out, "--csv", table])
     assert summary.returncode == 0, summary.stderr
     rows = {row["game"]: row for row in csv.DictReader(table.open())}
     assert set(rows) == {"pong", "breakout"}
     for row in rows.values():
-        assert row["final_timestep"] == "1200"
+        assert row["final_timestep"] == "800"
         assert row["human_normalized"] != "" and row["short"] == "true"
         assert float(row["steps_per_second"]) > 0
-    # 1,200-step runs: their scores are marked and left out of the median, with a line
+    # 800-step runs: their scores are marked and left out of the median, with a line
     assert "human-normalized score over" not in summary.stdout
     assert "every score is from a short run" in summary.stdout
 
@@ -997,9 +997,9 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
 # checkpoint comes at its end, so for most of its life it has only config.json and logs.
 # Small minibatches (4): the race is about the run's files, not the trainer's speed.
-RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
-              "--target-update=1000", "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-              "--eval-max-episode-steps=500", SMALL_BATCH, "--xla=off")
+RACE_FLAGS = ("--workers=4", "--replay-start=600", "--replay-capacity=8000",
+              "--target-update=600", "--timesteps=1200", "--evaluate=600", "--eval-episodes=2",
+              "--eval-max-episode-steps=300", SMALL_BATCH, "--xla=off")
 
 
 def breakout_sweep(out: Path) -> list[str]:
