@@ -40,8 +40,8 @@ The run is OUT/breakout-seed0; every launch's stdout and stderr are kept in OUT/
 What it checks (the first failure stops it, with the trainer's stderr tail):
 
 - every exit: status -9 after SIGKILL, 143 after SIGTERM, 130 after SIGINT, 129 after
-  SIGHUP (0 if the run finished first, or if its work was done when the signal came); no "Traceback" on stderr; a signalled run gone within
-  SOAK_STOP_SECONDS;
+  SIGHUP (0 if the run finished first, or if its work was done when the signal came); no
+  "Traceback" on stderr; a signalled run gone within SOAK_STOP_SECONDS;
 - after every exit: a complete checkpoint that `verify_checkpoint` passes, not older than the
   one the run started from; CSVs that agree with it (`check_logs_match` with its step, games
   and evaluations); the CSV rows up to the step the run started from, unchanged (but for the
