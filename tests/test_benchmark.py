@@ -33,15 +33,13 @@ def last_json_line(output: str) -> dict:
 
 
 def test_real_network_benchmark_reports_the_ratios(capsys):
-    # One worker count: each costs a network built, compiled and warmed up, and several are
-    # reported alike on the simulated GPU (test_updates_per_call_is_a_benchmark_setting).
-    assert benchmark.main(REAL_NETWORK + ["--workers", "4"]) == 0
+    assert benchmark.main(REAL_NETWORK + ["--workers", "2", "4"]) == 0
     out = capsys.readouterr().out
     result = last_json_line(out)
     for key in ("trainer_updates_per_second", "serial_steps_per_second",
                 "fast_steps_per_second", "fast_over_serial", "fast_over_limit"):
         assert result[key] > 0
-    assert set(result["fast_by_workers"]) == {"4"}
+    assert set(result["fast_by_workers"]) == {"2", "4"}
     assert result["fast_over_limit"] == pytest.approx(
         result["fast_steps_per_second"] / (4 * result["trainer_updates_per_second"]))
     assert result["fast_over_serial"] == pytest.approx(
@@ -98,17 +96,10 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
 
 
 def test_updates_per_call_is_a_benchmark_setting(capsys):
-    """And, with two worker counts, each is measured and the fastest is the one reported."""
-    argv = SMALL + ["--workers", "2", "4", "--skip-serial", "--trainer-stub-ms=0.8",
+    argv = SMALL + ["--workers", "4", "--skip-serial", "--trainer-stub-ms=0.8",
                     "--query-stub-ms=0.3", "--updates-per-call=3"]
     assert benchmark.main(argv) == 0
-    out = capsys.readouterr().out
-    result = last_json_line(out)
-    assert result["updates_per_call"] == 3
-    by_workers = result["fast_by_workers"]
-    assert set(by_workers) == {"2", "4"} and "fast, 2 workers" in out and "fast, 4 workers" in out
-    assert result["fast_steps_per_second"] == max(by_workers.values())
-    assert by_workers[str(result["workers"])] == result["fast_steps_per_second"]
+    assert last_json_line(capsys.readouterr().out)["updates_per_call"] == 3
 
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],
