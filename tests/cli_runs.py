@@ -1,16 +1,14 @@
 """Running the entry points as subprocesses, for the end-to-end tests of stopping, resuming
-and failing: the harness the scripts use too (scripts/entry_point_runs.py), and what the
+and failing: the harness the developer tools use too (tools/entry_point_runs.py), and what the
 tests share about such runs.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -19,10 +17,12 @@ import pytest
 
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
-from scripts.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, Finished, Launch,
-                                      launch, with_handlers)
+from tools import same_bytes
+from tools.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS,
+                                    Finished, Launch, launch, step_of, with_handlers)
 
-__all__ = ["Finished", "Launch", "RUN_DQN", "RUN_FAST_DQN", "REPO", "with_handlers"]
+__all__ = ["Finished", "Launch", "RUN_DQN", "RUN_FAST_DQN", "REPO", "STOP_SECONDS", "step_of",
+           "with_handlers"]
 
 ENV = {**os.environ, **CPU_ONLY}  # for a test that starts a run itself (a terminal's)
 TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
@@ -31,7 +31,6 @@ FAST = [*TINY, "--workers=4"]
 # For runs whose test is not about the trainer being slower than the acting: an update of 4
 # transitions costs a fraction of one of 32 on the CPU.
 SMALL_BATCH = "--batch-size=4"
-STOP_SECONDS = 20  # a signalled run must be gone within this
 # `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
 # once its epoch's steps are all taken and before its updates are (see the file).
 FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"
@@ -125,12 +124,8 @@ def wait_for_match(run: Launch, pattern: str, accept: Callable[[re.Match], bool]
 
 
 def run_bytes(run_dir: Path) -> dict[str, str]:
-    """The digests `scripts/same_bytes.py` takes of a run: its CSVs without the wall-clock
+    """The digests `tools/same_bytes.py` takes of a run: its CSVs without the wall-clock
     column, its checkpoint's network tensors and its replay arrays."""
-    spec = importlib.util.spec_from_file_location("same_bytes", REPO / "scripts" / "same_bytes.py")
-    same_bytes = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, same_bytes)  # its dataclasses look themselves up there
-    spec.loader.exec_module(same_bytes)
     return same_bytes.file_digests(run_dir)
 
 
@@ -151,10 +146,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def without_hours(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{key: value for key, value in row.items() if key != "hours"} for row in rows]
-
-
-def step_of(manifest: dict) -> int:
-    return manifest["counters"]["step"]
 
 
 def summary(run_dir: Path) -> dict:

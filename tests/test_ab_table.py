@@ -1,19 +1,11 @@
 """scripts/ab_table.py: the A/B table's medians and ratios, from benchmark logs written here."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ab_table.py"
-
-
-def load_ab_table():
-    spec = importlib.util.spec_from_file_location("ab_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts import ab_table
 
 
 def write_log(path: Path, fast: float, serial: float, update_ms: float,
@@ -33,7 +25,7 @@ def test_medians_and_ratios_by_hand(tmp_path, capsys):
         write_log(tmp_path / f"base-{index}.log", fast, 100.0, ms, with_update_ms_key=False)
     for index, (fast, ms) in enumerate([(130, 24.0), (121, 23.0), (125, 22.0)], start=1):
         write_log(tmp_path / f"head-{index}.log", fast, 100.0, ms, with_update_ms_key=True)
-    assert load_ab_table().main([str(tmp_path)]) == 0
+    assert ab_table.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     fast_row = next(line for line in out.splitlines() if line.startswith("fast steps/s"))
     # median 110 and 125, spread (120 - 100) / 110 and (130 - 121) / 125, ratio 125 / 110
@@ -46,10 +38,10 @@ def test_medians_and_ratios_by_hand(tmp_path, capsys):
 def test_a_log_without_a_result_is_an_error(tmp_path, capsys):
     write_log(tmp_path / "base-1.log", 100, 100, 25.0, True)
     (tmp_path / "head-1.log").write_text("Traceback (most recent call last):\n")
-    assert load_ab_table().main([str(tmp_path)]) == 1
+    assert ab_table.main([str(tmp_path)]) == 1
     assert "head-1.log: no result line" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [[], ["/no/such/directory"]])
 def test_bad_arguments_exit_2(argv):
-    assert load_ab_table().main(argv) == 2
+    assert ab_table.main(argv) == 2

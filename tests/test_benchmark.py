@@ -134,6 +134,7 @@ print(json.dumps(growth))
 """
 
 
+@pytest.mark.slow  # a fresh process, which imports TensorFlow
 def test_the_benchmark_memory_has_its_pages_mapped():
     # In a fresh process (a test process reuses pages that earlier tests freed): 20,000
     # frames of 84 x 84 bytes, 141 MB that a fresh NumPy array or variable maps only on

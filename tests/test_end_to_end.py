@@ -17,15 +17,15 @@ from fast_dqn.launch import main
 from tests import cli_runs
 from tests.cli_runs import SMALL_BATCH, without_hours
 
-pytestmark = pytest.mark.slow  # drives the entry points or scripts as subprocesses
-
 REPO = Path(__file__).resolve().parents[1]
 # The tests' tiny breakout run (tests/cli_runs.py), 2,000 steps with two evaluations.
 # Minibatches of 4, not 32: an update costs ~20 ms at 32 on a 2-core CPU, and no test here
 # is about the trainer's speed against the acting (they check files, determinism, resumes
-# and failures, none of which depends on the minibatch's size).
-TINY = [*cli_runs.TINY, "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-        "--checkpoint-every=0", SMALL_BATCH]
+# and failures, none of which depends on the minibatch's size). Evaluation games cut at 300
+# steps, as training games are at 400: an untrained agent's game of breakout can last the
+# default 4,500, and no test here reads a score.
+RUN = [*cli_runs.TINY, "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
+       "--eval-max-episode-steps=300", "--checkpoint-every=0", SMALL_BATCH]
 EPISODE_COLUMNS = ["episode", "timestep", "length", "return", "avg_length", "avg_return",
                    "hours"]
 EVALUATION_COLUMNS = ["timestep", "mean", "std", "episodes", "hours"]
@@ -60,9 +60,10 @@ def check_run_files(run_dir: Path, algo: str, steps: int) -> dict:
     return summary
 
 
+@pytest.mark.slow
 def test_run_dqn_writes_every_run_file(tmp_path, capsys):
     run_dir = tmp_path / "dqn"
-    assert main(TINY + [f"--logdir={run_dir}"], ALGO_DQN) == 0
+    assert main(RUN + [f"--logdir={run_dir}"], ALGO_DQN) == 0
     out = capsys.readouterr().out
     assert "training on CPU" in out and "; XLA on" in out  # --xla=auto
     assert json.loads((run_dir / "config.json").read_text())["xla_compiled"] is True
@@ -72,10 +73,11 @@ def test_run_dqn_writes_every_run_file(tmp_path, capsys):
     assert summary["last_evaluation"]["timestep"] == 2000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["vector", "threads"])
 def test_run_fast_dqn_writes_every_run_file(tmp_path, backend):
     run_dir = tmp_path / backend
-    argv = TINY + ["--workers=4", f"--backend={backend}", f"--logdir={run_dir}"]
+    argv = RUN + ["--workers=4", f"--backend={backend}", f"--logdir={run_dir}"]
     assert main(argv, ALGO_FAST_DQN) == 0
     check_run_files(run_dir, ALGO_FAST_DQN, 2000)
     _, evaluations = read_rows(run_dir / "evaluations.csv")
@@ -83,15 +85,18 @@ def test_run_fast_dqn_writes_every_run_file(tmp_path, backend):
     assert [int(row["timestep"]) for row in evaluations] == [1200, 2000]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--concurrent=false"], ["--synchronize=false"]])
 def test_fast_dqn_variants_run(tmp_path, flags):
     run_dir = tmp_path / "variant"
-    argv = TINY + ["--workers=2", "--evaluate=0", f"--logdir={run_dir}"] + flags
-    assert main(argv, ALGO_FAST_DQN) == 0
+    # Two epochs of learning (400 steps each): each variant's loop goes from one to the next.
+    argv = RUN + ["--workers=2", "--evaluate=0", "--timesteps=1200", f"--logdir={run_dir}"]
+    assert main(argv + flags, ALGO_FAST_DQN) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["finished"] and summary["updates"] == (2000 - 400) // 4
+    assert summary["finished"] and summary["updates"] == (1200 - 400) // 4
 
 
+@pytest.mark.slow
 def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monkeypatch,
                                                                    capsys):
     """XLA declining to compile on the device (faked: every compiled call is refused) costs
@@ -108,7 +113,7 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
 
     monkeypatch.setattr(QNetwork, "_build_functions", build_refused)
     run_dir = tmp_path / "refused"
-    argv = TINY + ["--workers=2", "--evaluate=0", f"--logdir={run_dir}"]
+    argv = RUN + ["--workers=2", "--evaluate=0", "--timesteps=1200", f"--logdir={run_dir}"]
     assert main(argv, ALGO_FAST_DQN) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "XLA" in line]
     assert err == ["note: XLA could not compile on this device (XLA compilation requires a "
@@ -117,6 +122,7 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
 
 
+@pytest.mark.slow
 def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
     """Same seed, same run; in the second, the trainer's updates and the calls of the acting
     loop's rounds (the pool's send and receive, which the fast loop makes) are slowed by
@@ -124,7 +130,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     transitions before waiting for the trainer, so that it samples a memory being written,
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it."""
-    argv = TINY + ["--workers=4", "--timesteps=1600", "--updates-per-call=1"]  # 3 epochs
+    argv = RUN + ["--workers=4", "--timesteps=1600", "--updates-per-call=1"]  # 3 epochs
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
@@ -196,10 +202,11 @@ FAULT_DRIVER = textwrap.dedent("""
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
     ("fast_dqn.q_network", "QNetwork", "update_many", 2, "vector", "injected trainer failure"),
 ])
+@pytest.mark.slow
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,
                                         message):
     run_dir = tmp_path / "run"
-    argv = TINY + ["--workers=4", f"--backend={backend}", "--timesteps=20000",
+    argv = RUN + ["--workers=4", f"--backend={backend}", "--timesteps=20000",
                    f"--logdir={run_dir}"]
     started = time.monotonic()
     driver = FAULT_DRIVER.format(module=module, owner=owner, method=method, after=after,
@@ -214,19 +221,20 @@ def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, 
     assert summary["steps"] < 20000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [ALGO_DQN, ALGO_FAST_DQN])
 def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     run_dir = tmp_path / algo
     flags = ["--protocol=machado", "--double=true", "--dueling=true", "--evaluate=0",
              "--timesteps=800", f"--logdir={run_dir}"]  # 100 updates, then 100 resumed
     flags += ["--workers=4"] if algo == ALGO_FAST_DQN else []
-    assert main(TINY + flags, algo) == 0
+    assert main(RUN + flags, algo) == 0
     assert main([f"--resume={run_dir}", "--timesteps=1200"], algo) == 0
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["protocol"], config["double"], config["dueling"]) == ("machado", True, True)
     assert (config["sticky_actions"], config["life_loss_terminal"]) == (0.25, False)
     assert config["full_action_set"] is True and config["noop_max"] == 0
-    assert config["max_episode_steps"] == 400  # TINY's flag, given beside the preset, wins
+    assert config["max_episode_steps"] == 400  # the tiny run's flag, beside the preset, wins
     assert config["protocol_overrides"] == ["max_episode_steps"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["steps"] == 1200

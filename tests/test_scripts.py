@@ -27,6 +27,7 @@ import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
 from tests.cli_runs import FINAL_WINDOW_STOP, SMALL_BATCH
+from tools.entry_point_runs import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
@@ -69,14 +70,9 @@ def run(args, *, env=None, timeout=120) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env)
 
 
-def wait_until(done: Callable[[], bool], what: str, process: subprocess.Popen,
-               timeout: float = 30) -> None:
-    """Polls `done` until it holds; fails saying `what` if `process` exits or `timeout` s
-    pass first."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert process.poll() is None and time.monotonic() < deadline, what
-        time.sleep(0.02)
+def running(process: subprocess.Popen) -> Callable[[], bool]:
+    """Whether `process` goes on, for `wait_until`."""
+    return lambda: process.poll() is None
 
 
 def assert_refused_in_one_line(result: subprocess.CompletedProcess, script: str) -> None:
@@ -287,7 +283,7 @@ def test_ctrl_c_sends_every_running_trainer_exactly_one_sigterm(tmp_path, fake_p
     try:
         wait_until(lambda: all((out / g / "args").exists() for g in ("pong-seed0",
                                                                      "breakout-seed0")),
-                   "the fake trainers did not start", process)
+                   running(process), 30, "the fake trainers' start")
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -413,8 +409,8 @@ def test_a_log_taken_by_another_sweep_after_the_plan_is_left_alone(tmp_path, fak
          "--out", str(out), "--python", str(fake_python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        wait_until(lambda: (out / "pong-seed0" / "args").exists(),
-                   "the first fake run did not start", process)
+        wait_until(lambda: (out / "pong-seed0" / "args").exists(), running(process), 30,
+                   "the first fake run's start")
         with held_lock(out / "breakout-seed0.log", "another sweep's log\n"):
             go_on.touch()
             _, stderr = process.communicate(timeout=60)
@@ -939,24 +935,24 @@ def test_real_two_game_sweep_then_summary(tmp_path):
     out = tmp_path / "sweep"
     result = run(["bash", ALL_GAMES, "--games", "pong breakout", "--seeds", "0", "--jobs", "2",
                   "--out", out, "--python", PY, "--",
-                  "--timesteps=1200", "--replay-start=400", "--replay-capacity=5000",
-                  "--evaluate=600", "--eval-episodes=2", "--target-update=400", "--workers=4",
+                  "--timesteps=800", "--replay-start=400", "--replay-capacity=5000",
+                  "--evaluate=400", "--eval-episodes=2", "--target-update=400", "--workers=4",
                   "--max-episode-steps=300", "--eval-max-episode-steps=300",
                   SMALL_BATCH], timeout=900)
     assert result.returncode == 0, result.stderr + (out / "pong-seed0.log").read_text()
     for game in ("pong", "breakout"):
         summary = json.loads((out / f"{game}-seed0" / "summary.json").read_text())
-        assert summary["finished"] is True and summary["steps"] == 1200
+        assert summary["finished"] is True and summary["steps"] == 800
     table = tmp_path / "table.csv"
     summary = run([PY, SUMMARIZE, out, "--csv", table])
     assert summary.returncode == 0, summary.stderr
     rows = {row["game"]: row for row in csv.DictReader(table.open())}
     assert set(rows) == {"pong", "breakout"}
     for row in rows.values():
-        assert row["final_timestep"] == "1200"
+        assert row["final_timestep"] == "800"
         assert row["human_normalized"] != "" and row["short"] == "true"
         assert float(row["steps_per_second"]) > 0
-    # 1,200-step runs: their scores are marked and left out of the median, with a line
+    # 800-step runs: their scores are marked and left out of the median, with a line
     assert "human-normalized score over" not in summary.stdout
     assert "every score is from a short run" in summary.stdout
 
@@ -1001,9 +997,9 @@ def test_a_sweep_run_again_after_a_stop_in_a_runs_final_window_finishes_the_run(
 # Tiny flags of one breakout run, bit for bit the same on a CPU (--xla=off); its first
 # checkpoint comes at its end, so for most of its life it has only config.json and logs.
 # Small minibatches (4): the race is about the run's files, not the trainer's speed.
-RACE_FLAGS = ("--workers=4", "--replay-start=1000", "--replay-capacity=8000",
-              "--target-update=1000", "--timesteps=2000", "--evaluate=1000", "--eval-episodes=2",
-              "--eval-max-episode-steps=500", SMALL_BATCH, "--xla=off")
+RACE_FLAGS = ("--workers=4", "--replay-start=600", "--replay-capacity=8000",
+              "--target-update=600", "--timesteps=1200", "--evaluate=600", "--eval-episodes=2",
+              "--eval-max-episode-steps=300", SMALL_BATCH, "--xla=off")
 
 
 def breakout_sweep(out: Path) -> list[str]:
@@ -1041,8 +1037,8 @@ def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, se
         if second_starts == "0.5 s later":
             time.sleep(0.5)
         else:
-            wait_until(lambda: (run_dir / "config.json").exists(),
-                       "the first sweep's run did not write config.json", first, timeout=300)
+            wait_until((run_dir / "config.json").exists, running(first), 300,
+                       "the first sweep's run writing config.json")
         second = run(breakout_sweep(out), env=ENV, timeout=900)
         first_stdout, first_stderr = first.communicate(timeout=900)
     finally:

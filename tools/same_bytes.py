@@ -15,8 +15,8 @@ the CSVs and the arrays), config.json, summary.json and the TensorBoard events (
 
 Use it around a change:
 
-    python scripts/same_bytes.py --out /tmp/sb-before --verbose > before.txt   # old code
-    python scripts/same_bytes.py --out /tmp/sb-after --verbose --compare before.txt
+    python tools/same_bytes.py --out /tmp/sb-before --verbose > before.txt   # old code
+    python tools/same_bytes.py --out /tmp/sb-after --verbose --compare before.txt
 
 The last line of the output is a JSON object {run: digest, "files": {run/file: digest}};
 `--compare FILE` reads that line from a saved output, lists every run and file whose digest
@@ -42,10 +42,10 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python scripts/same_bytes.py` puts scripts/ first
+if str(REPO) not in sys.path:  # `python tools/same_bytes.py` puts tools/ first
     sys.path.insert(0, str(REPO))
 
-from scripts.entry_point_runs import launch  # noqa: E402
+from tools.entry_point_runs import launch  # noqa: E402
 
 # The tiny run every variant starts from: long enough to learn (replay start 1,000), sync the
 # target network, evaluate twice and checkpoint twice, short enough to take ~30 s on a CPU.

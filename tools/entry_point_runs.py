@@ -1,5 +1,7 @@
 """An entry point run as a subprocess: the one harness of the tests (tests/cli_runs.py) and
-the scripts that drive runs (soak.py, stop_times.py, same_bytes.py).
+the developer tools that drive runs (tools/soak.py, tools/stop_times.py, tools/same_bytes.py),
+and what they share about such runs: how long a stop may take, a checkpoint's step, a wait
+for a run's file or line.
 
 A run starts from a repository root (this one unless told), on the CPU unless told (where a
 seed fixes a run bit for bit), with stdin from /dev/null and stdout and stderr in files,
@@ -23,6 +25,32 @@ RUN_FAST_DQN = REPO / "run_fast_dqn.py"
 RUN_DQN = REPO / "run_dqn.py"
 # The CPU only, so that runs are deterministic on any machine; TensorFlow's logs kept short.
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+STOP_SECONDS = 20  # a signalled run must be gone within this
+POLL_SECONDS = 0.02  # between two looks at a run's files or output
+
+
+class WaitFailed(AssertionError):
+    """What a wait was for did not happen: the run exited first, or the time ran out."""
+
+
+def step_of(manifest: dict) -> int:
+    """The agent step a checkpoint was taken at, from its manifest."""
+    return int(manifest["counters"]["step"])
+
+
+def wait_until(condition: Callable[[], bool], running: Callable[[], bool], timeout: float,
+               what: str) -> float:
+    """Polls `condition` until it holds while `running()` says the run goes on; returns the
+    moment it held (time.monotonic()). WaitFailed naming `what` if the run ends or `timeout`
+    seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if not running():
+            raise WaitFailed(f"the run exited before {what}")
+        if time.monotonic() > deadline:
+            raise WaitFailed(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(POLL_SECONDS)
+    return time.monotonic()
 
 
 class RunTimedOut(AssertionError):

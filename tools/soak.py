@@ -5,32 +5,34 @@ What it does: trains one small, fast run of run_fast_dqn.py (breakout, W = 4, a 
 transition memory, a checkpoint every 400 agent steps, an evaluation every 800) and, cycle
 after cycle, starts it (a new run the first time, `--resume` afterwards), waits a random time,
 sends it a random one of SIGKILL, SIGTERM, SIGINT and SIGHUP and waits for its exit, until N
-signals have been sent. About one resume in FINAL_WINDOW_SHARE is a final-window cycle: it
-gets a --timesteps the run reaches within seconds, and its signal comes at a random moment
-of its final window (the last epoch's updates, the final evaluation, the final checkpoint),
-timed by the lines the run prints; the next cycle, when that left work, resumes the run
-without extending it and lets it finish its work. With --without-replay the run is made
-with --checkpoint-replay=false, so every resume refills the memory. The waits are uniform over the first WAIT_SECONDS after the run takes its lock
-(the first cycle: after its first checkpoint, without which there is nothing to resume), so
-kills land in the start-up (checking the checkpoint, importing TensorFlow, restoring), while it
-acts, in evaluations and while a checkpoint is written. Before the lock nothing is written and
-the interpreter may still be loading the modules that install the trainer's handler (there a
-SIGINT is a KeyboardInterrupt traceback, a SIGTERM an exit by the signal), so no kill lands
-there. Each launch gets a --timesteps the run cannot reach before its signal (the run's own,
-or a larger one on a resume); a run that finishes first anyway does not count as a kill and is
-extended at the next launch. At a few random cycles a second `--resume` is started while the
-run holds its directory, and a second sweep (scripts/all_games.sh into OUT, which holds the
-run under the name the sweep gives it); the first cycle gets a second sweep too, once the
-new run has written config.json and before its first checkpoint (a sweep that ignored the
-run's lock would take it for a dead run and move it aside). Last, the run is resumed once
-more and left to finish; its directory is renamed while it runs (at its first checkpoint
-after the resume), and it must finish whole in the new place, leaving nothing at the old
-path (then it is renamed back for the checks).
+signals have been sent. About one resume in FINAL_WINDOW_SHARE is a final-window cycle: it gets
+a --timesteps the run reaches within seconds, and its signal comes at a random moment of its
+final window (the last epoch's updates, the final evaluation, the final checkpoint), timed by
+the lines the run prints; the next cycle, when that left work, resumes the run without
+extending it and lets it finish its work. With --without-replay the run is made with
+--checkpoint-replay=false, so every resume refills the memory. The waits are uniform over the
+first --wait-seconds (default WAIT_SECONDS) after the run takes its lock (the first cycle:
+after its first checkpoint, without which there is nothing to resume), so kills land in the
+start-up (checking the checkpoint, importing TensorFlow, restoring), while it acts, in
+evaluations and while a checkpoint is written; a shorter --wait-seconds puts more of them in
+the start-up and makes every launch, and so the soak, shorter (tests/test_soak.py). Before the
+lock nothing is written and the interpreter may still be loading the modules that install the
+trainer's handler (there a SIGINT is a KeyboardInterrupt traceback, a SIGTERM an exit by the
+signal), so no kill lands there. Each launch gets a --timesteps the run cannot reach before its
+signal (the run's own, or a larger one on a resume); a run that finishes first anyway does not
+count as a kill and is extended at the next launch. At a few random cycles a second `--resume`
+is started while the run holds its directory, and a second sweep (scripts/all_games.sh into
+OUT, which holds the run under the name the sweep gives it); the first cycle gets a second
+sweep too, once the new run has written config.json and before its first checkpoint (a sweep
+that ignored the run's lock would take it for a dead run and move it aside). Last, the run is
+resumed once more and left to finish; its directory is renamed while it runs (at its first
+checkpoint after the resume), and it must finish whole in the new place, leaving nothing at the
+old path (then it is renamed back for the checks).
 
 Run it from the repository root (20 kills take about 15 minutes on 2 cores):
 
-    python scripts/soak.py --kills 20 --seed 0 --out /tmp/soak1
-    python scripts/soak.py --kills 6 --seed 2 --without-replay --out /tmp/soak2
+    python tools/soak.py --kills 20 --seed 0 --out /tmp/soak1
+    python tools/soak.py --kills 6 --seed 2 --without-replay --out /tmp/soak2
 
 --seed fixes the waits, the signals and the second-writer cycles (not the machine's timing).
 The run is OUT/breakout-seed0; every launch's stdout and stderr are kept in OUT/logs.
@@ -38,7 +40,8 @@ The run is OUT/breakout-seed0; every launch's stdout and stderr are kept in OUT/
 What it checks (the first failure stops it, with the trainer's stderr tail):
 
 - every exit: status -9 after SIGKILL, 143 after SIGTERM, 130 after SIGINT, 129 after
-  SIGHUP (0 if the run finished first, or if its work was done when the signal came); no "Traceback" on stderr; a signalled run gone within STOP_SECONDS;
+  SIGHUP (0 if the run finished first, or if its work was done when the signal came); no
+  "Traceback" on stderr; a signalled run gone within SOAK_STOP_SECONDS;
 - after every exit: a complete checkpoint that `verify_checkpoint` passes, not older than the
   one the run started from; CSVs that agree with it (`check_logs_match` with its step, games
   and evaluations); the CSV rows up to the step the run started from, unchanged (but for the
@@ -85,7 +88,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # `python scripts/soak.py` puts scripts/, not the package, first
+sys.path.insert(0, str(REPO))  # `python tools/soak.py` puts tools/, not the package, first
 
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, NEW_CHECKPOINT,  # noqa: E402
                                   OLD_CHECKPOINT, CheckpointError, latest_checkpoint,
@@ -94,8 +97,9 @@ from fast_dqn.replay_memory import ReplayMemory  # noqa: E402
 from fast_dqn.run_dir import (CONFIG_FILE, EPISODES_FILE, EVALUATIONS_FILE,  # noqa: E402
                               LOCK_FILE, SUMMARY_FILE)
 from fast_dqn.run_logs import check_logs_match  # noqa: E402
-from scripts.entry_point_runs import CPU_ONLY, RUN_FAST_DQN, Launch  # noqa: E402
-from scripts.entry_point_runs import launch as start_entry_point  # noqa: E402
+from tools.entry_point_runs import (CPU_ONLY, RUN_FAST_DQN, Launch,  # noqa: E402
+                                    WaitFailed, step_of, wait_until)
+from tools.entry_point_runs import launch as start_entry_point  # noqa: E402
 
 TRAINER = RUN_FAST_DQN
 EVALUATE = 800  # agent steps between evaluations
@@ -133,7 +137,10 @@ FINAL_WINDOW_SHARE = 4  # about one resume in this many is a final-window cycle
 # A final-window cycle's signal comes this long at most after the run's last step (its last
 # epoch's 100 updates, an evaluation of 2 games and a small checkpoint take seconds here).
 FINAL_WINDOW_SECONDS = 4.0
-STOP_SECONDS = 30.0  # a signalled run must be gone within this
+# A signalled run must be gone within this. More than the tests' STOP_SECONDS
+# (tools/entry_point_runs.py): a stop waits for the trainer's call in progress, and here a
+# call is up to 64 updates of 32 transitions (the tests' runs take 4).
+SOAK_STOP_SECONDS = 30.0
 LOCK_SECONDS = 120.0  # generous: the machine is shared
 FIRST_CHECKPOINT_SECONDS = 300.0
 SECOND_WRITER_SECONDS = 10.0
@@ -205,7 +212,7 @@ class Tally:
 
 
 def launch(args: Sequence[str], log: Path) -> Launch:
-    """Starts run_fast_dqn.py (scripts/entry_point_runs.py) in its own session: only this
+    """Starts run_fast_dqn.py (tools/entry_point_runs.py) in its own session: only this
     script's signals reach it. A run started by a soak under `nohup` would inherit SIGHUP
     ignored, and the soak's SIGHUP would then not stop it: the run gets the default, as
     from a terminal."""
@@ -220,17 +227,14 @@ def kill_if_running(run: Launch) -> None:
     run.process.wait()
 
 
-def wait_until(condition: Callable[[], bool], run: Launch, timeout: float, what: str) -> float:
-    """Polls until `condition` holds while the run goes on; returns the moment it did."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if not run.running():
-            raise SoakFailure(f"the run exited with status {run.process.returncode} before "
-                              f"{what}", run.stderr_tail())
-        if time.monotonic() > deadline:
-            raise SoakFailure(f"{what} did not happen within {timeout:.0f} s", run.stderr_tail())
-        time.sleep(POLL_SECONDS)
-    return time.monotonic()
+def wait_while_running(condition: Callable[[], bool], run: Launch, timeout: float,
+                       what: str) -> float:
+    """`wait_until` for a trainer this script started: a failure carries its stderr tail."""
+    try:
+        return wait_until(condition, run.running, timeout, what)
+    except WaitFailed as failure:
+        raise SoakFailure(f"{failure} (exit status {run.process.returncode})",
+                          run.stderr_tail()) from None
 
 
 def sleep_until(moment: float, run: Launch) -> None:
@@ -249,10 +253,6 @@ def holds_lock(run_dir: Path, pid: int) -> bool:
 
 
 # -- the run directory -------------------------------------------------------------------------
-
-
-def step_of(manifest: dict) -> int:
-    return int(manifest["counters"]["step"])
 
 
 def latest_manifest(run_dir: Path) -> dict:
@@ -301,7 +301,7 @@ def read_summary(run_dir: Path, since: float) -> dict:
         return {}
 
 
-def snapshot(run_dir: Path) -> dict[str, bytes]:
+def resume_files(run_dir: Path) -> dict[str, bytes]:
     """The bytes of the files a resume may change: config.json, the CSVs, the manifest."""
     checkpoint = latest_checkpoint(run_dir)
     paths = [run_dir / name for name in (CONFIG_FILE, *TIMESTEP_COLUMN)]
@@ -350,8 +350,9 @@ def compare_kept(before: Rows, after: Rows, due_evaluation: int | None) -> tuple
 # -- one cycle ---------------------------------------------------------------------------------
 
 
-def draw_cycle(rng: random.Random, second_writer: bool, first: bool) -> Draw:
-    return Draw(wait=rng.uniform(0.0, WAIT_SECONDS), signum=rng.choice(SIGNALS),
+def draw_cycle(rng: random.Random, second_writer: bool, first: bool,
+               wait_seconds: float = WAIT_SECONDS) -> Draw:
+    return Draw(wait=rng.uniform(0.0, wait_seconds), signum=rng.choice(SIGNALS),
                 second_writer=second_writer, writer_at=rng.random(),
                 final_window=not first and rng.randrange(FINAL_WINDOW_SHARE) == 0,
                 window_at=rng.uniform(0.0, FINAL_WINDOW_SECONDS))
@@ -458,7 +459,7 @@ def check_exit(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Signals)
         raise SoakFailure(f"{where}: a traceback on stderr", run.stderr_tail())
     if status == 128 + signum and summary.get("stopped_by_signal") != signum:
         # A resume stopped before it began exits without a summary, changing nothing.
-        if summary or snapshot(run_dir) != cycle.files:
+        if summary or resume_files(run_dir) != cycle.files:
             raise SoakFailure(f"{where}: no summary.json naming the signal, and the run's "
                               "files changed", run.stderr_tail())
         cycle.phase = "start-up"
@@ -512,7 +513,7 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
         timesteps = timesteps_for(before, saved_timesteps(run_dir), draw.wait,
                                   tally.steps_per_second)
     cycle = Cycle(f"cycle {number}", draw.signum.name, timesteps, before,
-                  files={} if first else snapshot(run_dir))
+                  files={} if first else resume_files(run_dir))
     tally.cycles.append(cycle)
     run = launch(launch_args(run_dir, first, timesteps, tally.without_replay),
                  logs / f"cycle{number:02d}")
@@ -520,17 +521,17 @@ def run_cycle(number: int, run_dir: Path, logs: Path, draw: Draw, tally: Tally) 
     try:
         # The wait counts from the lock: before it no file is touched and the trainer may not
         # have installed its signal handler yet (the interpreter's start and imports).
-        zero = wait_until(lambda: holds_lock(run_dir, run.pid), run, LOCK_SECONDS,
+        zero = wait_while_running(lambda: holds_lock(run_dir, run.pid), run, LOCK_SECONDS,
                           "it took the run directory's lock")
         if first:  # a run without a checkpoint yet, which a sweep must not take as dead
-            wait_until((run_dir / CONFIG_FILE).is_file, run, LOCK_SECONDS,
+            wait_while_running((run_dir / CONFIG_FILE).is_file, run, LOCK_SECONDS,
                        "it wrote config.json")
             tally.second_sweeps += 1
             seconds = check_second_sweep(run_dir, run, logs / f"cycle{number:02d}-sweep")
             tally.sweeps_left_alone += 1
             cycle.second_writer = f"sweep left it {seconds:.1f}s"
         if first:  # a new run killed before its first checkpoint leaves nothing to resume
-            zero = wait_until((run_dir / CHECKPOINT / MANIFEST).is_file, run,
+            zero = wait_while_running((run_dir / CHECKPOINT / MANIFEST).is_file, run,
                               FIRST_CHECKPOINT_SECONDS, "its first checkpoint")
         if draw.final_window:
             window = wait_for_final_window(run, timesteps)
@@ -622,8 +623,8 @@ def finish_cycle(number: int, run_dir: Path, logs: Path, tally: Tally) -> None:
 
 def signal_and_wait(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Signals,
                     tally: Tally, extend_if_finished: bool = True) -> None:
-    """Sends the signal (unless the run has finished) and waits STOP_SECONDS for the exit.
-    A run that finished first shows this machine faster than the bound, unless it was meant
+    """Sends the signal (unless the run has finished) and waits SOAK_STOP_SECONDS for the
+    exit. A run that finished first shows this machine faster than the bound, unless it was meant
     to reach its end (a final-window cycle)."""
     cycle.phase = phase_now(run_dir, run, resumed=cycle.before is not None)
     if run.running():
@@ -635,10 +636,10 @@ def signal_and_wait(run_dir: Path, run: Launch, cycle: Cycle, signum: signal.Sig
         if extend_if_finished:
             tally.steps_per_second *= 2
     try:
-        run.process.wait(timeout=STOP_SECONDS)
+        run.process.wait(timeout=SOAK_STOP_SECONDS)
     except subprocess.TimeoutExpired:
-        raise SoakFailure(f"{cycle.name}: the run was still there {STOP_SECONDS:.0f} s after "
-                          f"{signum.name} ({cycle.phase})", run.stderr_tail()) from None
+        raise SoakFailure(f"{cycle.name}: the run was still there {SOAK_STOP_SECONDS:.0f} s "
+                          f"after {signum.name} ({cycle.phase})", run.stderr_tail()) from None
     cycle.alive = time.monotonic() - run.started
     cycle.status = run.process.returncode
 
@@ -763,7 +764,8 @@ def second_writer_cycles(rng: random.Random, kills: int) -> set[int]:
     return set(rng.sample(resumes, count))
 
 
-def soak(kills: int, seed: int, run_dir: Path, logs: Path, tally: Tally) -> None:
+def soak(kills: int, seed: int, run_dir: Path, logs: Path, tally: Tally,
+         wait_seconds: float = WAIT_SECONDS) -> None:
     """Cycles until `kills` signals have been sent, then the final run."""
     rng = random.Random(seed)
     writers = second_writer_cycles(rng, kills)
@@ -776,8 +778,8 @@ def soak(kills: int, seed: int, run_dir: Path, logs: Path, tally: Tally) -> None
         if number > 1 and run_owes_final_work(run_dir):
             finish_cycle(number, run_dir, logs, tally)
         else:
-            run_cycle(number, run_dir, logs, draw_cycle(rng, number in writers, number == 1),
-                      tally)
+            run_cycle(number, run_dir, logs,
+                      draw_cycle(rng, number in writers, number == 1, wait_seconds), tally)
         print_row(tally.cycles[-1])
     if run_owes_final_work(run_dir):
         finish_cycle(number + 1, run_dir, logs, tally)
@@ -837,12 +839,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the waits, signals and second writers (default 0)")
     parser.add_argument("--out", required=True, help="directory for the run and the logs")
+    parser.add_argument("--wait-seconds", type=float, default=WAIT_SECONDS,
+                        help="a signal comes at a random moment of the first this many seconds "
+                             f"after the run takes its lock (default {WAIT_SECONDS:g})")
     parser.add_argument("--without-replay", action="store_true",
                         help="make the run with --checkpoint-replay=false: every resume "
                              "refills its replay memory")
     options = parser.parse_args(argv)
     if options.kills < 1:
         parser.error("--kills must be 1 or more")
+    if not 0 < options.wait_seconds <= 3600:
+        parser.error("--wait-seconds must be more than 0 and at most 3600")
     if (Path(options.out) / RUN_NAME).exists():
         parser.error(f"{Path(options.out) / RUN_NAME} exists; give a fresh --out")
     return options
@@ -863,11 +870,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     tally, started, status = Tally(without_replay=options.without_replay), time.monotonic(), 0
     replay = ", without a saved replay memory" if options.without_replay else ""
-    print(f"soak: {options.kills} kills, seed {options.seed}, run in {run_dir}{replay}",
+    print(f"soak: {options.kills} kills, seed {options.seed}, waits up to "
+          f"{options.wait_seconds:g} s, run in {run_dir}{replay}",
           flush=True)
     print_header()
     try:
-        soak(options.kills, options.seed, run_dir, logs, tally)
+        soak(options.kills, options.seed, run_dir, logs, tally, options.wait_seconds)
     except SoakFailure as failure:
         tally.failures += 1
         status = 1

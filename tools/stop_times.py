@@ -4,7 +4,7 @@ default evaluation (30 games, epsilon 0.05, up to 4,500 steps each) and a full-s
 memory (1,000,000 transitions, about 7.1 GB in a checkpoint), and how long a resume of the
 full checkpoint takes to start.
 
-    nohup python scripts/stop_times.py > /tmp/stop_times.log 2>&1 &
+    nohup python tools/stop_times.py > /tmp/stop_times.log 2>&1 &
 
 It prints what it does as it goes, then a table (phase, seconds from the signal to the
 process's exit, of which checkpoint write, checkpoint size) and, last, one JSON line.
@@ -97,15 +97,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # scripts/ is first otherwise
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tools/ is first otherwise
 
-from scripts.entry_point_runs import launch  # noqa: E402
+from tools.entry_point_runs import WaitFailed, launch, wait_until  # noqa: E402
 
 _HERE = Path(__file__).resolve().parent.parent
 REPO = _HERE if (_HERE / "run_fast_dqn.py").is_file() else Path("/work/main")
 BYTES_PER_TRANSITION = 7_064  # fast_dqn.transitions: a checkpoint's replay bytes per slot
 POLL_SECONDS = 0.02  # the run directory
-WAIT_SECONDS = 0.05  # the main thread's waits
 SLOW_OTHER_SECONDS = 10.0  # a stop should take seconds plus one checkpoint write
 PROGRESS = re.compile(r"^step (\d+)/(\d+) ")
 RESUMED = re.compile(r"^resumed from (\S+) at step (\d+)")
@@ -127,7 +126,7 @@ class Event:
 class Trainer:
     """A trainer process: its output lines and the changes in its run directory, timestamped.
 
-    Started by the harness the tests use (scripts/entry_point_runs.py: output in NAME.out
+    Started by the harness the tests use (tools/entry_point_runs.py: output in NAME.out
     and NAME.err). Three threads: one follows NAME.out (each line stamped and written to the
     log), one waits for the exit (stamped), one polls the run directory every POLL_SECONDS
     (`checkpoint.tmp`, `checkpoint.old` appearing and going, summary.json rewritten).
@@ -212,14 +211,14 @@ class Trainer:
     def running(self) -> bool:
         return not self._done.is_set()
 
-    def snapshot(self) -> list[tuple[float, str]]:
+    def lines(self) -> list[tuple[float, str]]:
         with self._lock:
             return list(self.lines)
 
     def progress(self) -> list[tuple[float, int]]:
         """(time, step) of every progress line so far."""
         found = []
-        for t, line in self.snapshot():
+        for t, line in self.lines():
             match = PROGRESS.match(line)
             if match:
                 found.append((t, int(match.group(1))))
@@ -227,21 +226,19 @@ class Trainer:
 
     def first_line(self, pattern: str | re.Pattern) -> tuple[float, str] | None:
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
-        for t, line in self.snapshot():
+        for t, line in self.lines():
             if regex.search(line):
                 return t, line
         return None
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
-        """Waits until `predicate()`; StageFailed if the process ends or time runs out."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if not self.running:
-                raise StageFailed(f"{self.name}: the trainer exited ({self.returncode}) "
-                                  f"before {what}; see its log")
-            if time.monotonic() > deadline:
-                raise StageFailed(f"{self.name}: no {what} within {timeout:.0f} s")
-            time.sleep(WAIT_SECONDS)
+        """Waits until `predicate()`; StageFailed if the process ends (its last lines read)
+        or time runs out."""
+        try:
+            wait_until(predicate, lambda: self.running, timeout, what)
+        except WaitFailed as failure:
+            raise StageFailed(f"{self.name} (exit {self.returncode}): {failure}; see its log") \
+                from None
 
     def wait_exit(self, timeout: float) -> None:
         if not self._done.wait(timeout):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Peak host memory of saving and reading a full replay memory's checkpoint.
 
-    python scripts/checkpoint_memory.py --out /tmp/ckpt [--capacity 1000000] [--replay-device device]
+    python tools/checkpoint_memory.py --out /tmp/ckpt [--capacity 1000000] [--replay-device device]
 
 Fills a replay memory of --capacity random transitions (its frames on the training device
 with --replay-device=device, in NumPy with host), saves its checkpoint arrays as a run does,
