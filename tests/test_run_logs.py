@@ -324,7 +324,7 @@ def test_check_logs_match_names_evaluations_csv_for_an_extra_evaluation(tmp_path
 
 
 def test_an_evaluation_logged_at_the_checkpoints_step_after_it_is_dropped(tmp_path):
-    """Regression (found by scripts/soak.py): a stop cut the evaluation of step 3200 short,
+    """Regression (found by tools/soak.py): a stop cut the evaluation of step 3200 short,
     so the checkpoint at 3200 counted 3 evaluations; the resumed run played it and logged a
     4th row at 3200, and a kill before the next checkpoint left a run that no resume would
     take. That row is one the resumed run logs again: it is dropped."""

@@ -101,8 +101,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tools/ is fir
 
 from tools.entry_point_runs import WaitFailed, launch, wait_until  # noqa: E402
 
-_HERE = Path(__file__).resolve().parent.parent
-REPO = _HERE if (_HERE / "run_fast_dqn.py").is_file() else Path("/work/main")
+REPO = Path(__file__).resolve().parent.parent  # the checkout whose entry points it runs
 BYTES_PER_TRANSITION = 7_064  # fast_dqn.transitions: a checkpoint's replay bytes per slot
 POLL_SECONDS = 0.02  # the run directory
 SLOW_OTHER_SECONDS = 10.0  # a stop should take seconds plus one checkpoint write
