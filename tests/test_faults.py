@@ -33,6 +33,7 @@ from tests.cli_runs import (FAST, RUN_FAST_DQN, SMALL_BATCH, Finished, Launch,
                             assert_no_traceback, read_csv, run_in_process, snapshot, start,
                             step_of, summary, wait_for, wait_for_holder, wait_for_line)
 from tests.fakes import flip_byte
+from tests.run_files import network_data, truncate
 
 
 def signal_and_finish(run: Launch, signum: int, timeout: float = 60):
@@ -351,14 +352,6 @@ def resign(checkpoint: Path, change) -> None:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     manifest["checksum"] = f"{zlib.crc32(canonical):08x}"
     path.write_text(json.dumps(manifest))
-
-
-def network_data(checkpoint: Path) -> Path:
-    return next(Path(network_prefix(checkpoint)).parent.glob("ckpt.data-*"))
-
-
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
 
 
 def drop_a_game(run_dir: Path) -> None:

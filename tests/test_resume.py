@@ -34,6 +34,7 @@ from fast_dqn.replay_memory import ReplayMemory
 from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, Finished,
                             assert_no_traceback, interrupt, read_csv, run_in_process,
                             snapshot, start, step_of, summary, without_hours)
+from tests.run_files import write_stand_in_network
 
 
 def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:
@@ -285,11 +286,6 @@ def saved_run(tmp_path) -> Path:
                                                      **dataclasses.asdict(config)}))
     save_checkpoint(run_dir, {"counters": {"step": 500}}, write_stand_in_network, None)
     return run_dir
-
-
-def write_stand_in_network(prefix: str) -> None:
-    Path(prefix).parent.mkdir(parents=True)
-    Path(prefix + ".index").write_bytes(b"not a real network")
 
 
 def edit_manifest(run_dir: Path) -> None:
