@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, read_csv,
-                            run_in_process, start, summary, wait_for_match)
+from tests.cli_runs import (ENV, FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH,
+                            TINY, read_csv, run_in_process, start, summary, wait_for_match)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
 FAST_OFF = [*FAST, "--xla=off"]
+# A progress line of a 1,200-step run past its checkpoint at step 800 (steps 801 to 1199).
+PAST_THE_FIRST_CHECKPOINT = r"step (?!800/)(8\d\d|9\d\d|1[01]\d\d)/1200 .*"
 
 
 def lines_of(text: str) -> list[str]:
@@ -41,7 +43,7 @@ def lines_of(text: str) -> list[str]:
 @pytest.mark.parametrize("script,args", [(RUN_FAST_DQN, FAST_OFF), (RUN_DQN, SERIAL)],
                          ids=["fast", "serial"])
 def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
-        script, args, tmp_path):
+        script, args, tmp_path, capfd):
     """Regression (issue 36): a stopped run said nothing until its checkpoint was written,
     then "done: ...", as a finished run does. Stopped once a progress line past the first
     checkpoint is printed, the run says that it stops and what it still does, with the
@@ -49,15 +51,12 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     that finishes it, and that command does."""
     run_dir = tmp_path / "run"
     # Small minibatches (4), so that the updates cost little: nothing here is about the
-    # trainer's speed.
-    run = start(script, [*args, "--timesteps=2000", "--evaluate=0", "--checkpoint-every=800",
-                         SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
-                tmp_path / "stopped")
-    wait_for_match(run, r"checkpoint at step 800")
-    past = wait_for_match(run, r"step (\d+)/2000 .*", accept=lambda m: int(m[1]) > 800)
-    assert int(past[1]) < 2000
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # trainer's speed. The run signals itself at its first progress line past step 800
+    # (tests/line_stop.py), so it stops well before its last step however slow it is.
+    result = start(LINE_STOP, ["INT", PAST_THE_FIRST_CHECKPOINT, str(script), *args,
+                               "--timesteps=1200", "--evaluate=0", "--checkpoint-every=800",
+                               SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
+                   tmp_path / "stopped").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     stopping = [line for line in lines if line.startswith("stopping at step")]
@@ -69,16 +68,18 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     step = int(match[1])
     assert summary(run_dir)["steps"] == step and summary(run_dir)["finished"] is False
     assert not any(line.startswith("done:") for line in lines), result.stdout
-    assert lines[-1] == (f"stopped at step {step} of 2000; resume with: python {script} "
+    assert 800 < step < 1200
+    assert lines[-1] == (f"stopped at step {step} of 1200; resume with: python {script} "
                          f"--resume {run_dir}")
     assert lines.index(stopping[0]) < lines.index(f"checkpoint at step {step}")
 
+    # The command's arguments, given to the script's main in this process: what the command
+    # does is under test here, not its process (other tests start `python run_*.py`).
     command = lines[-1].split("resume with: ", 1)[1].split()
-    assert command[0] == "python"
-    resumed = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=ENV,
-                             capture_output=True, text=True, timeout=600)
+    assert command[:2] == ["python", str(script)]
+    resumed = run_in_process(script, command[2:], capfd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert lines_of(resumed.stdout)[-1].startswith("done: 2000 steps, ")
+    assert lines_of(resumed.stdout)[-1].startswith("done: 1200 steps, ")
 
 
 @pytest.mark.slow
@@ -211,14 +212,13 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     the evaluation and the checkpoint while each lasts; the checkpoint and each evaluation
     leave a line on the screen; a Ctrl-C after the first checkpoint shows the stop's line,
     and the screen's last line is the command that goes on."""
-    # The stop comes at step 800; the 1,600 steps (400 updates) left take the run seconds
-    # more, time for the Ctrl-C to land, and its resume that much.
+    # The Ctrl-C comes from the run itself as it shows its checkpoint's line at step 800
+    # (tests/line_stop.py), so it lands before the run's last step however slow the run is.
     run_dir = tmp_path / "run"
-    terminal = Terminal([*FAST_OFF, "--timesteps=2400", "--evaluate=800", "--eval-episodes=2",
+    terminal = Terminal(["INT", "checkpoint at step 800", str(RUN_FAST_DQN), *FAST_OFF,
+                         "--timesteps=1200", "--evaluate=800", "--eval-episodes=2",
                          "--eval-max-episode-steps=100", "--checkpoint-every=800",
-                         f"--logdir={run_dir}"], tmp_path / "terminal")
-    terminal.wait_for("checkpoint at step 800\r\n")
-    terminal.process.send_signal(signal.SIGINT)
+                         f"--logdir={run_dir}"], tmp_path / "terminal", script=LINE_STOP)
     assert terminal.finish() == 128 + signal.SIGINT, (tmp_path / "terminal.err").read_text()
     drawn = drawn_lines(terminal.output)
     for phase in ("| waiting for the trainer |", "| evaluating 2 games |",
@@ -232,9 +232,10 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     assert len(stopping) == 1, shown
     step = summary(run_dir)["steps"]
     assert stopping[0].startswith(f"stopping at step {step}: ")
-    assert shown[-1] == (f"stopped at step {step} of 2400; resume with: python "
+    assert step < 1200
+    assert shown[-1] == (f"stopped at step {step} of 1200; resume with: python "
                          f"{RUN_FAST_DQN} --resume {run_dir}")
-    assert shown[-2].startswith(f"step {step}/2400 ")  # the progress line, left above it
+    assert shown[-2].startswith(f"step {step}/1200 ")  # the progress line, left above it
     assert not any(line.startswith("done:") for line in shown)
 
     # The resume, on a terminal too: its "resumed from" line stays on the screen (it was
@@ -244,7 +245,7 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     shown = [line for line in screen(resumed.output) if line]
     assert any(line.startswith("resumed from ") and line.endswith(f" at step {step}")
                for line in shown), shown
-    assert shown[-1].startswith("done: 2400 steps"), shown
+    assert shown[-1].startswith("done: 1200 steps"), shown
 
 
 # -- the README's block ------------------------------------------------------------------------
