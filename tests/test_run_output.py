@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_runs import (ENV, FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH,
-                            TINY, read_csv, run_in_process, start, summary, wait_for_match)
+                            TINY, read_csv, run_in_process, start, summary)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
@@ -90,10 +90,11 @@ def test_a_stop_before_any_step_speaks_too(script, args, tmp_path):
     seconds after the run directory's line): the run stops at step 0, says so, writes its
     checkpoint of an empty memory and says how to go on; it used to say "done: 0 steps"."""
     run_dir = tmp_path / "run"
-    run = start(script, [*args, "--timesteps=2000", f"--logdir={run_dir}"], tmp_path / "early")
-    wait_for_match(run, r"run directory: .*")
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # The run signals itself as it prints its first line (tests/line_stop.py), so the stop
+    # comes before the first step however fast the start is.
+    result = start(LINE_STOP, ["INT", "run directory: .*", str(script), *args,
+                               "--timesteps=2000", f"--logdir={run_dir}"],
+                   tmp_path / "early").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     assert "stopping at step 0: writing the checkpoint (0 MB of replay memory and the " \
@@ -108,22 +109,23 @@ def test_a_stop_in_the_random_phase_estimates_the_write_from_the_memory(tmp_path
     the replay memory's size to write, which is the steps stored × 7,064 bytes + the
     columns; its last line is the resume command."""
     run_dir = tmp_path / "run"
-    run = start(RUN_DQN, ["--game=breakout", "--replay-capacity=20000", "--replay-start=20000",
-                          "--timesteps=30000", "--seed=0", "--xla=off",
-                          "--progress-every=0.05", f"--logdir={run_dir}"], tmp_path / "random")
-    wait_for_match(run, r"step [1-9]\d*/30000 .*")
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # The run signals itself at its first progress line past step 500 (tests/line_stop.py),
+    # inside its random phase of 2,000 steps: a memory of some MB, not a rounded 0.
+    result = start(LINE_STOP, ["INT", r"step ([5-9]\d\d|1\d\d\d)/3000 .*", str(RUN_DQN),
+                               "--game=breakout", "--replay-capacity=2000",
+                               "--replay-start=2000", "--timesteps=3000", "--seed=0",
+                               "--xla=off", "--progress-every=0.05", f"--logdir={run_dir}"],
+                   tmp_path / "random").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     match = next(re.fullmatch(r"stopping at step (\d+): writing the checkpoint \((\d+) MB of "
                               r"replay memory and the networks\)", line) for line in lines
                  if line.startswith("stopping"))
     step = int(match[1])
-    assert 0 < step < 20000 and summary(run_dir)["updates"] == 0
+    assert 500 <= step < 2000 and summary(run_dir)["updates"] == 0
     # An 84 x 84 frame, a uint8 action, a float32 reward and 3 one-byte flags, by hand.
     assert int(match[2]) == round(step * (84 * 84 + 1 + 4 + 3) / 1e6)
-    assert lines[-1] == f"stopped at step {step} of 30000; resume with: python {RUN_DQN} " \
+    assert lines[-1] == f"stopped at step {step} of 3000; resume with: python {RUN_DQN} " \
                         f"--resume {run_dir}"
 
 
@@ -188,13 +190,6 @@ class Terminal:
             return False
         self.output += chunk.decode(errors="replace")
         return bool(chunk)
-
-    def wait_for(self, text: str, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            if not self.read() or time.monotonic() > deadline:
-                self.process.kill()
-                pytest.fail(f"{text!r} never showed:\n{self.output[-3000:]}")
 
     def finish(self, timeout: float = 300) -> int:
         deadline = time.monotonic() + timeout
@@ -286,13 +281,14 @@ def without_periodic_progress(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_readmes_printed_block_is_what_the_smoke_command_prints(tmp_path):
+def test_the_readmes_printed_block_is_what_the_smoke_command_prints(tmp_path, capfd):
+    """The run is the script's main() in this process: what it prints is under test, not
+    its process (no signal, no exit status but main's)."""
     args, block = readme_block()
     assert args == ["--game=pong", "--workers=8", "--timesteps=6000", "--replay-start=1000",
                     "--replay-capacity=20000", "--evaluate=3000", "--eval-episodes=2"]
-    run = start(RUN_FAST_DQN, [*args, *SHORTER, f"--logdir={tmp_path / 'run'}"],
-                tmp_path / "smoke")
-    result = run.finish(timeout=600)
+    result = run_in_process(RUN_FAST_DQN, [*args, *SHORTER, f"--logdir={tmp_path / 'run'}"],
+                            capfd)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = without_periodic_progress(lines_of(result.stdout))
     # `...` in the README stands for progress lines left out, as `without_periodic_progress`
