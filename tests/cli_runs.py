@@ -162,3 +162,10 @@ def snapshot(directory: Path) -> dict[str, bytes]:
             for path in sorted(directory.rglob("*")) if path.is_file() and path.name != ".lock"}
 
 
+
+
+# -- added for issue 36 (suite-b): a run that signals itself at one of its own lines --------
+# `python LINE_STOP SIGNAL PATTERN run_*.py ARGS...`: the run signals itself with SIGNAL right
+# after it prints a whole line PATTERN fullmatches (see the file), so that the stop lands at
+# that line however loaded the machine is, and the run needs no work left after it.
+LINE_STOP = REPO / "tests" / "line_stop.py"

@@ -29,10 +29,11 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
                                   read_manifest, verify_checkpoint)
 from fast_dqn.config import ALGO_FAST_DQN
 from fast_dqn.run_dir import OpenDirectory, write_failure
-from tests.cli_runs import (FAST, RUN_FAST_DQN, SMALL_BATCH, Finished, Launch,
+from tests.cli_runs import (FAST, LINE_STOP, RUN_FAST_DQN, SMALL_BATCH, Finished, Launch,
                             assert_no_traceback, read_csv, run_in_process, snapshot, start,
                             step_of, summary, wait_for, wait_for_holder, wait_for_line)
 from tests.fakes import flip_byte
+from tests.run_files import network_data, truncate
 
 
 def signal_and_finish(run: Launch, signum: int, timeout: float = 60):
@@ -108,14 +109,22 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
 
 
 def sigterm_at_line(args: list[str], tmp_path: Path, line: str, stop_line: str) -> Finished:
-    """Starts a fast run, sends SIGTERM once its output holds `line` (a phase it is in),
-    and checks that it exits with 143 without a traceback, its stop line (what the stop
+    """Starts a fast run that sends itself SIGTERM as it prints `line` (a phase it enters;
+    tests/line_stop.py), so that the signal lands in that phase however loaded the machine
+    is, and checks that it exits with 143 without a traceback, its stop line (what the stop
     cuts short) starting with `stop_line`. That the stop was prompt is for the caller to
-    check by the run's records (rows, updates); a run not gone within signal_and_finish's
-    minute hangs, and fails."""
-    run = start(RUN_FAST_DQN, args, tmp_path / "first")
-    wait_for_line(run, line)
-    result = signal_and_finish(run, signal.SIGTERM)
+    check by the run's records (rows, updates); a run not gone within a minute of the line
+    hangs, and fails."""
+    run = start(LINE_STOP, ["TERM", re.escape(line), str(RUN_FAST_DQN), *args],
+                tmp_path / "first")
+    deadline = time.monotonic() + 300  # for TensorFlow's import and the steps to the line
+    while line not in run.stdout() and run.process.poll() is None:
+        if time.monotonic() > deadline:
+            run.process.kill()
+            run.finish(10)
+            pytest.fail(f"{line!r} did not appear within 300 s")
+        time.sleep(0.05)
+    result = run.finish(timeout=60)  # once the line is out: the signal came with it
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     assert_no_traceback(result)
     stops = [text for text in result.stdout.splitlines() if text.startswith("stopping at")]
@@ -126,10 +135,11 @@ def sigterm_at_line(args: list[str], tmp_path: Path, line: str, stop_line: str) 
 @pytest.mark.slow
 def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone(tmp_path,
                                                                                  capsys):
-    """8 games of up to 4,500 steps take long (seconds); the stop must not wait for them."""
+    """The stop must not wait for the evaluation's games: the run signals itself as the
+    evaluation starts, and a stop that waited would log it."""
     run_dir = tmp_path / "run"
-    args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=8",
-            "--checkpoint-every=0", f"--logdir={run_dir}"]
+    args = [*FAST, "--timesteps=600", "--evaluate=400", "--eval-episodes=2",
+            "--eval-max-episode-steps=200", "--checkpoint-every=0", f"--logdir={run_dir}"]
     # The phase line comes as the evaluation starts (at the first sync point, 400).
     sigterm_at_line(args, tmp_path, "evaluation at step 400",
                     "stopping at step 400: dropping the evaluation under way")
@@ -141,21 +151,21 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_evaluation_is_redone
     resumed = main_here(["--resume", str(run_dir)], capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     evaluations = read_csv(run_dir / "evaluations.csv")
-    assert [(row["timestep"], row["episodes"]) for row in evaluations] == [("400", "8")]
+    assert [(row["timestep"], row["episodes"]) for row in evaluations] == [("400", "2")]
 
 
 @pytest.mark.slow
 def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
-    """An epoch of 500 updates takes far longer than the acting; the stop abandons it."""
+    """An epoch of 200 updates takes far longer than the acting; the stop abandons it."""
     run_dir = tmp_path / "run"
-    args = [*FAST, "--timesteps=20000", "--target-update=2000", "--evaluate=0",
+    args = [*FAST, "--timesteps=20000", "--target-update=800", "--evaluate=0",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
-    # Once the epoch's 2,000 steps are acted, the loop waits for the trainer's 500 updates.
-    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 2400",
-                    "stopping at step 2400: finishing the trainer's update call")
+    # Once the epoch's 800 steps are acted, the loop waits for the trainer's 200 updates.
+    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 1200",
+                    "stopping at step 1200: finishing the trainer's update call")
     done = summary(run_dir)
-    # Abandoned, not waited for: inside the first epoch of learning (steps 400-2400).
-    assert 0 < done["updates"] < 500
+    # Abandoned, not waited for: inside the first epoch of learning (steps 400-1200).
+    assert 0 < done["updates"] < 200
     assert verify_checkpoint(latest_checkpoint(run_dir))
 
 
@@ -353,14 +363,6 @@ def resign(checkpoint: Path, change) -> None:
     path.write_text(json.dumps(manifest))
 
 
-def network_data(checkpoint: Path) -> Path:
-    return next(Path(network_prefix(checkpoint)).parent.glob("ckpt.data-*"))
-
-
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
-
-
 def drop_a_game(run_dir: Path) -> None:
     lines = (run_dir / "episodes.csv").read_text().splitlines(keepends=True)
     (run_dir / "episodes.csv").write_text("".join(lines[:2] + lines[3:]))
@@ -547,10 +549,10 @@ def test_a_manifest_that_leaves_out_a_linked_replay_file_is_refused(stopped_run,
     assert snapshot(copy) == before
 
 
-def start_run_to_move(tmp_path: Path, run_dir: Path) -> Launch:
+def start_run_to_move(tmp_path: Path, run_dir: Path, timesteps: int) -> Launch:
     """A run with a checkpoint every 400 steps, off a terminal: it prints "checkpoint at
     step N" as each starts; waits for the first."""
-    run = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=1600", "--evaluate=800",
+    run = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, f"--timesteps={timesteps}", "--evaluate=400",
                                "--eval-episodes=2", "--eval-max-episode-steps=200",
                                "--checkpoint-every=400", f"--logdir={run_dir}"],
                 tmp_path / "moved-run")
@@ -561,7 +563,7 @@ def start_run_to_move(tmp_path: Path, run_dir: Path) -> Launch:
 @pytest.mark.slow
 def test_a_run_whose_directory_is_renamed_finishes_whole_in_its_new_place(tmp_path, capsys):
     run_dir, moved = tmp_path / "run", tmp_path / "run.moved"
-    run = start_run_to_move(tmp_path, run_dir)
+    run = start_run_to_move(tmp_path, run_dir, timesteps=800)
     run_dir.rename(moved)  # while its first checkpoint is being written
     result = run.finish(timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -569,12 +571,12 @@ def test_a_run_whose_directory_is_renamed_finishes_whole_in_its_new_place(tmp_pa
     assert not run_dir.exists()
     assert f"files in {moved}" in result.stdout
     done = summary(moved)
-    assert done["finished"] is True and done["steps"] == 1600
+    assert done["finished"] is True and done["steps"] == 800
     manifest = verify_checkpoint(latest_checkpoint(moved))
-    assert step_of(manifest) == 1600
-    run_logs.check_logs_match(moved, 1600, manifest["counters"]["games"]["episodes"],
+    assert step_of(manifest) == 800
+    run_logs.check_logs_match(moved, 800, manifest["counters"]["games"]["episodes"],
                               manifest["evaluator"]["evaluations"])
-    assert [int(row["timestep"]) for row in read_csv(moved / "evaluations.csv")] == [800, 1600]
+    assert [int(row["timestep"]) for row in read_csv(moved / "evaluations.csv")] == [400, 800]
     assert len(list(moved.glob("events.out.tfevents.*"))) == 1
     assert sorted(path.name for path in moved.iterdir() if path.name.startswith("checkpoint")) \
         == ["checkpoint"]
@@ -586,7 +588,7 @@ def test_a_run_whose_directory_is_renamed_finishes_whole_in_its_new_place(tmp_pa
 @pytest.mark.slow
 def test_a_run_whose_directory_is_deleted_stops_in_one_line_and_recreates_nothing(tmp_path):
     run_dir = tmp_path / "run"
-    run = start_run_to_move(tmp_path, run_dir)
+    run = start_run_to_move(tmp_path, run_dir, timesteps=1600)
     deadline = time.monotonic() + 30
     while run_dir.exists():  # as `rm -rf`: the run may add a file while it is removed
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -28,8 +28,6 @@ from tests.cli_runs import (ENV, FAST, FINAL_WINDOW_STOP, REPO, RUN_DQN, RUN_FAS
                             run_bytes, run_cli, run_in_process, snapshot, start, step_of,
                             summary, wait_for, wait_for_line, with_handlers)
 
-pytestmark = pytest.mark.slow
-
 # A fast run whose last epoch is 800 steps (200 updates) after a 400-step random start. Its
 # stop in the final window is made by tests/final_window_stop.py, whatever the trainer's
 # speed, so its minibatches are small (4): the updates cost a fraction of a second.
@@ -73,6 +71,7 @@ def never_stopped(tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in runs}
 
 
+@pytest.mark.slow
 def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_bytes(
         never_stopped, tmp_path, capfd):
     """Regression: the checkpoint at step == --timesteps with updates owed was refused by
@@ -106,6 +105,7 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_path):
     """Regression: a stop in the last evaluation left a checkpoint at the last step that no
     resume would take; the serial trainer's run, here."""
@@ -123,6 +123,7 @@ def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_pa
     assert run_bytes(run_dir) == run_bytes(never_stopped["serial"])
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_finished_for_its_resumes_and_its_stops(never_stopped, tmp_path,
                                                                    capfd):
     """A finished run's resume (a requeued job, a sweep run again) exits 0 and changes
@@ -145,6 +146,7 @@ def every_byte(directory: Path) -> dict[str, bytes]:
             for path in sorted(directory.rglob("*")) if path.is_file()}
 
 
+@pytest.mark.slow
 def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, monkeypatch):
     """A sweep run again over a read-only archive. Regression (issue 34): the resume opened
     the lock file for writing first, so on a read-only file system it exited 2 where the
@@ -179,6 +181,7 @@ def test_a_finished_runs_resume_needs_no_write(never_stopped, tmp_path, capsys, 
     assert every_byte(run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_finished_runs_resume_on_a_read_only_mount_is_finished(never_stopped, tmp_path,
                                                                  small_disk):
     disk = small_disk(100_000)
@@ -193,25 +196,27 @@ def test_a_finished_runs_resume_on_a_read_only_mount_is_finished(never_stopped, 
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_fast_resume_without_a_saved_replay_memory_refills_it_first(tmp_path, capfd):
     """Regression: the resumed fast run first trained on the empty memory (`ValueError: high
     <= 0`, a traceback, exit 1); now it refills it for --replay-start steps, as the serial
     trainer does, and the updates an epoch owed at the checkpoint are not made."""
     run_dir = tmp_path / "run"
-    first = run_in_process(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=1000",
+    first = run_in_process(RUN_FAST_DQN, [*FAST, "--target-update=2000", "--timesteps=600",
                                           "--evaluate=0", SMALL_BATCH,
                                           "--checkpoint-replay=false", f"--logdir={run_dir}"],
                            capfd)
     assert first.returncode == 0, first.stderr[-3000:]
     updates = summary(run_dir)["updates"]
-    resumed = resume_here(RUN_FAST_DQN, run_dir, capfd, "--timesteps=2000")
+    resumed = resume_here(RUN_FAST_DQN, run_dir, capfd, "--timesteps=1200")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
     assert "refills it for 400 steps" in resumed.stderr
-    # Learning pauses from 1000 to 1400 (the refill), then 600 steps of 1 update per 4.
-    assert summary(run_dir)["updates"] == updates + (2000 - 1000 - 400) // 4
+    # Learning pauses from 600 to 1000 (the refill), then 200 steps of 1 update per 4.
+    assert summary(run_dir)["updates"] == updates + (1200 - 600 - 400) // 4
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_stops_the_run_with_a_checkpoint_unless_nohup(tmp_path):
     """Regression: SIGHUP (the terminal closed) killed the run with status 129 and no
     checkpoint or summary. The run writes to a terminal that is then hung up, as a closed
@@ -271,6 +276,7 @@ def show_terminal(main: int, window_open: threading.Event) -> None:
                 return
 
 
+@pytest.mark.slow
 def test_a_stop_while_a_large_evaluation_makes_its_games_is_prompt(tmp_path):
     """Regression: with --eval-episodes=256 a SIGTERM 3 s into the evaluation exited after 45 s
     (making and resetting the 256 games took one call each). Now the games are made in
@@ -290,6 +296,7 @@ def test_a_stop_while_a_large_evaluation_makes_its_games_is_prompt(tmp_path):
     assert read_csv(run_dir / "evaluations.csv") == []  # cut short: played again on resume
 
 
+@pytest.mark.slow
 def test_a_stop_signal_while_a_finished_run_exits_leaves_its_status_0(never_stopped, tmp_path):
     """Regression (found by the soak): a SIGINT after the last line, while the interpreter
     shut down, killed a finished run (status -2), which the sweep counted as failed."""

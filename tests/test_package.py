@@ -35,7 +35,7 @@ CONSOLE_SCRIPTS = {"fast-dqn": ("train", "--workers"), "fast-dqn-serial": ("seri
                    "fast-dqn-benchmark": ("benchmark", "--trainer-stub-ms")}
 INSTALL_SECONDS = 900  # pip builds a wheel: a minute on a busy 2-core machine
 COMMAND_SECONDS = 300
-TINY_RUN = ["--game=breakout", "--replay-capacity=1000", "--replay-start=100",
+INSTALLED_TINY_RUN = ["--game=breakout", "--replay-capacity=1000", "--replay-start=100",
             "--target-update=100", "--workers=2", "--evaluate=0", "--max-episode-steps=400",
             "--xla=off", "--seed=0"]
 
@@ -246,8 +246,10 @@ def test_python_m_fast_dqn_and_its_modules_run_outside_the_checkout(installed):
         assert result.returncode == 0 and result.stdout.startswith("usage: "), result.stderr
 
 
-def start(argv: list, cwd: Path, log: Path) -> Launch:
-    """Starts a command with its output in LOG.out and LOG.err (the harness's Launch)."""
+def start_installed(argv: list, cwd: Path, log: Path) -> Launch:
+    """Starts a command of the venv (not `python SCRIPT` from the checkout, as
+    cli_runs.start does) in `cwd`, outside the checkout's environment, with its output in
+    LOG.out and LOG.err (the harness's Launch)."""
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen([str(arg) for arg in argv], cwd=cwd, env=outside_env(),
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
@@ -259,16 +261,17 @@ def test_fast_dqn_trains_a_tiny_run_and_a_stopped_one_exits_130(installed):
     """Exit statuses as launch.py documents them: 0 for a finished run, 128 + SIGINT for a
     run stopped with work left, its checkpoint written; no traceback either way."""
     bin_dir, elsewhere = installed
-    finished = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=200", "--logdir=tiny"],
-                     elsewhere, elsewhere / "tiny-run").finish(COMMAND_SECONDS)
+    finished = start_installed([bin_dir / "fast-dqn", *INSTALLED_TINY_RUN, "--timesteps=200",
+                                "--logdir=tiny"], elsewhere, elsewhere / "tiny-run")
+    finished = finished.finish(COMMAND_SECONDS)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert_no_traceback(finished)
     tiny = summary(elsewhere / "tiny")
     # It learned: one update per 4 steps after the 100 random ones.
     assert (tiny["finished"], tiny["steps"], tiny["updates"]) == (True, 200, (200 - 100) // 4)
 
-    stopped = start([bin_dir / "fast-dqn", *TINY_RUN, "--timesteps=100000", "--logdir=stopped"],
-                    elsewhere, elsewhere / "stopped-run")
+    stopped = start_installed([bin_dir / "fast-dqn", *INSTALLED_TINY_RUN, "--timesteps=100000",
+                               "--logdir=stopped"], elsewhere, elsewhere / "stopped-run")
     wait_for(stopped, elsewhere / "stopped" / "config.json", timeout=COMMAND_SECONDS)
     stopped.process.send_signal(signal.SIGINT)
     result = stopped.finish(COMMAND_SECONDS)

@@ -31,9 +31,10 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
-from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, Finished,
-                            assert_no_traceback, interrupt, read_csv, run_in_process,
-                            snapshot, start, step_of, summary, without_hours)
+from tests.cli_runs import (FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY,
+                            Finished, assert_no_traceback, interrupt, read_csv,
+                            run_in_process, snapshot, start, step_of, summary, without_hours)
+from tests.run_files import write_stand_in_network
 
 
 def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:
@@ -47,16 +48,20 @@ def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:
 
 # -- SIGINT, then --resume --------------------------------------------------------------------
 
-RESUMED_STEPS = 2000
+RESUMED_STEPS = 1600
 
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory) -> tuple[Path, Finished]:
-    """A fast run with evaluations, stopped by SIGINT after its first periodic checkpoint."""
+    """A fast run with evaluations, stopped by SIGINT at its first periodic checkpoint: it
+    sends the signal itself as it prints that checkpoint's line (tests/line_stop.py), so the
+    stop lands there, before RESUMED_STEPS, however loaded the machine is."""
     run_dir = tmp_path_factory.mktemp("sigint") / "run"
-    result = interrupt(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--evaluate=800", "--eval-episodes=2",
-                                      "--eval-max-episode-steps=200", "--checkpoint-every=800"],
-                       run_dir, signal.SIGINT)
+    result = start(LINE_STOP, ["INT", "checkpoint at step 800", str(RUN_FAST_DQN), *FAST,
+                               SMALL_BATCH, "--evaluate=800", "--eval-episodes=2",
+                               "--eval-max-episode-steps=200", "--checkpoint-every=800",
+                               "--timesteps=20000", f"--logdir={run_dir}"],
+                   run_dir.parent / "run-interrupted").finish(timeout=120)
     return run_dir, result
 
 
@@ -285,11 +290,6 @@ def saved_run(tmp_path) -> Path:
                                                      **dataclasses.asdict(config)}))
     save_checkpoint(run_dir, {"counters": {"step": 500}}, write_stand_in_network, None)
     return run_dir
-
-
-def write_stand_in_network(prefix: str) -> None:
-    Path(prefix).parent.mkdir(parents=True)
-    Path(prefix + ".index").write_bytes(b"not a real network")
 
 
 def edit_manifest(run_dir: Path) -> None:

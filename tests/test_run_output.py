@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import (ENV, FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, read_csv,
-                            run_in_process, start, summary, wait_for_match)
+from tests.cli_runs import (ENV, FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH,
+                            TINY, read_csv, run_in_process, start, summary)
 from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
 FAST_OFF = [*FAST, "--xla=off"]
+# A progress line of a 1,200-step run past its checkpoint at step 800 (steps 801 to 1199).
+PAST_THE_FIRST_CHECKPOINT = r"step (?!800/)(8\d\d|9\d\d|1[01]\d\d)/1200 .*"
 
 
 def lines_of(text: str) -> list[str]:
@@ -41,7 +43,7 @@ def lines_of(text: str) -> list[str]:
 @pytest.mark.parametrize("script,args", [(RUN_FAST_DQN, FAST_OFF), (RUN_DQN, SERIAL)],
                          ids=["fast", "serial"])
 def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
-        script, args, tmp_path):
+        script, args, tmp_path, capfd):
     """Regression (issue 36): a stopped run said nothing until its checkpoint was written,
     then "done: ...", as a finished run does. Stopped once a progress line past the first
     checkpoint is printed, the run says that it stops and what it still does, with the
@@ -49,15 +51,12 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     that finishes it, and that command does."""
     run_dir = tmp_path / "run"
     # Small minibatches (4), so that the updates cost little: nothing here is about the
-    # trainer's speed.
-    run = start(script, [*args, "--timesteps=2000", "--evaluate=0", "--checkpoint-every=800",
-                         SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
-                tmp_path / "stopped")
-    wait_for_match(run, r"checkpoint at step 800")
-    past = wait_for_match(run, r"step (\d+)/2000 .*", accept=lambda m: int(m[1]) > 800)
-    assert int(past[1]) < 2000
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # trainer's speed. The run signals itself at its first progress line past step 800
+    # (tests/line_stop.py), so it stops well before its last step however slow it is.
+    result = start(LINE_STOP, ["INT", PAST_THE_FIRST_CHECKPOINT, str(script), *args,
+                               "--timesteps=1200", "--evaluate=0", "--checkpoint-every=800",
+                               SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
+                   tmp_path / "stopped").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     stopping = [line for line in lines if line.startswith("stopping at step")]
@@ -69,16 +68,18 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     step = int(match[1])
     assert summary(run_dir)["steps"] == step and summary(run_dir)["finished"] is False
     assert not any(line.startswith("done:") for line in lines), result.stdout
-    assert lines[-1] == (f"stopped at step {step} of 2000; resume with: python {script} "
+    assert 800 < step < 1200
+    assert lines[-1] == (f"stopped at step {step} of 1200; resume with: python {script} "
                          f"--resume {run_dir}")
     assert lines.index(stopping[0]) < lines.index(f"checkpoint at step {step}")
 
+    # The command's arguments, given to the script's main in this process: what the command
+    # does is under test here, not its process (other tests start `python run_*.py`).
     command = lines[-1].split("resume with: ", 1)[1].split()
-    assert command[0] == "python"
-    resumed = subprocess.run([sys.executable, *command[1:]], cwd=REPO, env=ENV,
-                             capture_output=True, text=True, timeout=600)
+    assert command[:2] == ["python", str(script)]
+    resumed = run_in_process(script, command[2:], capfd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert lines_of(resumed.stdout)[-1].startswith("done: 2000 steps, ")
+    assert lines_of(resumed.stdout)[-1].startswith("done: 1200 steps, ")
 
 
 @pytest.mark.slow
@@ -89,10 +90,11 @@ def test_a_stop_before_any_step_speaks_too(script, args, tmp_path):
     seconds after the run directory's line): the run stops at step 0, says so, writes its
     checkpoint of an empty memory and says how to go on; it used to say "done: 0 steps"."""
     run_dir = tmp_path / "run"
-    run = start(script, [*args, "--timesteps=2000", f"--logdir={run_dir}"], tmp_path / "early")
-    wait_for_match(run, r"run directory: .*")
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # The run signals itself as it prints its first line (tests/line_stop.py), so the stop
+    # comes before the first step however fast the start is.
+    result = start(LINE_STOP, ["INT", "run directory: .*", str(script), *args,
+                               "--timesteps=2000", f"--logdir={run_dir}"],
+                   tmp_path / "early").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     assert "stopping at step 0: writing the checkpoint (0 MB of replay memory and the " \
@@ -107,22 +109,23 @@ def test_a_stop_in_the_random_phase_estimates_the_write_from_the_memory(tmp_path
     the replay memory's size to write, which is the steps stored × 7,064 bytes + the
     columns; its last line is the resume command."""
     run_dir = tmp_path / "run"
-    run = start(RUN_DQN, ["--game=breakout", "--replay-capacity=20000", "--replay-start=20000",
-                          "--timesteps=30000", "--seed=0", "--xla=off",
-                          "--progress-every=0.05", f"--logdir={run_dir}"], tmp_path / "random")
-    wait_for_match(run, r"step [1-9]\d*/30000 .*")
-    run.process.send_signal(signal.SIGINT)
-    result = run.finish(timeout=120)
+    # The run signals itself at its first progress line past step 500 (tests/line_stop.py),
+    # inside its random phase of 2,000 steps: a memory of some MB, not a rounded 0.
+    result = start(LINE_STOP, ["INT", r"step ([5-9]\d\d|1\d\d\d)/3000 .*", str(RUN_DQN),
+                               "--game=breakout", "--replay-capacity=2000",
+                               "--replay-start=2000", "--timesteps=3000", "--seed=0",
+                               "--xla=off", "--progress-every=0.05", f"--logdir={run_dir}"],
+                   tmp_path / "random").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
     match = next(re.fullmatch(r"stopping at step (\d+): writing the checkpoint \((\d+) MB of "
                               r"replay memory and the networks\)", line) for line in lines
                  if line.startswith("stopping"))
     step = int(match[1])
-    assert 0 < step < 20000 and summary(run_dir)["updates"] == 0
+    assert 500 <= step < 2000 and summary(run_dir)["updates"] == 0
     # An 84 x 84 frame, a uint8 action, a float32 reward and 3 one-byte flags, by hand.
     assert int(match[2]) == round(step * (84 * 84 + 1 + 4 + 3) / 1e6)
-    assert lines[-1] == f"stopped at step {step} of 30000; resume with: python {RUN_DQN} " \
+    assert lines[-1] == f"stopped at step {step} of 3000; resume with: python {RUN_DQN} " \
                         f"--resume {run_dir}"
 
 
@@ -188,13 +191,6 @@ class Terminal:
         self.output += chunk.decode(errors="replace")
         return bool(chunk)
 
-    def wait_for(self, text: str, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output:
-            if not self.read() or time.monotonic() > deadline:
-                self.process.kill()
-                pytest.fail(f"{text!r} never showed:\n{self.output[-3000:]}")
-
     def finish(self, timeout: float = 300) -> int:
         deadline = time.monotonic() + timeout
         while self.read() and time.monotonic() < deadline:
@@ -211,14 +207,13 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     the evaluation and the checkpoint while each lasts; the checkpoint and each evaluation
     leave a line on the screen; a Ctrl-C after the first checkpoint shows the stop's line,
     and the screen's last line is the command that goes on."""
-    # The stop comes at step 800; the 1,600 steps (400 updates) left take the run seconds
-    # more, time for the Ctrl-C to land, and its resume that much.
+    # The Ctrl-C comes from the run itself as it shows its checkpoint's line at step 800
+    # (tests/line_stop.py), so it lands before the run's last step however slow the run is.
     run_dir = tmp_path / "run"
-    terminal = Terminal([*FAST_OFF, "--timesteps=2400", "--evaluate=800", "--eval-episodes=2",
+    terminal = Terminal(["INT", "checkpoint at step 800", str(RUN_FAST_DQN), *FAST_OFF,
+                         "--timesteps=1200", "--evaluate=800", "--eval-episodes=2",
                          "--eval-max-episode-steps=100", "--checkpoint-every=800",
-                         f"--logdir={run_dir}"], tmp_path / "terminal")
-    terminal.wait_for("checkpoint at step 800\r\n")
-    terminal.process.send_signal(signal.SIGINT)
+                         f"--logdir={run_dir}"], tmp_path / "terminal", script=LINE_STOP)
     assert terminal.finish() == 128 + signal.SIGINT, (tmp_path / "terminal.err").read_text()
     drawn = drawn_lines(terminal.output)
     for phase in ("| waiting for the trainer |", "| evaluating 2 games |",
@@ -232,9 +227,10 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     assert len(stopping) == 1, shown
     step = summary(run_dir)["steps"]
     assert stopping[0].startswith(f"stopping at step {step}: ")
-    assert shown[-1] == (f"stopped at step {step} of 2400; resume with: python "
+    assert step < 1200
+    assert shown[-1] == (f"stopped at step {step} of 1200; resume with: python "
                          f"{RUN_FAST_DQN} --resume {run_dir}")
-    assert shown[-2].startswith(f"step {step}/2400 ")  # the progress line, left above it
+    assert shown[-2].startswith(f"step {step}/1200 ")  # the progress line, left above it
     assert not any(line.startswith("done:") for line in shown)
 
     # The resume, on a terminal too: its "resumed from" line stays on the screen (it was
@@ -244,7 +240,7 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     shown = [line for line in screen(resumed.output) if line]
     assert any(line.startswith("resumed from ") and line.endswith(f" at step {step}")
                for line in shown), shown
-    assert shown[-1].startswith("done: 2400 steps"), shown
+    assert shown[-1].startswith("done: 1200 steps"), shown
 
 
 # -- the README's block ------------------------------------------------------------------------
@@ -285,13 +281,14 @@ def without_periodic_progress(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_readmes_printed_block_is_what_the_smoke_command_prints(tmp_path):
+def test_the_readmes_printed_block_is_what_the_smoke_command_prints(tmp_path, capfd):
+    """The run is the script's main() in this process: what it prints is under test, not
+    its process (no signal, no exit status but main's)."""
     args, block = readme_block()
     assert args == ["--game=pong", "--workers=8", "--timesteps=6000", "--replay-start=1000",
                     "--replay-capacity=20000", "--evaluate=3000", "--eval-episodes=2"]
-    run = start(RUN_FAST_DQN, [*args, *SHORTER, f"--logdir={tmp_path / 'run'}"],
-                tmp_path / "smoke")
-    result = run.finish(timeout=600)
+    result = run_in_process(RUN_FAST_DQN, [*args, *SHORTER, f"--logdir={tmp_path / 'run'}"],
+                            capfd)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = without_periodic_progress(lines_of(result.stdout))
     # `...` in the README stands for progress lines left out, as `without_periodic_progress`
