@@ -25,8 +25,7 @@ from fast_dqn.transitions import Batch
 from fast_dqn.update_rule import DopamineAdam, dqn_update
 from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, run_in_process,
                             summary)
-from tests.fakes import random_batch
-from tests.test_q_network import HAND_MADE, ONLINE_W, TARGET_W, LinearQ
+from tests.fakes import HAND_MADE, ONLINE_W, TARGET_W, LinearQ, random_batch
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
