@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
+from fast_dqn import benchmark
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from tools import same_bytes
@@ -161,11 +162,37 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     return {str(path.relative_to(directory)): path.read_bytes()
             for path in sorted(directory.rglob("*")) if path.is_file() and path.name != ".lock"}
 
-
-
-
-# -- added for issue 36 (suite-b): a run that signals itself at one of its own lines --------
+# -- A run that signals itself at one of its own lines
 # `python LINE_STOP SIGNAL PATTERN run_*.py ARGS...`: the run signals itself with SIGNAL right
 # after it prints a whole line PATTERN fullmatches (see the file), so that the stop lands at
 # that line however loaded the machine is, and the run needs no work left after it.
 LINE_STOP = REPO / "tests" / "line_stop.py"
+
+
+# -- The benchmark (python -m fast_dqn.benchmark) called in the test's process
+# (test_benchmark.py, test_variants.py)
+
+# The real network's run, kept short on a 2-core CPU: one update per trainer call (the
+# default 64 puts 64-update warm-up calls before every measured loop and window, and a
+# second compiled function per network) and 200 measured steps per loop.
+REAL_NETWORK = ["--steps=200", "--random-steps=200", "--trainer-seconds=0.25",
+                "--trainer-windows=3", "--target-update=200", "--emulation-seconds=0.3",
+                "--updates-per-call=1"]
+
+
+def last_json_line(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def benchmark_parser(monkeypatch) -> "argparse.ArgumentParser":
+    """The parser `benchmark.parse_args` builds, caught before it parses anything."""
+    caught = {}
+
+    def catch(parser, *args, **kwargs):
+        caught["parser"] = parser
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmark.OneLineErrorParser, "parse_args", catch)
+    with pytest.raises(SystemExit):
+        benchmark.parse_args([])
+    return caught["parser"]

@@ -11,6 +11,8 @@ from typing import Callable, Iterator
 
 import pytest
 
+from tests.script_runs import FAKE_LEARNER
+
 
 def pytest_configure(config) -> None:
     """Gives the test process Ctrl-C as a terminal has it. A runner started as a background
@@ -84,3 +86,13 @@ def fill_disk() -> Callable[..., Path]:
 def tiny_disk(small_disk):
     """A real 64 KiB tmpfs, or None where none can be mounted (see `small_disk`)."""
     return small_disk(64)
+
+
+@pytest.fixture
+def fake_learner(tmp_path) -> Path:
+    """tests/script_runs.py's FAKE_LEARNER as an executable file, for the tests of
+    scripts/learning_check.sh (test_scripts.py, test_variants.py)."""
+    path = tmp_path / "fake-learner"
+    path.write_text(FAKE_LEARNER)
+    path.chmod(0o755)
+    return path

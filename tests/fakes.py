@@ -8,7 +8,7 @@ import json
 import re
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from fast_dqn.config import ALGO_DQN, HISTORY, Config
 from fast_dqn.transitions import FRAME_SHAPE, Batch
 from fast_dqn.samplers import OneCallStep, PoolStep
 from tests.run_files import write_stand_in_network
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 class FakeRunLog:
@@ -352,3 +355,33 @@ def write_run_dir(run_dir: Path, **config_changes) -> Path:
 def write_checkpoint(run_dir: Path, step: int, write_network=write_stand_in_network) -> None:
     """A checkpoint as a run writes it: files, and a manifest that lists and signs them."""
     save_checkpoint(run_dir, {"counters": {"step": step}}, write_network, None)
+
+
+# -- A stand-in network and its hand-made minibatch, for the tests of the learning rule against
+# a naive reference (test_q_network.py, test_optimizer_loss.py). TensorFlow is imported in
+# LinearQ's methods, as in refusing_xla: importing this module loads no TensorFlow.
+
+
+class LinearQ:
+    """Q(s, .) = s W for float states (B, F): a network whose gradient is known by hand."""
+
+    def __init__(self, weights: list[list[float]]):
+        import tensorflow as tf
+
+        self.weights = tf.keras.Variable(np.array(weights, np.float32))  # as a Keras layer's
+        self.trainable_variables = [self.weights]
+
+    def __call__(self, states: tf.Tensor, training: bool = False) -> tf.Tensor:
+        import tensorflow as tf
+
+        return tf.matmul(states, self.weights)
+
+
+# A hand-made minibatch of 4 transitions with 3 features and 2 actions. Row 2 is terminal;
+# the TD errors fall on both sides of the Huber loss's kink (|error| below and above 1).
+ONLINE_W = [[0.5, -1.0], [2.0, 0.25], [-0.5, 1.5]]
+TARGET_W = [[1.0, 0.0], [0.0, 2.0], [3.0, -1.0]]
+HAND_MADE = dict(
+    states=[[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [2.0, 2.0, 0.0], [0.5, 0.0, 0.5]],
+    next_states=[[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [9.0, 9.0, 9.0], [0.0, 0.5, 1.0]],
+    actions=[1, 0, 0, 1], rewards=[1.0, 0.0, -1.0, 0.5], terminals=[False, False, True, False])

@@ -15,21 +15,10 @@ import pytest
 
 from fast_dqn import benchmark
 from fast_dqn.config import Config
+from tests.cli_runs import REAL_NETWORK, benchmark_parser, last_json_line
 
 SMALL = ["--steps=400", "--random-steps=200", "--trainer-seconds=0.25", "--trainer-windows=3",
          "--target-update=200", "--emulation-seconds=0.3"]
-
-
-# The real network's run, kept short on a 2-core CPU: one update per trainer call (the
-# default 64 puts 64-update warm-up calls before every measured loop and window, and a
-# second compiled function per network) and 200 measured steps per loop.
-REAL_NETWORK = ["--steps=200", "--random-steps=200", "--trainer-seconds=0.25",
-                "--trainer-windows=3", "--target-update=200", "--emulation-seconds=0.3",
-                "--updates-per-call=1"]
-
-
-def last_json_line(output: str) -> dict:
-    return json.loads(output.strip().splitlines()[-1])
 
 
 def test_real_network_benchmark_reports_the_ratios(capsys):
@@ -157,20 +146,6 @@ def test_the_benchmark_memory_is_built_empty(replay_device):
     assert memory.size == 0 and memory.cursor == 0
     assert not memory.frames.rows(0, capacity).any()
     assert not any(column.any() for column in memory.store)
-
-
-def benchmark_parser(monkeypatch) -> "argparse.ArgumentParser":
-    """The parser `benchmark.parse_args` builds, caught before it parses anything."""
-    caught = {}
-
-    def catch(parser, *args, **kwargs):
-        caught["parser"] = parser
-        raise SystemExit(0)
-
-    monkeypatch.setattr(benchmark.OneLineErrorParser, "parse_args", catch)
-    with pytest.raises(SystemExit):
-        benchmark.parse_args([])
-    return caught["parser"]
 
 
 def test_every_benchmark_flag_has_help(monkeypatch):

@@ -15,9 +15,8 @@ from fast_dqn.run_dir import OpenDirectory, write_failure
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
                              float_fields)
 from fast_dqn.launch import main, prepare_config
-from tests.cli_runs import ENV, SMALL_BATCH
+from tests.cli_runs import ENV, REPO, SMALL_BATCH
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 BAD_INPUTS = [

@@ -15,9 +15,8 @@ import pytest
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
 from fast_dqn.launch import main
 from tests import cli_runs
-from tests.cli_runs import SMALL_BATCH, without_hours
+from tests.cli_runs import REPO, SMALL_BATCH, without_hours
 
-REPO = Path(__file__).resolve().parents[1]
 # The tests' tiny breakout run (tests/cli_runs.py), 2,000 steps with two evaluations.
 # Minibatches of 4, not 32: an update costs ~20 ms at 32 on a 2-core CPU, and no test here
 # is about the trainer's speed against the acting (they check files, determinism, resumes

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,16 +22,13 @@ from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, new_ru
 from fast_dqn.q_network import QNetwork, make_q_network
 from fast_dqn.transitions import Batch
 from fast_dqn.update_rule import DopamineAdam, dqn_update
-from tests.cli_runs import (FAST, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, run_in_process,
+from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, run_in_process,
                             summary)
-from tests.fakes import random_batch
-from tests.test_q_network import HAND_MADE, ONLINE_W, TARGET_W, LinearQ
+from tests.fakes import HAND_MADE, N_ACTIONS, ONLINE_W, TARGET_W, LinearQ, random_batch
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
 keras = tf.keras
-REPO = Path(__file__).resolve().parent.parent
-N_ACTIONS = 4
 
 
 # ------------------------------------------------------------------------------ Adam

@@ -25,7 +25,8 @@ from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedGpu,  # noqa: E402
                                     make_simulated_q_network)
 from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
 from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
-from tests.fakes import N_ACTIONS, FakeClock, random_batch, refusing_xla
+from tests.fakes import (HAND_MADE, N_ACTIONS, ONLINE_W, TARGET_W, FakeClock, LinearQ,
+                         random_batch, refusing_xla)
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
@@ -622,27 +623,7 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
 
 
 # ------------------------------------------- the learning rule against a naive reference
-
-
-class LinearQ:
-    """Q(s, .) = s W for float states (B, F): a network whose gradient is known by hand."""
-
-    def __init__(self, weights: list[list[float]]):
-        self.weights = keras.Variable(np.array(weights, np.float32))  # as a Keras layer's
-        self.trainable_variables = [self.weights]
-
-    def __call__(self, states: tf.Tensor, training: bool = False) -> tf.Tensor:
-        return tf.matmul(states, self.weights)
-
-
-# A hand-made minibatch of 4 transitions with 3 features and 2 actions. Row 2 is terminal;
-# the TD errors fall on both sides of the Huber loss's kink (|error| below and above 1).
-ONLINE_W = [[0.5, -1.0], [2.0, 0.25], [-0.5, 1.5]]
-TARGET_W = [[1.0, 0.0], [0.0, 2.0], [3.0, -1.0]]
-HAND_MADE = dict(
-    states=[[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [2.0, 2.0, 0.0], [0.5, 0.0, 0.5]],
-    next_states=[[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [9.0, 9.0, 9.0], [0.0, 0.5, 1.0]],
-    actions=[1, 0, 0, 1], rewards=[1.0, 0.0, -1.0, 0.5], terminals=[False, False, True, False])
+# (on tests/fakes.py's LinearQ and hand-made minibatch, which test_optimizer_loss.py uses too)
 
 
 def naive_update(double: bool, discount: float, lr: float) -> tuple[np.ndarray, float, float]:

@@ -26,14 +26,13 @@ from typing import Callable, Iterator
 import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
-from tests.cli_runs import FINAL_WINDOW_STOP, SMALL_BATCH
+from tests.cli_runs import FINAL_WINDOW_STOP, REPO, SMALL_BATCH
+from tests.script_runs import (LEARNING_CHECK, PY, SUMMARIZE, learning_check, make_run, run,
+                               write_json)
 from tools.entry_point_runs import wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
 SPEEDTEST = REPO / "scripts" / "speedtest.sh"
-SUMMARIZE = REPO / "scripts" / "summarize.py"
-PY = sys.executable
 
 # Stands in for "python run_fast_dqn.py ARGS": writes its arguments to LOGDIR/args, counts
 # the signals it gets in LOGDIR/signals, and after FAKE_STEPS tenths of a second (and once
@@ -65,11 +64,6 @@ echo "fake run done"
 """
 
 
-def run(args, *, env=None, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def running(process: subprocess.Popen) -> Callable[[], bool]:
     """Whether `process` goes on, for `wait_until`."""
     return lambda: process.poll() is None
@@ -98,11 +92,6 @@ def fake_python(tmp_path) -> Path:
     path.write_text(FAKE_TRAINER)
     path.chmod(0o755)
     return path
-
-
-def write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
 
 
 # ---------------------------------------------------------------------------- all_games.sh
@@ -647,21 +636,6 @@ def test_speedtest_table_without_runs_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------- summarize.py
 
 
-def make_run(root: Path, game: str, seed: int, evaluations=None, summary=None,
-             algo: str = "fast_dqn", **settings) -> Path:
-    variant = "".join(f"-{name}" for name in settings)
-    run_dir = root / f"{game}-{algo}{variant}-seed{seed}"
-    write_json(run_dir / "config.json", {"game": game, "seed": seed, "workers": 8,
-                                         "algo": algo, "library_versions": {}, **settings})
-    if evaluations is not None:
-        rows = ["timestep,mean,std,episodes,hours"]
-        rows += [f"{t},{m},1.0,30,{t / 1e6}" for t, m in evaluations]
-        (run_dir / "evaluations.csv").write_text("\n".join(rows) + "\n")
-    if summary is not None:
-        write_json(run_dir / "summary.json", summary)
-    return run_dir
-
-
 @pytest.fixture
 def runs_dir(tmp_path) -> Path:
     root = tmp_path / "runs"
@@ -1087,39 +1061,7 @@ def test_every_shell_script_passes_shellcheck():
 
 
 # ----------------------------------------------------------------------- learning_check.sh
-
-LEARNING_CHECK = REPO / "scripts" / "learning_check.sh"
-
-# Stands in for "python run_*.py ARGS": records its arguments and writes the evaluations
-# given in FAKE_EVALS ("step:mean step:mean ...") and a finished summary. "python -" (the
-# script's verdict) runs the real interpreter.
-FAKE_LEARNER = r"""#!/usr/bin/env bash
-if [[ $1 == - ]]; then exec "$REAL_PYTHON" "$@"; fi
-logdir=
-for arg in "$@"; do
-  case $arg in --logdir=*) logdir=${arg#*=} ;; esac
-done
-mkdir -p "$logdir"
-printf '%s\n' "$@" >"$logdir/args"
-echo "timestep,mean,std,episodes,hours" >"$logdir/evaluations.csv"
-for pair in $FAKE_EVALS; do
-  echo "${pair%%:*},${pair#*:},1.0,30,0.1" >>"$logdir/evaluations.csv"
-done
-echo '{"finished": true}' >"$logdir/summary.json"
-"""
-
-
-@pytest.fixture
-def fake_learner(tmp_path) -> Path:
-    path = tmp_path / "fake-learner"
-    path.write_text(FAKE_LEARNER)
-    path.chmod(0o755)
-    return path
-
-
-def learning_check(args, evals: str, fake: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FAKE_EVALS": evals, "REAL_PYTHON": PY}
-    return run([LEARNING_CHECK, "--python", fake, *args], env=env)
+# (its fake learner and `learning_check` are in tests/script_runs.py, the fixture in conftest.py)
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ import pytest
 from fast_dqn import benchmark
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, make_parser
 from fast_dqn.launch import prepare_config, variant_line
-from tests.test_scripts import (LEARNING_CHECK, PY, SUMMARIZE, fake_learner,  # noqa: F401
-                                learning_check, make_run, run)
+from tests.cli_runs import REAL_NETWORK, benchmark_parser, last_json_line
+from tests.script_runs import LEARNING_CHECK, PY, SUMMARIZE, learning_check, make_run, run
 
 # Every variant, as a reader should know it: field, flag, Nature's value, a departing value
 # and its label and short name.
@@ -129,7 +129,6 @@ def test_the_benchmark_applies_the_protocol_preset():
 
 def test_the_benchmarks_trainer_flags_are_the_trainers(monkeypatch):
     """Its help for a trainer's flag is the trainer's: one parser makes both."""
-    from tests.test_benchmark import benchmark_parser
     bench = {action.dest: action for action in benchmark_parser(monkeypatch)._actions}
     trainer = {action.dest: action for action in make_parser(ALGO_FAST_DQN, "")._actions}
     for name in ("game", "seed", "target_update", "final_epsilon", "backend",
@@ -216,7 +215,6 @@ def test_every_variant_field_is_a_config_field():
 
 @pytest.mark.slow
 def test_the_benchmark_measures_an_adam_mse_run_and_names_it(capsys):
-    from tests.test_benchmark import REAL_NETWORK, last_json_line
     argv = [*REAL_NETWORK, "--workers", "2", "--skip-serial", "--xla=off",
             "--optimizer=adam", "--loss=mse"]
     assert benchmark.main(argv) == 0
