@@ -4,7 +4,7 @@ terminal, a resume without a saved replay memory, tried on the real entry points
 The final window runs from a run's last agent step to its exit: the updates its last epoch
 still owes, its final evaluation, its final checkpoint and summary. A stop there leaves a
 checkpoint at the last step that owes work; a resume does exactly that work, and the run then
-holds the bytes of the same run never stopped (`scripts/same_bytes.py`'s digests). A resume
+holds the bytes of the same run never stopped (`tools/same_bytes.py`'s digests). A resume
 of a finished run changes nothing and exits 0.
 """
 
