@@ -28,8 +28,6 @@ from tests.fakes import screen
 
 SERIAL = [*TINY, "--xla=off"]
 FAST_OFF = [*FAST, "--xla=off"]
-# A progress line of a 1,200-step run past its checkpoint at step 800 (steps 801 to 1199).
-PAST_THE_FIRST_CHECKPOINT = r"step (?!800/)(8\d\d|9\d\d|1[01]\d\d)/1200 .*"
 
 
 def lines_of(text: str) -> list[str]:
@@ -45,17 +43,21 @@ def lines_of(text: str) -> list[str]:
 def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
         script, args, tmp_path, capfd):
     """Regression (issue 36): a stopped run said nothing until its checkpoint was written,
-    then "done: ...", as a finished run does. Stopped once a progress line past the first
-    checkpoint is printed, the run says that it stops and what it still does, with the
-    write's time estimated from the first checkpoint's; its last line gives the command
-    that finishes it, and that command does."""
+    then "done: ...", as a finished run does. Stopped as its evaluation at step 1,200
+    begins, past its first checkpoint (800), the run says that it stops and what it still
+    does, with the write's time estimated from the first checkpoint's; its last line gives
+    the command that finishes it, and that command does."""
     run_dir = tmp_path / "run"
     # Small minibatches (4), so that the updates cost little: nothing here is about the
-    # trainer's speed. The run signals itself at its first progress line past step 800
-    # (tests/line_stop.py), so it stops well before its last step however slow it is.
-    result = start(LINE_STOP, ["INT", PAST_THE_FIRST_CHECKPOINT, str(script), *args,
-                               "--timesteps=1200", "--evaluate=0", "--checkpoint-every=800",
-                               SMALL_BATCH, "--progress-every=0.05", f"--logdir={run_dir}"],
+    # trainer's speed. The run signals itself as it prints the line that begins its
+    # evaluation at step 1,200 (tests/line_stop.py): a line every run prints, between its
+    # first checkpoint and its last step, however fast or slow the machine. (A progress line
+    # between two steps is not: the loop hands the line its step every half second, and an
+    # epoch can take less on a quiet machine.)
+    result = start(LINE_STOP, ["INT", "evaluation at step 1200", str(script), *args,
+                               "--timesteps=1600", "--evaluate=1200", "--eval-episodes=2",
+                               "--eval-max-episode-steps=100", "--checkpoint-every=800",
+                               SMALL_BATCH, f"--logdir={run_dir}"],
                    tmp_path / "stopped").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
     lines = lines_of(result.stdout)
@@ -68,8 +70,8 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     step = int(match[1])
     assert summary(run_dir)["steps"] == step and summary(run_dir)["finished"] is False
     assert not any(line.startswith("done:") for line in lines), result.stdout
-    assert 800 < step < 1200
-    assert lines[-1] == (f"stopped at step {step} of 1200; resume with: python {script} "
+    assert 800 < step < 1600
+    assert lines[-1] == (f"stopped at step {step} of 1600; resume with: python {script} "
                          f"--resume {run_dir}")
     assert lines.index(stopping[0]) < lines.index(f"checkpoint at step {step}")
 
@@ -79,7 +81,7 @@ def test_a_stop_says_what_it_does_and_its_last_line_is_the_command_that_goes_on(
     assert command[:2] == ["python", str(script)]
     resumed = run_in_process(script, command[2:], capfd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert lines_of(resumed.stdout)[-1].startswith("done: 1200 steps, ")
+    assert lines_of(resumed.stdout)[-1].startswith("done: 1600 steps, ")
 
 
 @pytest.mark.slow
@@ -110,10 +112,12 @@ def test_a_stop_in_the_random_phase_estimates_the_write_from_the_memory(tmp_path
     columns; its last line is the resume command."""
     run_dir = tmp_path / "run"
     # The run signals itself at its first progress line past step 500 (tests/line_stop.py),
-    # inside its random phase of 2,000 steps: a memory of some MB, not a rounded 0.
-    result = start(LINE_STOP, ["INT", r"step ([5-9]\d\d|1\d\d\d)/3000 .*", str(RUN_DQN),
-                               "--game=breakout", "--replay-capacity=2000",
-                               "--replay-start=2000", "--timesteps=3000", "--seed=0",
+    # inside its random phase of 5,000 steps: a memory of some MB, not a rounded 0. The loop
+    # hands the line its step every half second, and 4,500 random steps of one game take
+    # seconds on any CPU, so such a line comes.
+    result = start(LINE_STOP, ["INT", r"step ([5-9]\d\d|[1-4]\d\d\d)/6000 .*", str(RUN_DQN),
+                               "--game=breakout", "--replay-capacity=5000",
+                               "--replay-start=5000", "--timesteps=6000", "--seed=0",
                                "--xla=off", "--progress-every=0.05", f"--logdir={run_dir}"],
                    tmp_path / "random").finish(timeout=600)
     assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
@@ -122,10 +126,10 @@ def test_a_stop_in_the_random_phase_estimates_the_write_from_the_memory(tmp_path
                               r"replay memory and the networks\)", line) for line in lines
                  if line.startswith("stopping"))
     step = int(match[1])
-    assert 500 <= step < 2000 and summary(run_dir)["updates"] == 0
+    assert 500 <= step < 5000 and summary(run_dir)["updates"] == 0
     # An 84 x 84 frame, a uint8 action, a float32 reward and 3 one-byte flags, by hand.
     assert int(match[2]) == round(step * (84 * 84 + 1 + 4 + 3) / 1e6)
-    assert lines[-1] == f"stopped at step {step} of 3000; resume with: python {RUN_DQN} " \
+    assert lines[-1] == f"stopped at step {step} of 6000; resume with: python {RUN_DQN} " \
                         f"--resume {run_dir}"
 
 
