@@ -17,7 +17,7 @@ import pytest
 
 import tensorflow as tf
 
-from fast_dqn import launch
+from fast_dqn import config as config_module, launch, update_rule
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, new_run_settings
 from fast_dqn.q_network import QNetwork, make_q_network
 from fast_dqn.transitions import Batch
@@ -287,3 +287,16 @@ def test_both_trainers_train_and_resume_with_adam_and_mse(tmp_path, capsys, scri
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
     assert summary(run_dir)["finished"] is True
+
+
+def test_the_flags_choices_are_the_names_the_update_rule_knows():
+    """config lists the names --loss and --optimizer take (it imports no TensorFlow), and
+    update_rule holds what they name: a name in one and not the other would be a flag that
+    fails only once the network is built, or a loss no flag reaches."""
+    assert set(config_module.LOSSES) == set(update_rule.LOSSES)
+    for name in config_module.OPTIMIZERS:
+        assert isinstance(update_rule.make_optimizer(name, lr=1e-4, rmsprop_rho=0.95,
+                                                     rmsprop_epsilon=0.01),
+                          tf.keras.optimizers.Optimizer)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        update_rule.make_optimizer("sgd", lr=1e-4, rmsprop_rho=0.95, rmsprop_epsilon=0.01)
