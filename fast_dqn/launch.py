@@ -43,8 +43,8 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   save_checkpoint, unstored_arrays, verify_checkpoint)
 from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_name,
-                             given_settings,
-                             make_parser, new_run_settings, protocol_overrides, validate)
+                             given_settings, make_parser, new_run_settings, protocol_overrides,
+                             validate)
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.quiet_tensorflow import select_device
