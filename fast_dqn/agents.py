@@ -100,6 +100,9 @@ class TrainingLoop:
         self._trainer_busy = False
         self._evaluating = False
         self._stop_announced = False
+        # Stopped (or resumed) inside one of FastDQN's epochs: an evaluation owed then waits
+        # for the epoch's sync point, where an uninterrupted run makes it.
+        self._between_sync_points = False
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -187,7 +190,8 @@ class TrainingLoop:
 
     def start_acting(self) -> None:
         """Fresh games in every env, unless no step is left to take; then the evaluation
-        due, if one is (after a resume).
+        due, if one is (after a resume from a stop at a sync point: a stop inside an epoch
+        leaves it to the epoch's sync point, as an uninterrupted run makes it there).
 
         A resumed run's memory ends where its last game was cut off; that episode is closed
         here, before new games are stored, and not when the checkpoint is read: a run
@@ -195,7 +199,7 @@ class TrainingLoop:
         if self.counters.step < self.config.timesteps:
             self.memory.close_open_episode()
             self.actor.reset(seed=self.env_seed)
-        if self.evaluator.due(self.counters.step):
+        if self.evaluator.due(self.counters.step) and not self._between_sync_points:
             self.run_evaluation()
 
     # -- the sync-point sequence -----------------------------------------------------------------
@@ -345,7 +349,8 @@ class TrainingLoop:
         return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
                 "rng": self.rng.bit_generator.state,
                 "replay_rng": self.memory.generator_state(),
-                "unstored_transitions": 0 if unstored is None else len(unstored.frames)}
+                "unstored_transitions": 0 if unstored is None else len(unstored.frames),
+                "between_sync_points": self._between_sync_points}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continues from `state`; environments start fresh games (seeded by the step).
@@ -359,6 +364,9 @@ class TrainingLoop:
         self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
         self.memory.restore_generator(replay_rng_state)
+        # Checkpoints written before the key existed resumed as at a sync point.
+        self._between_sync_points = ("between_sync_points" in state
+                                     and saved_state.boolean(state, "between_sync_points"))
         self.env_seed = self.config.seed + self.counters.step
         self._updates_logged = self.counters.updates  # the network's sums start at zero
         self._saved = self._checkpoint_position()
@@ -485,6 +493,7 @@ class FastDQN(TrainingLoop):
                     self._cut_epoch_short(end)
                     break  # the target stays frozen until the epoch is done
                 self._flush_buffers()
+                self._between_sync_points = False
                 self.at_sync_point(previous_step, sync_target=True)
                 self.update_progress()
             self.update_progress()
@@ -534,6 +543,7 @@ class FastDQN(TrainingLoop):
         if self._unstored is not None:
             self.memory.add_in_order([self._unstored])
             self._unstored = None
+        self._between_sync_points = False
         self.at_sync_point(counters.step - 1, sync_target=True)
 
     def _run_epoch(self, end: int) -> None:
@@ -542,6 +552,7 @@ class FastDQN(TrainingLoop):
         counters.mark_learning_start()
         epoch_updates = counters.updates_due(end) - counters.updates
         self._epoch_start = counters.step
+        self._between_sync_points = True
         in_background = self.trainer_thread is not None and epoch_updates > 0
         if in_background:
             self.trainer_thread.start_epoch(epoch_updates)

@@ -545,9 +545,10 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
         np.testing.assert_array_equal(memory2[name], memory[name], err_msg=name)
 
 
-def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
-    """Regression: a stop between an evaluation period's end and the next sync point lost
-    that evaluation for good."""
+def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_uninterrupted_run():
+    """Regressions: a stop between an evaluation period's end and the next sync point lost
+    that evaluation for good; then its resume made it at once, at the stopped step (270),
+    where an uninterrupted run makes it at the sync point (300), with other weights."""
     import numpy as np
 
     from fast_dqn.agents import FastDQN
@@ -557,6 +558,8 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
     from tests.synthetic_env import CorridorPool
     from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 
+    # Sync points every 100 steps; evaluations at the first one at or after each multiple of
+    # 250: 300 and 500.
     config = Config(timesteps=600, replay_start=100, target_update=100, evaluate=250,
                     replay_capacity=2000, workers=2, exploration_steps=100, eval_episodes=2)
 
@@ -567,31 +570,54 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
             make_eval_pool=lambda should_stop: CorridorPool(2), run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
 
-    class StoppingPool(CorridorPool):
-        def send(self, actions):  # the signal comes while the round at step 268 steps
-            super().send(actions)
-            if first.counters.step >= 268:
-                first.stop.signal_number = 2  # as the SIGINT handler does
+    def evaluated_at(loop) -> list[int]:
+        return [timestep for timestep, _ in loop.run_log.evaluations]
 
-    first = make_loop(StoppingPool(2))
+    def stopping_pool(at_step: int):
+        class StoppingPool(CorridorPool):
+            def send(self, actions):  # the signal comes while this round steps
+                super().send(actions)
+                if loop.counters.step >= at_step:
+                    loop.stop.signal_number = 2  # as the SIGINT handler does
+        return StoppingPool(2)
+
+    uninterrupted = make_loop(CorridorPool(2))
+    uninterrupted.act_and_learn()
+    assert evaluated_at(uninterrupted) == [300, 500]
+
+    loop = first = make_loop(stopping_pool(268))
     first.act_and_learn()
-    assert first.counters.step == 270 and first.run_log.evaluations == []
+    assert first.counters.step == 270 and evaluated_at(first) == []
 
     second = make_loop(CorridorPool(2))
     second.restore(first.state())
     second.act_and_learn()
-    assert [timestep for timestep, _ in second.run_log.evaluations] == [270, 500]
-
-    # Stopped right after the evaluation it made up: a checkpoint at the resumed step is
-    # written all the same, so that it counts that evaluation.
-    saved = []
+    assert evaluated_at(second) == [300, 500]
+    # Resumed twice, the second time from a stop inside the epoch after the stop.
+    loop = again = make_loop(stopping_pool(284))
+    again.restore(first.state())
+    again.act_and_learn()
+    assert again.counters.step == 286 and evaluated_at(again) == []
     third = make_loop(CorridorPool(2))
-    third._save_checkpoint = lambda state, unstored: saved.append(state["counters"]["step"])
-    third.restore(first.state())
-    third.evaluator.run = _then_stop(third.evaluator.run, third)
-    third.run()
-    assert [timestep for timestep, _ in third.run_log.evaluations] == [270]
-    assert saved == [270]
+    third.restore(again.state())
+    third.act_and_learn()
+    assert evaluated_at(third) == [300, 500]
+
+    # A stop during the evaluation at 300 (the sync point): its resume makes it at once.
+    # Stopped right after it, a checkpoint at the resumed step is written all the same, so
+    # that it counts that evaluation.
+    at_300 = make_loop(CorridorPool(2))
+    at_300.evaluator.run = _stop_instead(at_300)
+    at_300.act_and_learn()
+    assert at_300.counters.step == 300 and evaluated_at(at_300) == []
+    saved = []
+    fourth = make_loop(CorridorPool(2))
+    fourth._save_checkpoint = lambda state, unstored: saved.append(state["counters"]["step"])
+    fourth.restore(at_300.state())
+    fourth.evaluator.run = _then_stop(fourth.evaluator.run, fourth)
+    fourth.run()
+    assert evaluated_at(fourth) == [300]
+    assert saved == [300]
 
     # Regression: that evaluation made the run forget its checkpoint, so a full disk at the
     # checkpoint after it said "no checkpoint had been written yet" (seen on a real small
@@ -603,15 +629,24 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_on_resume():
         raise WriteFailed(Path("run/checkpoint.tmp/replay/frames.npy"),
                           "No space left on device", disk_full=True)
 
-    fourth = make_loop(CorridorPool(2))
-    fourth._save_checkpoint = disk_full
-    fourth.restore(first.state())
-    fourth.evaluator.run = _then_stop(fourth.evaluator.run, fourth)
+    fifth = make_loop(CorridorPool(2))
+    fifth._save_checkpoint = disk_full
+    fifth.restore(at_300.state())
+    fifth.evaluator.run = _then_stop(fifth.evaluator.run, fifth)
     with pytest.raises(WriteFailed) as error:
-        fourth.run()
-    assert [timestep for timestep, _ in fourth.run_log.evaluations] == [270]
-    line = launch.write_failed_line(error.value, fourth, Path("run"))
-    assert "the last checkpoint (step 270) in run/checkpoint is intact" in line, line
+        fifth.run()
+    assert evaluated_at(fifth) == [300]
+    line = launch.write_failed_line(error.value, fifth, Path("run"))
+    assert "the last checkpoint (step 300) in run/checkpoint is intact" in line, line
+
+
+def _stop_instead(loop):
+    """An evaluation cut short by a stop (as by a SIGINT while its games play)."""
+    def run(*args, **kwargs):
+        loop.stop.signal_number = 2
+        return None
+
+    return run
 
 
 def _then_stop(run_evaluation, loop):
