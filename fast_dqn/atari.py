@@ -279,7 +279,7 @@ class AtariEnv:
         lives = self.lives
         life_lost = 0 < lives < self._lives
         self._lives = lives
-        # Gymnasium's terminated is the game's end alone (no life loss ends it there).
+        # Gymnasium's terminated is the game's end alone (terminal_on_life_loss is off).
         terminal = bool(game_terminated) or (life_lost and self._life_loss_terminal)
         game_over = bool(games_over(bool(game_terminated), bool(ale_truncated), self._steps,
                                     self._max_episode_steps))
