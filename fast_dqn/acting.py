@@ -20,7 +20,7 @@ from fast_dqn.config import HISTORY, Config
 from fast_dqn.schedule import epsilons_at, final_epsilon_step
 from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
-from fast_dqn.samplers import EnvPool
+from fast_dqn.env_pools import EnvPool
 
 
 # The greedy actions of a batch of states: a Q-network's online or target query
@@ -157,7 +157,7 @@ class Actor:
         def query_one(env: int) -> int:
             return int(greedy(states[env:env + 1])[0])
 
-        return np.array(self.pool.run_in_samplers(query_one), dtype=np.int64)
+        return np.array(self.pool.run_in_env_threads(query_one), dtype=np.int64)
 
     def play_round(self, greedy: GreedyFn, epsilon: float, rng: np.random.Generator,
                    asking: np.ndarray | None = None) -> list[FinishedGame]:

@@ -305,7 +305,7 @@ def gymnasium_id(rom_id: str) -> str:
 class GameSettings:
     """What each environment of a run is built with: the game, the Atari protocol's settings
     and the Nature pipeline's fixed steps. Both backends are configured from these fields
-    alone (`make_atari_env` here, `samplers.VectorEnvPool` for ale-py's vector env), so each
+    alone (`make_atari_env` here, `env_pools.VectorEnvPool` for ale-py's vector env), so each
     step of the pipeline is declared once for both."""
 
     game: str  # ale-py ROM id: a run's game, resolved once where it is chosen

@@ -58,7 +58,7 @@ from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_f
 from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.run_dir import CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError
-from fast_dqn.samplers import SerialEnvPool
+from fast_dqn.env_pools import SerialEnvPool
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fast_dqn.acting import Actor, Exploration, FinishedGame, FrameHistory
-from fast_dqn.agents import FastDQN
+from fast_dqn.training_loops import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
 
@@ -231,7 +231,7 @@ def test_evaluation_and_play_score_a_game_as_a_loop_written_out_by_hand():
     from fast_dqn import play
     from fast_dqn.atari import GameSettings
     from fast_dqn.evaluation import evaluate
-    from fast_dqn.samplers import SERIAL, make_env_pool
+    from fast_dqn.env_pools import SERIAL, make_env_pool
 
     config = Config(game="space_invaders", seed=11)
     settings = GameSettings.of_run(config, max_episode_steps=400)
