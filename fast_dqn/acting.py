@@ -1,13 +1,18 @@
 """Acting in W environments: the frame stacks, epsilon-greedy choices and the games' scores.
 
-Training, evaluation and `play` all act through these; the replay memory rebuilds states from
-stored frames by the same padding rule as `FrameHistory` (zeros before an episode's first
-frame), which its tests check against this one.
+Training, evaluation and `play` all act through `Actor`: it stacks a pool's frames into
+states, takes the round's epsilon-greedy actions (greedy ones from one query), steps the
+pool, sums each game's raw score and reports the games that ended. What is theirs stays with
+them: training's exploration schedule (`EpsilonGreedy`) and its transitions to the replay
+memory; evaluation's one game per env and its stop checks; play's games one after another
+and its video. The replay memory rebuilds states from stored frames by the same padding rule
+as `FrameHistory` (zeros before an episode's first frame), which its tests check against this
+one.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -18,10 +23,9 @@ from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
 from fast_dqn.env_pools import EnvPool
 
 
-class GreedyPolicy(Protocol):
-    """What acting needs of a Q-network (`QNetwork.greedy_actions`)."""
-
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray: ...
+# The greedy actions of a batch of states: a Q-network's online or target query
+# (`QNetwork.greedy_actions`), or a stand-in.
+GreedyFn = Callable[[np.ndarray], np.ndarray]
 
 
 class Exploration(NamedTuple):
@@ -66,12 +70,6 @@ class EpsilonGreedy:
         return draw_exploration(epsilons, len(self._offsets), self._n_actions, self._rng)
 
 
-def epsilon_greedy(greedy: np.ndarray, epsilon: np.ndarray | float, n_actions: int,
-                   rng: np.random.Generator) -> np.ndarray:
-    """Replaces each greedy action by a uniformly random one with probability epsilon."""
-    return draw_exploration(epsilon, len(greedy), n_actions, rng).actions(greedy)
-
-
 class FrameHistory:
     """The actors' side of the padding rule: W stacks of the last HISTORY frames.
 
@@ -111,6 +109,7 @@ class FinishedGame(NamedTuple):
     env: int
     length: int  # agent steps
     score: float  # raw game score
+    cut_off: bool  # ended by the episode cap (or the ALE's), not by the game
 
 
 class Actor:
@@ -132,28 +131,42 @@ class Actor:
     def states(self) -> np.ndarray:
         return self.history.states
 
-    def actions(self, exploration: Exploration, network: GreedyPolicy, use_target: bool,
-                one_query: bool = True) -> np.ndarray:
+    def actions(self, exploration: Exploration, greedy: GreedyFn, one_query: bool = True,
+                asking: np.ndarray | None = None) -> np.ndarray:
         """The round's epsilon-greedy actions: env i's random action where it explores, else
-        the greedy action of `network` on its state. One batched query for the W states
+        the greedy action of its state. One batched query for the W states
         (`--synchronize`), or with `one_query=False` one per sampler, each in its own
-        thread. No query when every env explores (the random phase, and rounds early in the
-        decay), as its greedy actions would go unused."""
+        thread; with `asking` (a mask), one query for those envs' states alone, the others'
+        greedy actions being 0 (an evaluation's finished games). No query when every env
+        explores (the random phase, and rounds early in the decay), as its greedy actions
+        would go unused."""
         if exploration.all_random:
-            greedy = np.zeros(len(exploration.explore), dtype=np.int64)
+            greedy_actions = np.zeros(len(exploration.explore), dtype=np.int64)
+        elif asking is not None:
+            greedy_actions = np.zeros(len(exploration.explore), dtype=np.int64)
+            greedy_actions[asking] = greedy(self.states[asking])
         elif one_query:
-            greedy = network.greedy_actions(self.states, use_target=use_target)
+            greedy_actions = greedy(self.states)
         else:
-            greedy = self._query_each(network, use_target)
-        return exploration.actions(greedy)
+            greedy_actions = self._query_each(greedy)
+        return exploration.actions(greedy_actions)
 
-    def _query_each(self, network: GreedyPolicy, use_target: bool) -> np.ndarray:
+    def _query_each(self, greedy: GreedyFn) -> np.ndarray:
         states = self.states
 
         def query_one(env: int) -> int:
-            return int(network.greedy_actions(states[env:env + 1], use_target)[0])
+            return int(greedy(states[env:env + 1])[0])
 
         return np.array(self.pool.run_in_env_threads(query_one), dtype=np.int64)
+
+    def play_round(self, greedy: GreedyFn, epsilon: float, rng: np.random.Generator,
+                   asking: np.ndarray | None = None) -> list[FinishedGame]:
+        """One round at a fixed epsilon (evaluation, play): the draws (`draw_exploration`,
+        W of each from `rng`), the actions (`actions`, with `asking`), the step; returns the
+        games that ended."""
+        exploration = draw_exploration(epsilon, self.pool.num_envs, self.pool.n_actions, rng)
+        _, finished = self.act(self.actions(exploration, greedy, asking=asking))
+        return finished
 
     def reset(self, seed: int) -> None:
         self._newest = self.pool.reset(seed=seed)
@@ -182,7 +195,8 @@ class Actor:
         self._scores += result.rewards
         finished = []
         if result.game_overs.any():  # most rounds end no game
-            finished = [FinishedGame(int(i), int(result.game_lengths[i]), float(self._scores[i]))
+            finished = [FinishedGame(int(i), int(result.game_lengths[i]), float(self._scores[i]),
+                                     bool(result.episode_ends[i] and not result.terminals[i]))
                         for i in np.flatnonzero(result.game_overs)]
             self._scores[result.game_overs] = 0
         self.history.put_newest(result.frames, after_episode_end=result.episode_ends)

@@ -228,7 +228,7 @@ class AtariEnv:
     """
 
     def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str,
-                 life_loss_terminal: bool = True):
+                 life_loss_terminal: bool = True, frame_size: int = FRAME_SIZE):
         _check_interp(interp)
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
@@ -237,6 +237,7 @@ class AtariEnv:
         self._max_episode_steps = max_episode_steps
         self._life_loss_terminal = life_loss_terminal
         self._cv2_flag = _CV2_FLAGS[interp]
+        self._frame_size = (frame_size, frame_size)
         self._lives = 0
         self._steps = 0  # agent steps since the current game's reset procedure
         self.n_actions: int = int(env.action_space.n)
@@ -278,20 +279,21 @@ class AtariEnv:
         lives = self.lives
         life_lost = 0 < lives < self._lives
         self._lives = lives
+        # Gymnasium's terminated is the game's end alone (terminal_on_life_loss is off).
         terminal = bool(game_terminated) or (life_lost and self._life_loss_terminal)
-        capped = self._steps >= self._max_episode_steps or bool(ale_truncated)
-        game_over = bool(game_terminated) or capped
+        game_over = bool(games_over(bool(game_terminated), bool(ale_truncated), self._steps,
+                                    self._max_episode_steps))
         game_length = self._steps if game_over else 0
         frame = self.reset() if game_over else self._resize(obs)
-        return AtariStep(frame, float(reward), terminal, capped and not terminal, game_over,
+        # Cut off: over without a terminal (a terminal step that also hit the cap is terminal)
+        return AtariStep(frame, float(reward), terminal, game_over and not terminal, game_over,
                          game_length)
 
     def close(self) -> None:
         self._env.close()
 
     def _resize(self, screen: np.ndarray) -> np.ndarray:
-        size = (FRAME_SIZE, FRAME_SIZE)
-        return cv2.resize(screen, size, interpolation=self._cv2_flag)
+        return cv2.resize(screen, self._frame_size, interpolation=self._cv2_flag)
 
 
 def gymnasium_id(rom_id: str) -> str:
@@ -301,7 +303,10 @@ def gymnasium_id(rom_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class GameSettings:
-    """What each environment of a run is built with: the game and the Atari protocol."""
+    """What each environment of a run is built with: the game, the Atari protocol's settings
+    and the Nature pipeline's fixed steps. Both backends are configured from these fields
+    alone (`make_atari_env` here, `env_pools.VectorEnvPool` for ale-py's vector env), so each
+    step of the pipeline is declared once for both."""
 
     game: str  # ale-py ROM id: a run's game, resolved once where it is chosen
     noop_max: int = 30  # most no-op frames at the start of a game (0 = none)
@@ -310,6 +315,19 @@ class GameSettings:
     full_action_set: bool = False  # all 18 actions instead of the game's minimal set
     max_episode_steps: int = 27_000  # agent steps after which a game is cut off
     interp: str = "area"  # resize interpolation, one of area, linear, nearest, cubic
+    # The pipeline's fixed steps (Mnih et al. 2015): no run sets them (init=False), both
+    # backends read them. Both also max-pool the last 2 of the skipped frames (Gymnasium's
+    # AtariPreprocessing always does), return raw rewards (the memory clips them) and reset
+    # a game in the step it ends.
+    frame_skip: int = dataclasses.field(default=FRAME_SKIP, init=False)  # frames per step
+    frame_size: int = dataclasses.field(default=FRAME_SIZE, init=False)  # square, in pixels
+    grayscale: bool = dataclasses.field(default=True, init=False)
+    fire_at_reset: bool = dataclasses.field(default=True, init=False)  # where the game has FIRE
+
+    @property
+    def max_episode_frames(self) -> int:
+        """The episode cap in emulator frames, as the ALE counts a game's length."""
+        return self.max_episode_steps * self.frame_skip
 
     @classmethod
     def of_run(cls, config: Config, max_episode_steps: int | None = None) -> "GameSettings":
@@ -336,6 +354,13 @@ class GameSettings:
                              f"{self.max_episode_steps}")
 
 
+def games_over(ended: Any, cut_off: Any, steps: Any, max_episode_steps: int) -> Any:
+    """Whether a game is over, for both backends (bools for one env, arrays for a pool): it
+    ended (its last life was lost, as each backend can tell), the ALE cut it off, or it has
+    taken `max_episode_steps` agent steps since its reset procedure."""
+    return ended | cut_off | (steps >= max_episode_steps)
+
+
 def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
     """Builds one game with the Nature pipeline (Mnih et al. 2015; Machado et al. 2018).
 
@@ -354,22 +379,22 @@ def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
         full_action_space=settings.full_action_set,
         # Backstop only: the cap is counted in agent steps by AtariEnv, after the reset
         # procedure (FIRE + no-ops), as ale-py's vector env counts it.
-        max_num_frames_per_episode=settings.max_episode_steps * FRAME_SKIP
-        + settings.noop_max + 1,
+        max_num_frames_per_episode=settings.max_episode_frames + settings.noop_max + 1,
     )
     raw_height, raw_width = base.observation_space.shape[:2]
     preprocessed = AtariPreprocessing(
-        _FireAtReset(base),
+        _FireAtReset(base) if settings.fire_at_reset else base,
         noop_max=settings.noop_max,
-        frame_skip=FRAME_SKIP,
+        frame_skip=settings.frame_skip,
         # Native size: AtariPreprocessing only max-pools and converts to grayscale here;
         # AtariEnv resizes with the chosen interpolation (AtariPreprocessing hard-codes area).
         screen_size=(raw_width, raw_height),
         terminal_on_life_loss=False,  # AtariEnv marks a life loss without ending the game
-        grayscale_obs=True,
+        grayscale_obs=settings.grayscale,
         scale_obs=False,
     )
     env = AtariEnv(preprocessed, max_episode_steps=settings.max_episode_steps,
-                   interp=settings.interp, life_loss_terminal=settings.life_loss_terminal)
+                   interp=settings.interp, life_loss_terminal=settings.life_loss_terminal,
+                   frame_size=settings.frame_size)
     env.reset(seed=seed)
     return env

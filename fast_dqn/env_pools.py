@@ -24,8 +24,8 @@ from typing import Any, Callable, NamedTuple, Protocol, TypeVar
 import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
-from fast_dqn.atari import AtariEnv, AtariStep, GameSettings, make_atari_env
-from fast_dqn.config import BACKENDS, FRAME_SIZE, FRAME_SKIP
+from fast_dqn.atari import AtariEnv, AtariStep, GameSettings, games_over, make_atari_env
+from fast_dqn.config import BACKENDS
 
 T = TypeVar("T")
 SERIAL = "serial"  # the serial reference's pool: envs stepped in the caller's thread
@@ -129,16 +129,16 @@ def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.nda
 class VectorEnvPool:
     """W games in ale-py's `AtariVectorEnv`, stepped by its C++ threads.
 
-    Configured as `AtariEnv`: frame skip 4 with a 2-frame max, grayscale 84x84 with area
-    interpolation, FIRE at reset, a life loss is terminal without a game reset
-    (`life_loss_info`, unless the settings turn the life-loss signal off), raw rewards, and
-    games reset in the same step they end ("SameStep").
+    Built from the same `GameSettings` fields as `AtariEnv` (the pipeline is declared there
+    once), with what makes the vector env's steps those of `AtariEnv`: a life loss is
+    terminal without a game reset (`life_loss_info`, unless the settings turn the life-loss
+    signal off), raw rewards, and games reset in the same step they end ("SameStep").
 
     The vector env does not say whether a terminated env was reset (game over) or only lost
     a life. A reset restarts the episode frame counter at the few FIRE and no-op frames,
-    while every step of a continuing game adds frames to it; so a game is over when the
-    episode was truncated, when it reached the step cap, or when it terminated and its
-    frame counter did not grow.
+    while every step of a continuing game adds frames to it; so a game ended when it
+    terminated and its frame counter did not grow, and it is over by `games_over`'s rule
+    (ended, truncated, or at the step cap).
     """
 
     def __init__(self, settings: GameSettings, num_envs: int, *, num_threads: int = 0):
@@ -154,9 +154,10 @@ class VectorEnvPool:
             episodic_life=False, noop_max=settings.noop_max,
             repeat_action_probability=settings.sticky_actions,
             full_action_space=settings.full_action_set,
-            max_num_frames_per_episode=settings.max_episode_steps * FRAME_SKIP,
-            frameskip=FRAME_SKIP, maxpool=True, grayscale=True, img_height=FRAME_SIZE,
-            img_width=FRAME_SIZE, use_fire_reset=True, num_threads=num_threads)
+            max_num_frames_per_episode=settings.max_episode_frames,
+            frameskip=settings.frame_skip, maxpool=True, grayscale=settings.grayscale,
+            img_height=settings.frame_size, img_width=settings.frame_size,
+            use_fire_reset=settings.fire_at_reset, num_threads=num_threads)
         self.num_envs = num_envs
         self.n_actions: int = int(self._env.single_action_space.n)
         self._max_episode_steps = settings.max_episode_steps
@@ -192,7 +193,7 @@ class VectorEnvPool:
         self._steps += 1
         episode_frames = info["episode_frame_number"].astype(np.int64)
         restarted = terminated & (episode_frames <= self._episode_frames)
-        game_overs = truncated | (self._steps >= self._max_episode_steps) | restarted
+        game_overs = games_over(restarted, truncated, self._steps, self._max_episode_steps)
         self._episode_frames = episode_frames
         game_lengths = self._no_game_over
         if game_overs.any():  # most rounds end no game; an empty masked write still costs
@@ -382,6 +383,10 @@ class SerialEnvPool(OneCallStep):
         self.num_envs = num_envs
         self._envs = [env_factory(i) for i in range(num_envs)]
         self.n_actions: int = self._envs[0].n_actions
+
+    def run_in_envs(self, fn: Callable[[int, AtariEnv], T]) -> list[T]:
+        """Calls fn(i, env_i) for every i (here, in the caller's thread)."""
+        return [fn(i, env) for i, env in enumerate(self._envs)]
 
     def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]

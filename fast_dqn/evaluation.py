@@ -15,13 +15,11 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol
 import numpy as np
 
 from fast_dqn import saved_state
-from fast_dqn.acting import FrameHistory, epsilon_greedy
+from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.config import Config
 from fast_dqn.schedule import period_passed
 from fast_dqn.env_pools import EnvPool, PoolStopped
 from fast_dqn.saved_state import StateError
-
-GreedyFn = Callable[[np.ndarray], np.ndarray]
 
 
 def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
@@ -29,21 +27,21 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
              should_stop: Callable[[], bool] | None = None) -> list[float] | None:
     """Plays one full game (all lives) in each env of `pool`; returns the raw scores, or None
     if `should_stop()` turned true first (checked every step: 30 games of up to 5 minutes of
-    play must not hold up a stop for minutes)."""
-    history = FrameHistory(pool.num_envs)
-    states = history.reset(pool.reset(seed=seed))
+    play must not hold up a stop for minutes).
+
+    The acting is the training loop's (`Actor.play_round`); what is the evaluation's own is
+    that an env's first game alone counts, and that a finished game is not queried again."""
+    actor = Actor(pool)
+    actor.reset(seed=seed)
     scores = np.zeros(pool.num_envs, dtype=np.float64)
     playing = np.ones(pool.num_envs, dtype=bool)
     while playing.any():
         if should_stop is not None and should_stop():
             return None
-        greedy_actions = np.zeros(pool.num_envs, dtype=np.int64)
-        greedy_actions[playing] = greedy(states[playing])  # finished games need no query
-        actions = epsilon_greedy(greedy_actions, epsilon, pool.n_actions, rng)
-        result = pool.step(actions)
-        scores += np.where(playing, result.rewards, 0.0)
-        playing &= ~result.game_overs
-        states = history.push(result.frames, after_episode_end=result.episode_ends)
+        for game in actor.play_round(greedy, epsilon, rng, asking=playing):
+            if playing[game.env]:
+                scores[game.env] = game.score
+                playing[game.env] = False
     return scores.tolist()
 
 

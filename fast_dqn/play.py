@@ -4,11 +4,12 @@
                                     [--seed S] [--max-steps N]
 
 The games are played as the Nature evaluation plays them (Mnih et al., 2015): the online
-network, epsilon-greedy with epsilon = 0.05, full games (all lives) through the same
-single-env Atari pipeline and state padding rule the agent was trained on, with the run's
-own settings from `RUN_DIR/config.json`. Each game's raw (unclipped) score and the mean are
-printed. A checkpoint from before the replay start (an untrained network) is played with a
-one-line warning.
+network, epsilon-greedy with epsilon = 0.05, full games (all lives) one after another in
+a pool of one env, as the serial trainer's, acted as the training loops act
+(`acting.Actor`: the Atari pipeline and state padding rule the agent was trained on), with
+the run's own settings from `RUN_DIR/config.json`. Each game's raw (unclipped) score and the
+mean are printed. A checkpoint from before the replay start (an untrained network) is played
+with a one-line warning.
 
 `--video` records the raw RGB screen, one screen per agent step, as an MP4 at 15 fps, which is
 real time at frame skip 4 on the 60 Hz Atari. Each Atari pixel becomes 2x2 pixels (320x420):
@@ -54,10 +55,10 @@ from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
-from fast_dqn.acting import FrameHistory, epsilon_greedy
-from fast_dqn.evaluation import GreedyFn
+from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.run_dir import CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError
+from fast_dqn.env_pools import SerialEnvPool
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork
@@ -86,9 +87,6 @@ VIDEO_CODECS = (
     VideoCodec("mp4v", "MPEG-4 part 2", "browsers and notebooks do not play it inline (a "
                "desktop player does)"),
 )
-
-Policy = Callable[[np.ndarray], int]
-
 
 class RunToPlay(NamedTuple):
     """What `RUN_DIR` provides: the run's settings and its latest complete checkpoint."""
@@ -217,9 +215,20 @@ def _one_line(error: BaseException | str) -> str:
 # Environment, network, video
 
 
-def make_env(config: Config, *, seed: int, max_steps: int) -> AtariEnv:
-    """The run's single-env Nature pipeline (its no-ops, sticky actions, interpolation)."""
-    return make_atari_env(GameSettings.of_run(config, max_steps), seed=seed)
+def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
+    """The run's Nature pipeline (its no-ops, sticky actions, interpolation) in one env, a
+    pool of one as the serial trainer's, its env seeded `seed`."""
+    settings = GameSettings.of_run(config, max_steps)
+    return SerialEnvPool(lambda i: make_atari_env(settings, seed=seed + i), 1)
+
+
+def screen_of(pool: SerialEnvPool) -> np.ndarray:
+    """The raw RGB screen of the pool's one env, for the video."""
+    return pool.run_in_envs(_screen_rgb)[0]
+
+
+def _screen_rgb(index: int, env: AtariEnv) -> np.ndarray:
+    return env.screen_rgb()
 
 
 def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork":
@@ -438,55 +447,30 @@ class VideoRecorder:
 # Playing
 
 
-def epsilon_greedy_policy(greedy: GreedyFn, *, epsilon: float, n_actions: int,
-                          rng: np.random.Generator) -> Policy:
-    """The evaluation policy: a uniformly random action with probability epsilon, else greedy.
-
-    Mnih et al. (2015) evaluate with epsilon = 0.05.
-    """
-    def act(states: np.ndarray) -> int:
-        return int(epsilon_greedy(greedy(states), epsilon, n_actions, rng)[0])
-    return act
-
-
-def play_games(env: AtariEnv, policy: Policy, *, games: int, seed: int,
+def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
+               rng: np.random.Generator, games: int, seed: int,
                recorder: VideoRecorder | None = None,
                on_game: Callable[[int, GameResult], None] | None = None) -> list[GameResult]:
-    """Plays `games` full games (all lives) from a reset seeded `seed`.
+    """Plays `games` full games (all lives), one after another in the pool's one env, from a
+    reset seeded `seed`, epsilon-greedy on `greedy` (Mnih et al. 2015 evaluate at 0.05).
 
-    The states are stacked by `FrameHistory` with the training loop's padding rule, so the
-    network sees the states it was trained on. `on_game(index, result)` is called as each
-    game ends.
+    The acting is the training loop's (`Actor.play_round`: its frame stacks, its padding
+    rule, its draws from `rng`), so the network sees the states it was trained on.
+    `on_game(index, result)` is called as each game ends. The video gets each game's first
+    screen and the screen after every step but its last (the env has reset by then, and the
+    last screen is gone).
     """
-    history = FrameHistory(1)
-    history.reset(env.reset(seed=seed)[None])
+    actor = Actor(pool)
+    actor.reset(seed=seed)
     results: list[GameResult] = []
-    for index in range(games):
-        results.append(play_game(env, history, policy, recorder))
-        if on_game is not None:
-            on_game(index, results[-1])
-    return results
-
-
-def play_game(env: AtariEnv, history: FrameHistory, policy: Policy,
-              recorder: VideoRecorder | None) -> GameResult:
-    """Plays one game on from the env's current start; returns at game over.
-
-    At game over the env has already reset itself and `history` holds the next game's first
-    frame, so calls chain. The video gets the game's first screen and the screen after every
-    step but the last (the env has reset by then, and the last screen is gone).
-    """
-    score, steps = 0.0, 0
-    while True:
+    while len(results) < games:  # one env: a round ends one game at most
         if recorder is not None:
-            recorder.write(env.screen_rgb())
-        step = env.step(policy(history.states))
-        score += step.reward
-        steps += 1
-        ended = np.array([step.terminal or step.truncated])
-        history.push(step.frame[None], after_episode_end=ended)
-        if step.game_over:
-            return GameResult(score, steps, step.truncated)
+            recorder.write(screen_of(pool))
+        for game in actor.play_round(greedy, epsilon, rng):
+            results.append(GameResult(game.score, game.length, game.cut_off))
+            if on_game is not None:
+                on_game(len(results) - 1, results[-1])
+    return results
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,10 +515,10 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
     max_steps = run.config.max_episode_steps if args.max_steps is None else args.max_steps
     with contextlib.ExitStack() as stack:
         try:
-            env = make_env(run.config, seed=seed, max_steps=max_steps)
-            stack.callback(env.close)
-            recorder = _open_recorder(target, env, stack)
-            policy = _load_policy(run, env, args.epsilon, seed)
+            pool = make_pool(run.config, seed=seed, max_steps=max_steps)
+            stack.callback(pool.close)
+            recorder = _open_recorder(target, pool, stack)
+            greedy = _load_greedy(run, pool.n_actions)
         except ValueError as error:
             parser.error(_one_line(error))
         _print_header(run, args, seed, max_steps)
@@ -542,28 +526,29 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
             print(f"video codec: {recorder.codec.name} ({recorder.codec.fourcc}), as this "
                   f"OpenCV has no H.264 encoder: {recorder.codec.plays_in_browsers}",
                   flush=True)
-        results = play_games(env, policy, games=args.episodes, seed=seed, recorder=recorder,
+        results = play_games(pool, greedy, epsilon=args.epsilon,
+                             rng=np.random.default_rng(seed), games=args.episodes, seed=seed,
+                             recorder=recorder,
                              on_game=lambda i, r: _print_game(i, args.episodes, r))
     return results, recorder
 
 
-def _open_recorder(target: VideoTarget | None, env: AtariEnv,
+def _open_recorder(target: VideoTarget | None, pool: SerialEnvPool,
                    stack: contextlib.ExitStack) -> VideoRecorder | None:
     if target is None:
         return None
-    screen_size = env.screen_rgb().shape[:2]
+    screen_size = screen_of(pool).shape[:2]
     codec = video_codec(video_frame_size(screen_size))
     return stack.enter_context(VideoRecorder(target, screen_size, codec))
 
 
-def _load_policy(run: RunToPlay, env: AtariEnv, epsilon: float, seed: int) -> Policy:
+def _load_greedy(run: RunToPlay, n_actions: int) -> GreedyFn:
+    """The greedy actions of the run's online network."""
     from fast_dqn.q_network import configure_device
 
     print(configure_device(activity="playing"), flush=True)
-    network = load_network(run.config, env.n_actions, run.checkpoint)
-    return epsilon_greedy_policy(lambda states: network.greedy_actions(states, use_target=False),
-                                 epsilon=epsilon, n_actions=env.n_actions,
-                                 rng=np.random.default_rng(seed))
+    network = load_network(run.config, n_actions, run.checkpoint)
+    return functools.partial(network.greedy_actions, use_target=False)
 
 
 def _print_header(run: RunToPlay, args: argparse.Namespace, seed: int, max_steps: int) -> None:

@@ -167,8 +167,17 @@ class TrainingLoop:
 
     def choose_actions(self, use_target: bool) -> np.ndarray:
         """Epsilon-greedy actions for the W envs; env i acts at global step `step + i`."""
-        return self.actor.actions(self.epsilon_greedy.draw(self.counters.step), self.network,
-                                  use_target, one_query=self.one_query)
+        greedy = self.greedy_of_target if use_target else self.greedy_of_online
+        return self.actor.actions(self.epsilon_greedy.draw(self.counters.step), greedy,
+                                  one_query=self.one_query)
+
+    def greedy_of_target(self, states: np.ndarray) -> np.ndarray:
+        """The target network's greedy actions (the fast trainer's samplers act on it)."""
+        return self.network.greedy_actions(states, use_target=True)
+
+    def greedy_of_online(self, states: np.ndarray) -> np.ndarray:
+        """The online network's greedy actions (the serial loop and evaluations)."""
+        return self.network.greedy_actions(states, use_target=False)
 
     def log_games(self, games: list[FinishedGame]) -> None:
         step, stats = self.counters.step, self.counters.games
@@ -252,11 +261,10 @@ class TrainingLoop:
     def run_evaluation(self) -> None:
         """The evaluation due now; a stop request cuts it short (it is played again, whole,
         after a resume)."""
-        greedy = lambda states: self.network.greedy_actions(states, use_target=False)  # noqa: E731
         self._evaluating = True
         try:
             with self._paused("evaluation", f"evaluating {self.config.eval_episodes} games"):
-                evaluated = self.evaluator.run(self.counters.step, greedy,
+                evaluated = self.evaluator.run(self.counters.step, self.greedy_of_online,
                                                self.counters.hours(),
                                                should_stop=self._stop_or_tick)
         finally:
@@ -595,7 +603,7 @@ class FastDQN(TrainingLoop):
         stacks: the stacks' shift, the last round's transitions into the staging area and
         the next round's draws."""
         counters, num_envs = self.counters, self.actor.pool.num_envs
-        self.actor.send(self.actor.actions(exploration, self.network, use_target=True,
+        self.actor.send(self.actor.actions(exploration, self.greedy_of_target,
                                            one_query=self.one_query))
         self._stage_acted()
         exploration = self._next_round(counters.step + num_envs, end)

@@ -9,10 +9,12 @@ max(0, numSteps - learn_start)) / ep_endt)), and so does dopamine's linearly_dec
 (warmup_steps). The expectations below are that formula evaluated by hand.
 """
 
+import hashlib
+
 import numpy as np
 import pytest
 
-from fast_dqn.acting import Actor, Exploration, FrameHistory
+from fast_dqn.acting import Actor, Exploration, FinishedGame, FrameHistory
 from fast_dqn.training_loops import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
@@ -101,32 +103,64 @@ def test_vectorized_schedule_equals_the_scalar_one_bit_for_bit(config):
 # ------------------------------------------------------------------ the round's actions
 
 
-class CountingNetwork:
-    """Greedy action 3 for every state; records each query's batch size and network."""
+class CountingGreedy:
+    """Greedy action 3 for every state; records the envs of each query (the frames of a
+    `ScriptedPool` name their env)."""
 
     def __init__(self):
-        self.queries: list[tuple[int, bool]] = []
+        self.queries: list[list[int]] = []
 
-    def greedy_actions(self, states, use_target=True):
-        self.queries.append((len(states), use_target))
+    def __call__(self, states):
+        self.queries.append(states[:, -1, 0, 0].tolist())
         return np.full(len(states), 3, dtype=np.int64)
 
 
 def test_a_round_takes_the_random_action_where_an_env_explores_and_else_the_greedy_one():
-    actor, network = Actor(ScriptedPool([50] * 4)), CountingNetwork()
+    actor, greedy = Actor(ScriptedPool([50] * 4)), CountingGreedy()
+    actor.reset(seed=0)
     exploration = Exploration(np.array([True, False, True, False]), np.array([1, 2, 0, 5]))
-    assert actor.actions(exploration, network, use_target=True).tolist() == [1, 3, 0, 3]
-    assert network.queries == [(4, True)]  # one batched query of the target network
-    assert actor.actions(exploration, network, use_target=False,
-                         one_query=False).tolist() == [1, 3, 0, 3]
-    assert network.queries[1:] == [(1, False)] * 4  # one query per sampler
+    assert actor.actions(exploration, greedy).tolist() == [1, 3, 0, 3]
+    assert greedy.queries == [[0, 1, 2, 3]]  # one batched query
+    assert actor.actions(exploration, greedy, one_query=False).tolist() == [1, 3, 0, 3]
+    assert greedy.queries[1:] == [[0], [1], [2], [3]]  # one query per sampler
+
+
+def test_a_round_asks_only_about_the_envs_it_is_told_to():
+    """An evaluation's finished games are not queried again: their greedy action is 0."""
+    actor, greedy = Actor(ScriptedPool([50] * 4)), CountingGreedy()
+    actor.reset(seed=0)
+    exploration = Exploration(np.array([False, False, True, False]), np.array([1, 2, 0, 5]))
+    asking = np.array([False, True, True, True])
+    assert actor.actions(exploration, greedy, asking=asking).tolist() == [0, 3, 0, 3]
+    assert greedy.queries == [[1, 2, 3]]
 
 
 def test_a_round_where_every_env_explores_makes_no_query():
-    actor, network = Actor(ScriptedPool([50] * 3)), CountingNetwork()
+    actor, greedy = Actor(ScriptedPool([50] * 3)), CountingGreedy()
     exploration = Exploration(np.ones(3, bool), np.array([4, 0, 2]))
-    assert actor.actions(exploration, network, use_target=True).tolist() == [4, 0, 2]
-    assert network.queries == []
+    assert actor.actions(exploration, greedy).tolist() == [4, 0, 2]
+    assert actor.actions(exploration, greedy, asking=np.ones(3, bool)).tolist() == [4, 0, 2]
+    assert greedy.queries == []
+
+
+class _CutOffPool(ScriptedPool):
+    """`ScriptedPool` whose env 0 has its games cut off: they end without a terminal."""
+
+    def step(self, actions):
+        result = super().step(actions)
+        cut_off = result.game_overs & (np.arange(self.num_envs) == 0)
+        return result._replace(terminals=result.terminals & ~cut_off)
+
+
+def test_a_round_reports_each_finished_game_with_its_length_raw_score_and_cut_off():
+    """Env i scores i + 1 a step and ends its games after its length (`ScriptedPool`); a game
+    whose last step is not terminal was cut off."""
+    actor = Actor(_CutOffPool([2, 3]))
+    actor.reset(seed=0)
+    finished = [actor.act(np.zeros(2, np.int64))[1] for _ in range(6)]
+    assert finished == [[], [FinishedGame(0, 2, 2.0, True)], [FinishedGame(1, 3, 6.0, False)],
+                        [FinishedGame(0, 2, 2.0, True)], [],
+                        [FinishedGame(0, 2, 2.0, True), FinishedGame(1, 3, 6.0, False)]]
 
 
 # --------------------------------------------------------------------- frame stacks
@@ -139,3 +173,90 @@ def test_frame_history_reset_and_starts_per_env():
     history.push(np.stack([id_frame(3), id_frame(4)]), np.array([False, True]))
     history.push(np.stack([id_frame(5), id_frame(6)]), np.array([False, False]))
     assert [ids_of(s) for s in history.states] == [[0, 1, 3, 5], [0, 0, 4, 6]]
+
+
+# ------------------------------------------------ one acting path: evaluation and play
+
+
+class _PixelGreedy:
+    """A stand-in network whose action depends on every pixel of the state; it records a
+    digest of each state it is asked about."""
+
+    def __init__(self, n_actions: int):
+        self.n_actions = n_actions
+        self.seen: list[bytes] = []
+
+    def __call__(self, states: np.ndarray) -> np.ndarray:
+        self.seen.extend(hashlib.sha256(state.tobytes()).digest() for state in states)
+        return (states.astype(np.int64).sum(axis=(1, 2, 3)) // 7) % self.n_actions
+
+
+def _first_game_by_hand(settings, seed: int, epsilon: float, rng_seed: int, greedy):
+    """The first game of one env, played by a loop written out here: the stack of the last 4
+    frames with zeros before a learning episode's first frame, epsilon-greedy with a uniform
+    then an action drawn per step (the greedy action asked only where it is taken); returns
+    the raw score, the steps, whether it was cut off and the learning episodes that ended
+    before it did."""
+    from fast_dqn.atari import make_atari_env
+
+    env = make_atari_env(settings, seed=seed)
+    rng = np.random.default_rng(rng_seed)
+    blank = np.zeros((84, 84), np.uint8)
+    stack = [blank, blank, blank, env.reset(seed=seed)]
+    score, steps, episodes = 0.0, 0, 0
+    try:
+        while True:
+            explore = rng.random(1)[0] < epsilon
+            action = int(rng.integers(0, env.n_actions, size=1)[0])
+            if not explore:
+                action = int(greedy(np.stack(stack)[None])[0])
+            step = env.step(action)
+            score += step.reward
+            steps += 1
+            if step.game_over:
+                return score, steps, step.truncated, episodes
+            if step.terminal or step.truncated:
+                episodes += 1
+                stack = [blank, blank, blank, step.frame]
+            else:
+                stack = stack[1:] + [step.frame]
+    finally:
+        env.close()
+
+
+def test_evaluation_and_play_score_a_game_as_a_loop_written_out_by_hand():
+    """Evaluation and play act through the training loop's `Actor`; on one env seeded alike,
+    with the same generator, both play the game a hand-written loop plays: the same states
+    asked about, draws, score and length."""
+    from fast_dqn import play
+    from fast_dqn.atari import GameSettings
+    from fast_dqn.evaluation import evaluate
+    from fast_dqn.env_pools import SERIAL, make_env_pool
+
+    config = Config(game="space_invaders", seed=11)
+    settings = GameSettings.of_run(config, max_episode_steps=400)
+    epsilon, rng_seed = 0.3, 5
+    by_hand = _PixelGreedy(n_actions=6)
+    score, steps, cut_off, lives_lost = _first_game_by_hand(settings, config.seed, epsilon,
+                                                            rng_seed, by_hand)
+    assert score > 0 and lives_lost >= 1  # not a trivial case: points scored, a life lost
+
+    pool = make_env_pool(SERIAL, settings, 1, seed=config.seed)
+    evaluating = _PixelGreedy(pool.n_actions)
+    try:
+        evaluated = evaluate(pool, evaluating, epsilon=epsilon, seed=config.seed,
+                             rng=np.random.default_rng(rng_seed))
+    finally:
+        pool.close()
+    assert evaluated == [score]
+    assert evaluating.seen == by_hand.seen
+
+    pool = play.make_pool(config, seed=config.seed, max_steps=400)
+    playing = _PixelGreedy(pool.n_actions)
+    try:
+        played = play.play_games(pool, playing, epsilon=epsilon,
+                                 rng=np.random.default_rng(rng_seed), games=1, seed=config.seed)
+    finally:
+        pool.close()
+    assert played == [play.GameResult(score, steps, cut_off)]
+    assert playing.seen == by_hand.seen

@@ -337,3 +337,13 @@ def test_episode_cap_truncates_after_max_episode_steps():
         assert not any(s.terminal for s in steps)
         assert np.array_equal(steps[-1].frame, fresh_first_frame)  # the new game's first
     env.close()
+
+
+def test_the_pipelines_fixed_steps_are_no_settings_of_a_run():
+    """Frame skip, frame size, grayscale and FIRE at reset are the Nature protocol's steps,
+    declared once in `GameSettings` for both backends; no run can set them."""
+    settings = GameSettings("pong", max_episode_steps=100)
+    assert (settings.frame_skip, settings.frame_size, settings.grayscale,
+            settings.fire_at_reset, settings.max_episode_frames) == (4, 84, True, True, 400)
+    with pytest.raises(TypeError):
+        GameSettings("pong", frame_skip=2)

@@ -411,3 +411,32 @@ def test_a_grouped_pool_stops_between_two_groups_and_closes_what_it_made():
     stop_after["made"] = 99
     assert pool.reset(100).shape == (10, 84, 84)
     assert events == [("reset", 0, 100), ("reset", 4, 104), ("reset", 8, 108)]
+
+
+class _BuiltWith(Exception):
+    """Raised by a stand-in vector env, carrying the keywords it was built with."""
+
+
+def test_the_vector_env_is_built_from_the_settings_pipeline(monkeypatch):
+    """The pipeline is declared once, in `GameSettings`: the vector env takes the Nature
+    steps from it (4 frames per step, 84x84 grayscale, FIRE at reset) and the run's settings,
+    the cap counted in frames (here 100 agent steps = 400 frames)."""
+    def built_with(game, num_envs, **options):
+        raise _BuiltWith({"game": game, "num_envs": num_envs, **options})
+
+    monkeypatch.setattr("fast_dqn.env_pools.AtariVectorEnv", built_with)
+    settings = GameSettings("pong", noop_max=7, sticky_actions=0.25, life_loss_terminal=False,
+                            full_action_set=True, max_episode_steps=100)
+    with pytest.raises(_BuiltWith) as built:
+        VectorEnvPool(settings, 3)
+    options = built.value.args[0]
+    assert {key: options[key] for key in (
+        "game", "num_envs", "frameskip", "maxpool", "grayscale", "img_height", "img_width",
+        "use_fire_reset", "noop_max", "repeat_action_probability", "life_loss_info",
+        "full_action_space", "max_num_frames_per_episode", "reward_clipping",
+        "episodic_life", "autoreset_mode")} == {
+        "game": "pong", "num_envs": 3, "frameskip": 4, "maxpool": True, "grayscale": True,
+        "img_height": 84, "img_width": 84, "use_fire_reset": True, "noop_max": 7,
+        "repeat_action_probability": 0.25, "life_loss_info": False,
+        "full_action_space": True, "max_num_frames_per_episode": 400,
+        "reward_clipping": False, "episodic_life": False, "autoreset_mode": "SameStep"}

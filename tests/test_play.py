@@ -203,17 +203,16 @@ def test_command_line_bad_input_has_no_traceback(tmp_path):
 
 def test_play_games_feeds_padded_states_and_chains_games():
     """Without a network: a recording greedy function sees the training loop's states."""
-    env = play.make_env(Config(game="pong", noop_max=0), seed=1, max_steps=5)
+    pool = play.make_pool(Config(game="pong", noop_max=0), seed=1, max_steps=5)
     seen: list[np.ndarray] = []
 
     def greedy(states: np.ndarray) -> np.ndarray:
         seen.append(states.copy())
         return np.zeros(len(states), dtype=np.int64)
 
-    policy = play.epsilon_greedy_policy(greedy, epsilon=0.0, n_actions=env.n_actions,
-                                        rng=np.random.default_rng(0))
-    results = play.play_games(env, policy, games=2, seed=1)
-    env.close()
+    results = play.play_games(pool, greedy, epsilon=0.0, rng=np.random.default_rng(0), games=2,
+                              seed=1)
+    pool.close()
     assert results == [play.GameResult(0.0, 5, True)] * 2
     assert len(seen) == 10
     for game_start in (seen[0], seen[5]):  # each game starts from one frame and zero padding
@@ -301,7 +300,7 @@ def test_playing_an_untrained_checkpoint_warns_in_one_line(trained_run, capsys):
 MAKE_GAMES = """
 from fast_dqn import benchmark, play
 from fast_dqn.config import Config
-play.make_env(Config(game="pong"), seed=0, max_steps=10).close()
+play.make_pool(Config(game="pong"), seed=0, max_steps=10).close()
 print("actions", benchmark.game_actions(Config(game="breakout")))
 """
 
