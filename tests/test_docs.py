@@ -135,3 +135,25 @@ def test_every_environment_variable_the_package_reads_is_in_the_table():
     assert {"TF_FORCE_GPU_ALLOW_GROWTH"} <= rows
     readme = (REPO / "README.md").read_text()
     assert "docs/environment.md" in readme
+
+
+@pytest.mark.slow  # trains a tiny real run
+def test_the_design_notes_walks_are_the_codes():
+    """docs/design.md's walk of one round and one update call is what tools/code_walk.py
+    reads off a real run: each walk's line appears there as the tool prints it."""
+    from tools import code_walk
+
+    design = (REPO / "docs" / "design.md").read_text()
+    walks = code_walk.walks([])
+    assert len(walks) == 4 and all(walk.modules for walk in walks)
+    for walk in walks:
+        assert walk.line() in design, f"docs/design.md lacks the walk as it is:\n{walk.line()}"
+
+
+def test_a_walk_counts_its_entries_and_modules():
+    from tools.code_walk import Walk
+
+    walk = Walk("a round", ["training_loops", "acting", "env_pools", "acting"])
+    assert walk.distinct() == 3
+    assert walk.line() == ("a round: 4 entries, 3 modules: "
+                           "training_loops > acting > env_pools > acting")

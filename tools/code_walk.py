@@ -1,0 +1,201 @@
+"""The modules one round of the fast trainer and one update call enter, read off a real run.
+
+    python tools/code_walk.py [--functions] [--updates-per-call K] [--replay-device host|device]
+
+Runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in a
+temporary directory) and records, with a profiler hook on the calling thread, every call
+into a fast_dqn module during one round taken after the replay start (`FastDQN._act_round`,
+from its call to its return) and during one call of the update thread (`UpdatePath.prepare`
+and `UpdatePath.update`, on the threads that run them). It prints each walk as the modules in
+the order they are entered (each call from one module into another is an entry; a call
+within a module is none), with the count of entries and of distinct modules. docs/design.md's walks are this output; tests/test_docs.py checks that they
+agree.
+
+Only Python frames are seen: the traced TensorFlow functions run the learning rule
+(update_rule.dqn_update) inside the compiled graph, where no Python is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import itertools
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as `python tools/code_walk.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+RUN_FLAGS = ["--game=breakout", "--workers=4", "--timesteps=1600", "--replay-capacity=5000",
+             "--replay-start=400", "--target-update=400", "--max-episode-steps=400",
+             "--exploration-steps=200", "--evaluate=0", "--checkpoint-every=0",
+             "--batch-size=4", "--xla=off", "--seed=0"]
+# A round inside an epoch (its sync points are at 400, 800, 1,200), with learning and
+# exploration at their final epsilon.
+ROUND_AT = 1_000
+# The update calls left out before the one walked: the first calls trace TensorFlow's
+# functions (Python runs the learning rule then); the walk is of a call like the run's others.
+TRACED_CALLS = 3  # with K = 64, the epochs' calls are of 64 and 36 updates
+PACKAGE = "fast_dqn"
+_GENERATOR = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+
+
+class Walk(NamedTuple):
+    """The fast_dqn modules entered, in order (each call from one module into another is an
+    entry), and the function each entry called."""
+
+    name: str
+    modules: list[str]
+    functions: list[str] = []
+
+    def distinct(self) -> int:
+        return len(set(self.modules))
+
+    def line(self) -> str:
+        return (f"{self.name}: {len(self.modules)} entries, {self.distinct()} modules: "
+                + " > ".join(self.modules))
+
+    def entries(self) -> list[str]:
+        """Each entry as module.function, the function it began with."""
+        return [f"{module}.{function}" for module, function in zip(self.modules,
+                                                                    self.functions)]
+
+
+def _module_of(frame: Any) -> str | None:
+    if frame is None:
+        return None
+    name = frame.f_globals.get("__name__", "")
+    if name == PACKAGE or name.startswith(PACKAGE + "."):
+        return name.removeprefix(PACKAGE + ".")
+    return None
+
+
+@contextlib.contextmanager
+def recording(modules: list[str], functions: list[str]) -> Iterator[None]:
+    """Appends to `modules` the fast_dqn module entered by each Python call made on this
+    thread while the block runs from another module (a call within a module enters none),
+    and to `functions` the function called."""
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        if frame.f_code.co_flags & _GENERATOR:  # a generator resumed: not a call of the code's
+            return
+        module = _module_of(frame)
+        if module is not None and module != _module_of(frame.f_back):
+            modules.append(module)
+            functions.append(frame.f_code.co_qualname)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
+def traced_once(function: Callable, walk: tuple[list[str], list[str]],
+                when: Callable[[Any], bool], done: threading.Event,
+                keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
+    """`function` (a method), its walk recorded into `walk` (modules, functions) on the
+    calls for which `when(self)` holds, until one recorded walk's modules satisfy `keep`."""
+    lock = threading.Lock()
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            record = not done.is_set() and when(self)
+        if not record:
+            return function(self, *args, **kwargs)
+        modules: list[str] = []
+        functions: list[str] = []
+        try:
+            with recording(modules, functions):
+                return function(self, *args, **kwargs)
+        finally:
+            if keep(modules):
+                walk[0][:], walk[1][:] = modules, functions
+                done.set()
+
+    return wrapper
+
+
+def after_calls(count: int) -> Callable[[Any], bool]:
+    """A `when` that holds from the call after the first `count` on."""
+    calls = itertools.count()
+    return lambda instance: next(calls) >= count
+
+
+def walks(extra_flags: list[str]) -> list[Walk]:
+    """Runs the tiny run and returns the walks of one round and one update call."""
+    from fast_dqn import launch
+    from fast_dqn.config import ALGO_FAST_DQN
+    from fast_dqn.training_loops import FastDQN
+    from fast_dqn.update_path import UpdatePath
+
+    round_walk: tuple[list[str], list[str]] = ([], [])
+    game_end_walk: tuple[list[str], list[str]] = ([], [])
+    prepare_walk: tuple[list[str], list[str]] = ([], [])
+    update_walk: tuple[list[str], list[str]] = ([], [])
+    seen = [threading.Event() for _ in range(4)]
+    learning = lambda loop: loop.counters.step >= ROUND_AT  # noqa: E731
+    act_round = traced_once(FastDQN._act_round, round_walk, learning, seen[0])
+    patched = {
+        (FastDQN, "_act_round"): traced_once(
+            act_round, game_end_walk, learning, seen[1],
+            keep=lambda modules: "run_logs" in modules),  # the round in which a game ends
+        (UpdatePath, "prepare"): traced_once(UpdatePath.prepare, prepare_walk,
+                                             after_calls(TRACED_CALLS), seen[2]),
+        (UpdatePath, "update"): traced_once(UpdatePath.update, update_walk,
+                                            after_calls(TRACED_CALLS), seen[3]),
+    }
+    originals = {key: getattr(*key) for key in patched}
+    for (owner, name), wrapper in patched.items():
+        setattr(owner, name, wrapper)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "run"
+            with contextlib.redirect_stdout(sys.stderr):
+                status = launch.main([*RUN_FLAGS, *extra_flags, f"--logdir={out}"],
+                                     ALGO_FAST_DQN)
+    finally:
+        for (owner, name), original in originals.items():
+            setattr(owner, name, original)
+    if status != 0 or not all(event.is_set() for event in seen):
+        raise SystemExit(f"code_walk: the run ended with status {status} before each walk "
+                         f"({[event.is_set() for event in seen]})")
+    return [Walk("one round (FastDQN._act_round)", *round_walk),
+            Walk("one round in which a game ends", *game_end_walk),
+            Walk("one update call, drawing (UpdatePath.prepare)", *prepare_walk),
+            Walk("one update call, updating (UpdatePath.update)", *update_walk)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tools/code_walk.py",
+        description="The fast_dqn modules one round of the fast trainer and one update call "
+                    "enter, read off a tiny real run.")
+    parser.add_argument("--updates-per-call", type=int,
+                        help="K minibatch updates per call of the update thread (default: "
+                             "the trainer's)")
+    parser.add_argument("--replay-device", choices=("host", "device"),
+                        help="where the replay memory's frames live (default: the trainer's "
+                             "choice, the host on a CPU)")
+    parser.add_argument("--functions", action="store_true",
+                        help="also print each entry as module.function, one per line")
+    args = parser.parse_args(argv)
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
+             if name != "functions" and value is not None]
+    for walk in walks(flags):
+        print(walk.line())
+        if args.functions:
+            for number, entry in enumerate(walk.entries(), 1):
+                print(f"  {number:2d}. {entry}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
