@@ -3,13 +3,13 @@
     python tools/code_walk.py [--functions] [--updates-per-call K] [--replay-device host|device]
 
 Runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in a
-temporary directory) and records, with a profiler hook on the calling thread, every call
-into a fast_dqn module during one round taken after the replay start (`FastDQN._act_round`,
-from its call to its return) and during one call of the update thread (`UpdatePath.prepare`
-and `UpdatePath.update`, on the threads that run them). It prints each walk as the modules in
-the order they are entered (each call from one module into another is an entry; a call
-within a module is none), with the count of entries and of distinct modules. docs/design.md's walks are this output; tests/test_docs.py checks that they
-agree.
+temporary directory) and records, with a profiler hook on the calling thread, the calls into
+fast_dqn modules during one round taken after the replay start (`FastDQN._act_round`, from
+its call to its return), one round in which a game ends, and one call of the update thread
+(`UpdatePath.prepare` and `UpdatePath.update`, on the threads that run them). It prints each
+walk as the modules in the order they are entered (each call from one module into another is
+an entry; a call within a module is none), with the count of entries and of distinct
+modules. docs/design.md's walks are this output; tests/test_docs.py checks that they agree.
 
 Only Python frames are seen: the traced TensorFlow functions run the learning rule
 (update_rule.dqn_update) inside the compiled graph, where no Python is called.
