@@ -15,7 +15,7 @@ from fast_dqn.config import HISTORY, Config
 from fast_dqn.schedule import epsilons_at, final_epsilon_step
 from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
-from fast_dqn.samplers import EnvPool
+from fast_dqn.env_pools import EnvPool
 
 
 class GreedyPolicy(Protocol):
@@ -153,7 +153,7 @@ class Actor:
         def query_one(env: int) -> int:
             return int(network.greedy_actions(states[env:env + 1], use_target)[0])
 
-        return np.array(self.pool.run_in_samplers(query_one), dtype=np.int64)
+        return np.array(self.pool.run_in_env_threads(query_one), dtype=np.int64)
 
     def reset(self, seed: int) -> None:
         self._newest = self.pool.reset(seed=seed)

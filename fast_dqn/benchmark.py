@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fast_dqn.agents import DQN, FastDQN, TrainingLoop
+from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
@@ -39,8 +39,8 @@ from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
-from fast_dqn.samplers import SERIAL
-from fast_dqn.trainer import Trainer, TrainerTimes
+from fast_dqn.env_pools import SERIAL
+from fast_dqn.update_path import UpdatePath, UpdateTimes
 
 
 MODULE_COMMAND = "python -m fast_dqn.benchmark"
@@ -140,7 +140,7 @@ def touch_pages(memory: ReplayMemory) -> None:
     flush, measured with 10,000 steps and 16 workers). The device frames' pages are mapped
     when the variable is made, but its first scatter still took 4x a later one (10,000
     frames, one measurement), so they are written once too."""
-    for column in memory.store:
+    for column in memory.columns:
         column.fill(0)
     chunk = np.zeros((min(memory.capacity, 10_000), FRAME_SIZE, FRAME_SIZE), np.uint8)
     for start in range(0, memory.capacity, len(chunk)):
@@ -214,22 +214,22 @@ class LearningWindow:
         self._started: tuple | None = None
         loop.counters.on_learning_start.append(self.start)
 
-    def _readings(self) -> tuple[float, TrainerTimes, float, float]:
-        thread = getattr(self._loop, "trainer_thread", None)
-        times = dataclasses.replace(thread.times) if thread is not None else TrainerTimes()
+    def _readings(self) -> tuple[float, UpdateTimes, float, float]:
+        thread = getattr(self._loop, "update_thread", None)
+        times = dataclasses.replace(thread.times) if thread is not None else UpdateTimes()
         simulated = getattr(self._loop.network, "simulated_seconds", 0.0)
         return time.thread_time(), times, simulated, time.process_time()
 
     def start(self) -> None:
         self._started = self._readings()
 
-    def end(self) -> tuple[float, TrainerTimes, float, float]:
+    def end(self) -> tuple[float, UpdateTimes, float, float]:
         """The acting loop's CPU seconds, the trainer's times, the simulated GPU's seconds
         and the process's CPU seconds since the start; call it on the main thread."""
         cpu, times, simulated, process = self._readings()
         cpu0, times0, simulated0, process0 = self._started
         return (cpu - cpu0,
-                TrainerTimes(*(now - then for now, then in zip(dataclasses.astuple(times),
+                UpdateTimes(*(now - then for now, then in zip(dataclasses.astuple(times),
                                                                  dataclasses.astuple(times0)))),
                 simulated - simulated0, process - process0)
 
@@ -334,9 +334,9 @@ class TrainerAlone:
             sampleable=np.ones(count, dtype=bool)))
         self._network = make_network(args, n_actions, config)
         self._per_call = config.updates_per_call
-        self._trainer = Trainer(memory, self._network, config.batch_size, self._per_call)
+        self._update_path = UpdatePath(memory, self._network, config.batch_size, self._per_call)
         for _ in range(3):  # compile and warm up
-            self._trainer.update_now(self._per_call)
+            self._update_path.update_now(self._per_call)
         self._network.take_train_stats(0)
         self.windows: list[float] = []
 
@@ -344,7 +344,7 @@ class TrainerAlone:
         """Updates/s over one window of about `seconds`; kept in `windows`."""
         updates, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            self._trainer.update_now(self._per_call)
+            self._update_path.update_now(self._per_call)
             updates += self._per_call
         self._network.take_train_stats(0)  # waits for the device to finish
         self.windows.append(updates / (time.perf_counter() - start))

@@ -18,7 +18,7 @@ from fast_dqn import saved_state
 from fast_dqn.acting import FrameHistory, epsilon_greedy
 from fast_dqn.config import Config
 from fast_dqn.schedule import period_passed
-from fast_dqn.samplers import EnvPool, PoolStopped
+from fast_dqn.env_pools import EnvPool, PoolStopped
 from fast_dqn.saved_state import StateError
 
 GreedyFn = Callable[[np.ndarray], np.ndarray]

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from fast_dqn.agents import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
+from fast_dqn.training_loops import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
                              unstored_count)
 from fast_dqn.atari import GameSettings, game_of_new_run, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
@@ -52,7 +52,7 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
-from fast_dqn.samplers import SERIAL, EnvPool, GroupedPool, make_env_pool
+from fast_dqn.env_pools import SERIAL, EnvPool, GroupedPool, make_env_pool
 from fast_dqn.saved_state import StateError, integer, section
 from fast_dqn.schedule import final_step, steps_at_sync_points
 from fast_dqn.stop_request import StopRequest

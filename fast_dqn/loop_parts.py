@@ -1,7 +1,7 @@
 """What a training loop is built from, and what it needs of each part.
 
 The entry points (`fast_dqn.launch`, `fast_dqn.benchmark`) and the tests build `LoopParts`;
-`fast_dqn.agents` runs them. The protocols name the few methods the loops call, so that the
+`fast_dqn.training_loops` runs them. The protocols name the few methods the loops call, so that the
 tests' recording fakes stand in for the real parts.
 """
 
@@ -15,13 +15,13 @@ from fast_dqn.config import Config
 from fast_dqn.evaluation import EvaluationLog
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_logs import EpisodeRow
-from fast_dqn.samplers import EnvPool
+from fast_dqn.env_pools import EnvPool
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.transitions import Batch, SlotBatch, Transitions
 
 
 class QFunction(Protocol):
-    """What the loops need of a Q-network (and `fast_dqn.trainer`, through the frame store,
+    """What the loops need of a Q-network (and `fast_dqn.update_path`, through the frame store,
     of its updates)."""
 
     n_actions: int

@@ -13,7 +13,7 @@ replay buffer):
   episode_end  the learning episode ended here (terminal, or cut off by the episode cap or
                a flush); no state reaches back across it.
   sampleable   false for copies that only give earlier frames, and for the provisional last
-               transition of an unfinished flushed piece (`staging.SamplerBuffer`).
+               transition of an unfinished flushed piece (`staging.EnvBuffer`).
 
 A state is the frame of its own slot plus up to HISTORY - 1 older frames of the same learning
 episode; frames from before the episode's start are zero. `FrameHistory` applies the same
@@ -66,7 +66,7 @@ class ReplayMemory:
         self._rng = rng
         self.frames: FrameStore = HostFrames(capacity) if frames is None else frames
         # Every column but the frames, which `frames` holds (`store.frames` stays empty).
-        self.store = Transitions(**{
+        self.columns = Transitions(**{
             name: np.zeros((capacity if name != "frames" else 0, *shape), dtype)
             for name, (shape, dtype) in TRANSITION_COLUMNS.items()})
         self.cursor = 0  # the slot the next transition goes to
@@ -112,11 +112,11 @@ class ReplayMemory:
         first = min(count, self.capacity - start)
         for ring, rows in ((slice(start, start + first), slice(0, first)),
                            (slice(0, count - first), slice(first, count))):
-            for name, stored, column in zip(Transitions._fields, self.store, transitions):
+            for name, stored, column in zip(Transitions._fields, self.columns, transitions):
                 if name != "frames":
                     stored[ring] = column[rows]
-            self.store.rewards[ring] = clip_reward(transitions.rewards[rows])
-            self.store.episode_ends[ring] |= transitions.terminals[rows]
+            self.columns.rewards[ring] = clip_reward(transitions.rewards[rows])
+            self.columns.episode_ends[ring] |= transitions.terminals[rows]
 
     def _advance(self, count: int) -> None:
         self.cursor = (self.cursor + count) % self.capacity
@@ -131,15 +131,15 @@ class ReplayMemory:
 
         A slot needs its next frame stored (not the newest slot, unless terminal), must not
         be cut off by the episode cap (no next state exists), must not be a context-only
-        copy (see `SamplerBuffer`), and, once the memory has
+        copy (see `EnvBuffer`), and, once the memory has
         wrapped, must not reach back into overwritten frames (the oldest HISTORY - 1 slots).
         """
         slots = np.asarray(slots)
         ages = self._ages(slots)
         written = ages < self.size
-        has_next = (ages >= 1) | self.store.terminals[slots]
-        truncated = self.store.episode_ends[slots] & ~self.store.terminals[slots]
-        ok = written & has_next & ~truncated & self.store.sampleable[slots]
+        has_next = (ages >= 1) | self.columns.terminals[slots]
+        truncated = self.columns.episode_ends[slots] & ~self.columns.terminals[slots]
+        ok = written & has_next & ~truncated & self.columns.sampleable[slots]
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
@@ -186,8 +186,8 @@ class ReplayMemory:
             state_slots=window.astype(np.int32), state_mask=self._history_mask(indices),
             next_slots=((window + 1) % self.capacity).astype(np.int32),
             next_mask=self._history_mask(next_slots),
-            actions=self.store.actions[indices].astype(np.int32),  # stored as uint8
-            rewards=self.store.rewards[indices], terminals=self.store.terminals[indices])
+            actions=self.columns.actions[indices].astype(np.int32),  # stored as uint8
+            rewards=self.columns.rewards[indices], terminals=self.columns.terminals[indices])
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
         """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
@@ -197,7 +197,7 @@ class ReplayMemory:
         """
         back = np.arange(1, HISTORY)
         older = (newest[:, None] - back) % self.capacity
-        ended = np.logical_or.accumulate(self.store.episode_ends[older], axis=1)
+        ended = np.logical_or.accumulate(self.columns.episode_ends[older], axis=1)
         too_old = self._ages(newest)[:, None] + back > self.size - 1
         real_back = ~(ended | np.logical_or.accumulate(too_old, axis=1))
         mask = np.ones((len(newest), HISTORY), dtype=np.uint8)
@@ -213,9 +213,9 @@ class ReplayMemory:
         if self.size == 0:
             return
         newest = (self.cursor - 1) % self.capacity
-        if not self.store.episode_ends[newest]:
-            self.store.episode_ends[newest] = True
-            self.store.sampleable[newest] = False
+        if not self.columns.episode_ends[newest]:
+            self.columns.episode_ends[newest] = True
+            self.columns.sampleable[newest] = False
 
     def state_dict(self) -> dict[str, Any]:
         """Arrays that restore this memory exactly (for checkpoints; no pickles); the frames
@@ -224,7 +224,7 @@ class ReplayMemory:
         Before the memory first wraps around only the filled slots are given (views), so an
         early checkpoint does not write gigabytes of empty slots.
         """
-        state = select(self.store, slice(0, self.size))._asdict()
+        state = select(self.columns, slice(0, self.size))._asdict()
         state["frames"] = self.frames.saved_rows(self.size)
         state.update(cursor=np.array(self.cursor), size=np.array(self.size),
                      capacity=np.array(self.capacity))
@@ -234,7 +234,7 @@ class ReplayMemory:
         """Where a checkpoint's columns are read to, by name: the memory's own arrays,
         filled in place, and the frame store's target (`FrameStore.restore_target`). The
         reader then calls `set_extent`."""
-        targets: dict[str, Any] = self.store._asdict()
+        targets: dict[str, Any] = self.columns._asdict()
         targets["frames"] = self.frames.restore_target()
         return targets
 
@@ -243,7 +243,7 @@ class ReplayMemory:
         if int(state["capacity"]) != self.capacity:
             raise ValueError(f"checkpoint replay capacity {int(state['capacity'])} differs "
                              f"from {self.capacity}")
-        for name, stored in self.store._asdict().items():
+        for name, stored in self.columns._asdict().items():
             if name != "frames":
                 stored[:len(state[name])] = state[name]
         self.frames.put_rows(0, np.asarray(state["frames"]))
@@ -271,7 +271,7 @@ class ReplayMemory:
 
         Run after a restore and by the tests; it reads every slot, so not on the hot path.
         """
-        store = self.store
+        store = self.columns
         if self.size < self.capacity and self.cursor != self.size % self.capacity:
             raise ValueError(f"replay memory: cursor {self.cursor} is not at the end of the "
                              f"{self.size} filled slots of a memory that has not wrapped")

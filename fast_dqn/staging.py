@@ -1,7 +1,7 @@
 """One epoch's transitions on their way into the replay memory (FastDQN's flush).
 
 During an epoch the acting loop stages each round's W transitions (`StagingArea`); at the
-sync point each sampler's rows go to its `SamplerBuffer`, and the buffers are flushed
+sync point each sampler's rows go to its `EnvBuffer`, and the buffers are flushed
 into the memory one after another, in sampler order, so the memory's contents do not depend
 on thread timing (docs/design.md §3, "Pieces at a flush").
 """
@@ -19,7 +19,7 @@ from fast_dqn.transitions import Transitions, concatenate, select, zero_transiti
 _ALIGNED_FRAMES = TENSOR_ALIGNMENT // math.gcd(FRAME_SIZE * FRAME_SIZE, TENSOR_ALIGNMENT)
 
 
-class SamplerBuffer:
+class EnvBuffer:
     """One sampler's transitions between two sync points, flushed whole at each sync point.
 
     Samplers' buffers are flushed one after another in sampler order, so the memory's
@@ -96,7 +96,7 @@ def _last_rows(pieces: list[Transitions], count: int) -> Transitions:
 
 class StagingArea:
     """Preallocated columns for one epoch's transitions, each sampler's rows one after
-    another, before the sync point hands each sampler's rows to its `SamplerBuffer`.
+    another, before the sync point hands each sampler's rows to its `EnvBuffer`.
 
     A sampler's rows are contiguous, and its frames start where TensorFlow can read them in
     place, so that the flush stores them without copying them first.
@@ -117,6 +117,6 @@ class StagingArea:
             column[:, self.count] = values
         self.count += 1
 
-    def sampler_rows(self, env: int) -> Transitions:
+    def env_rows(self, env: int) -> Transitions:
         """Env `env`'s transitions staged since the last `clear`, in time order (a view)."""
         return select(self._rows, (env, slice(0, self.count)))

@@ -16,7 +16,7 @@ from fast_dqn.acting import FrameHistory
 from fast_dqn.checkpoints import save_checkpoint
 from fast_dqn.config import ALGO_DQN, HISTORY, Config
 from fast_dqn.transitions import FRAME_SHAPE, Batch
-from fast_dqn.samplers import OneCallStep, PoolStep
+from fast_dqn.env_pools import OneCallStep, PoolStep
 from tests.run_files import write_stand_in_network
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class ScriptedPool(OneCallStep):
         return PoolStep(self._frames(), rewards, game_overs | life_lost,
                         game_overs | life_lost, game_overs, lengths)
 
-    def run_in_samplers(self, fn):
+    def run_in_env_threads(self, fn):
         return [fn(i) for i in range(self.num_envs)]
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """A tiny image-based environment pool whose optimal Q-values are known in closed form.
 
-`CorridorPool` implements the `EnvPool` protocol of `fast_dqn.samplers`, so the real training
+`CorridorPool` implements the `EnvPool` protocol of `fast_dqn.env_pools`, so the real training
 loops (`DQN`, `FastDQN`) can run on it unchanged. Each env is a corridor of cells drawn as a
 bright block in an 84x84 uint8 frame:
 
@@ -25,7 +25,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from fast_dqn.samplers import OneCallStep, PoolStep
+from fast_dqn.env_pools import OneCallStep, PoolStep
 
 T = TypeVar("T")
 
@@ -99,7 +99,7 @@ class CorridorPool(OneCallStep):
                         episode_ends=episode_ends, game_overs=episode_ends.copy(),
                         game_lengths=lengths)
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fast_dqn.acting import Actor, Exploration, FrameHistory
-from fast_dqn.agents import FastDQN
+from fast_dqn.training_loops import FastDQN
 from fast_dqn.schedule import epsilon_at
 from fast_dqn.config import Config
 

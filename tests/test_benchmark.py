@@ -153,7 +153,7 @@ def test_the_benchmark_memory_is_built_empty(replay_device):
                                    np.random.default_rng(0))
     assert memory.size == 0 and memory.cursor == 0
     assert not memory.frames.rows(0, capacity).any()
-    assert not any(column.any() for column in memory.store)
+    assert not any(column.any() for column in memory.columns)
 
 
 def test_every_benchmark_flag_has_help(monkeypatch):

@@ -130,9 +130,9 @@ def test_round_trip_of_manifest_network_and_arrays(tmp_path):
 def test_read_replay_into_fills_the_memorys_own_arrays(tmp_path):
     path = save(tmp_path, 9)
     memory = ReplayMemory(CAPACITY, np.random.default_rng(0))
-    columns, frames = memory.store, memory.frames.array
+    columns, frames = memory.columns, memory.frames.array
     assert read_replay_into(path, memory) is True
-    assert memory.store is columns and memory.frames.array is frames  # in place, no copy
+    assert memory.columns is columns and memory.frames.array is frames  # in place, no copy
     for name, expected in replay_arrays(9).items():
         np.testing.assert_array_equal(memory.state_dict()[name], expected)
     memory.check_valid()

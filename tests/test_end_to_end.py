@@ -136,7 +136,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork
-    from fast_dqn.samplers import VectorEnvPool
+    from fast_dqn.env_pools import VectorEnvPool
     jitter = random.Random()  # deliberately unseeded: the timing differs on every run
 
     def slowed(method, seconds):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fast_dqn.agents import DQN
+from fast_dqn.training_loops import DQN
 from fast_dqn.config import Config
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.evaluation import Evaluated, evaluate
@@ -129,7 +129,7 @@ def test_an_evaluation_whose_pool_is_stopped_while_made_is_not_counted():
     """`make_pool` (a `GroupedPool`) raises PoolStopped when the request comes between two
     groups of envs; the evaluation is then cut short like one stopped during its games."""
     from fast_dqn.evaluation import Evaluator
-    from fast_dqn.samplers import PoolStopped
+    from fast_dqn.env_pools import PoolStopped
 
     stopping = [False]
     asked = []

@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fast_dqn.agents import DQN, FastDQN, TrainingLoop
+from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop
 from fast_dqn.schedule import epsilon_at, updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import Batch, acted_transitions
-from fast_dqn.staging import SamplerBuffer
-from fast_dqn.samplers import PoolStep
+from fast_dqn.staging import EnvBuffer
+from fast_dqn.env_pools import PoolStep
 from tests.fakes import FakeRunLog, RecordingNetwork, Tape
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
                                  CorridorPool, draw, optimal_q)
@@ -352,7 +352,7 @@ def test_the_loops_generator_draws_for_the_rounds_taken_and_no_more(concurrent):
 
 def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
     """The loop reads the trainer's failure before each round it draws; without that it
-    would act to the epoch's end (100 rounds here) before `TrainerThread.wait` raised it."""
+    would act to the epoch's end (100 rounds here) before `UpdateThread.wait` raised it."""
     import time
 
     class FailingNetwork(RecordingNetwork):
@@ -370,7 +370,7 @@ def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
         if loop.counters.step < config.replay_start:
             return
         deadline = time.monotonic() + 60
-        while not loop.trainer_thread.failed and time.monotonic() < deadline:
+        while not loop.update_thread.failed and time.monotonic() < deadline:
             time.sleep(0.001)
 
     pool = CorridorPool(config.workers, on_step=step_once_the_trainer_failed)
@@ -426,7 +426,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
     assert all(count == 1 for count in flushes_per_sync)
     # the memory holds the samplers' transitions, flushed in sampler order at the boundaries
     expected = ReplayMemory(config.replay_capacity, np.random.default_rng(0))
-    buffers = [SamplerBuffer() for _ in range(config.workers)]
+    buffers = [EnvBuffer() for _ in range(config.workers)]
     rounds_done = 0
     for step, _ in syncs:
         rounds = step // config.workers
@@ -438,7 +438,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
     for name, array in expected.state_dict().items():
         np.testing.assert_array_equal(loop.memory.state_dict()[name], array, err_msg=name)
     # each transition is sampleable once, but for the games still running at the end
-    sampleable = int(loop.memory.store.sampleable[:loop.memory.size].sum())
+    sampleable = int(loop.memory.columns.sampleable[:loop.memory.size].sum())
     assert config.timesteps - config.workers <= sampleable <= config.timesteps
 
 
@@ -486,9 +486,9 @@ def test_dqn_orchestration_tape():
 
 
 def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
-    """What `TrainerThread` relies on to take back the draws of a call it never made: after
+    """What `UpdateThread` relies on to take back the draws of a call it never made: after
     `discard`, the memory draws again the minibatches that were discarded."""
-    from fast_dqn.trainer import Trainer
+    from fast_dqn.update_path import UpdatePath
     from fast_dqn.replay_memory import ReplayMemory
     from fast_dqn.transitions import acted_transitions
 
@@ -497,10 +497,10 @@ def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
     memory.add_many(acted_transitions(frames, np.zeros(150, np.uint8),
                                       np.zeros(150, np.float32), np.zeros(150, bool),
                                       np.zeros(150, bool)))
-    trainer = Trainer(memory, network=None, batch_size=4, updates_per_call=2)
-    trainer.prepare(2, buffer=0)
-    discarded = trainer.prepare(2, buffer=1).states.copy()
-    trainer.discard(1)
-    np.testing.assert_array_equal(trainer.prepare(2, buffer=1).states, discarded)
+    update_path = UpdatePath(memory, network=None, batch_size=4, updates_per_call=2)
+    update_path.prepare(2, buffer=0)
+    discarded = update_path.prepare(2, buffer=1).states.copy()
+    update_path.undo_draws(1)
+    np.testing.assert_array_equal(update_path.prepare(2, buffer=1).states, discarded)
     # Without a discard the next draws are others (frames tell the slots apart).
-    assert not np.array_equal(trainer.prepare(2, buffer=1).states, discarded)
+    assert not np.array_equal(update_path.prepare(2, buffer=1).states, discarded)

@@ -536,7 +536,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     clock = WorkClock()
     lines = TimedLines(clock)
     make_pool, save_checkpoint = launch.make_pool, launch.save_checkpoint
-    update = trainer.Trainer.update
+    update = update_path.UpdatePath.update
 
     def timed_update(self, minibatches, count):
         clock.advance(count * WorkClock.UPDATE)
@@ -548,7 +548,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
 
     monkeypatch.setattr(launch, "make_pool", lambda *a, **k: TimedPool(make_pool(*a, **k), clock))
     monkeypatch.setattr(launch, "save_checkpoint", timed_save)
-    monkeypatch.setattr(trainer.Trainer, "update", timed_update)
+    monkeypatch.setattr(update_path.UpdatePath, "update", timed_update)
     monkeypatch.setattr(launch, "Progress", lambda *a, **k: Progress(
         *a, **{**k, "clock": clock, "stream": lines}))
     # Every evaluation game is cut at 100 steps (an untrained player rarely ends one sooner),

@@ -17,7 +17,7 @@ import pytest
 from fast_dqn.config import HISTORY
 from fast_dqn.launch import check_memory_for
 from fast_dqn.replay_memory import ReplayMemory, clip_reward
-from fast_dqn.staging import SamplerBuffer
+from fast_dqn.staging import EnvBuffer
 from fast_dqn.transitions import (BYTES_PER_TRANSITION, FRAME_SHAPE, acted_transitions,
                                   zero_transitions)
 from tests.fakes import (actor_states, expected_valid, id_frame, ids_of, naive_transitions,
@@ -222,9 +222,9 @@ def test_rewards_are_clipped_to_their_sign(raw, clipped):
     add_one(memory, id_frame(1), 0, raw, terminal=True, episode_end=True)
     memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]),
                                       np.array([True]), np.array([True])))
-    assert memory.store.rewards[:2].tolist() == [clipped, clipped]
+    assert memory.columns.rewards[:2].tolist() == [clipped, clipped]
     assert memory.batch(np.array([0, 1])).rewards.tolist() == [clipped, clipped]
-    assert memory.store.rewards.dtype == np.float32
+    assert memory.columns.rewards.dtype == np.float32
 
 
 # ------------------------------------------------------------------- state_dict round trip
@@ -240,7 +240,7 @@ def filled_memory(capacity: int, transitions: int, seed: int) -> ReplayMemory:
 
 def test_state_dict_round_trip():
     original = filled_memory(40, 57, seed=3)  # wrapped, cursor mid-way
-    original.store.sampleable[5] = False  # as a context copy would be
+    original.columns.sampleable[5] = False  # as a context copy would be
     restored = ReplayMemory(40, np.random.default_rng(99))
     restored.load_state_dict({k: np.copy(v) for k, v in original.state_dict().items()})
     assert (restored.cursor, restored.size) == (original.cursor, original.size) == (17, 40)
@@ -419,7 +419,8 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
     assert (restored.cursor, restored.size) == (memory.cursor, memory.size)
     np.testing.assert_array_equal(restored.frames.array, memory.frames.array)
     for name in ("actions", "rewards", "terminals", "episode_ends", "sampleable"):
-        np.testing.assert_array_equal(getattr(restored.store, name), getattr(memory.store, name))
+        np.testing.assert_array_equal(getattr(restored.columns, name),
+                                      getattr(memory.columns, name))
 
 
 def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
@@ -459,7 +460,7 @@ def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
     # a first flush of one round per env: only unfinished pieces, none of them sampleable
     flushed = ReplayMemory(16, np.random.default_rng(0))
     for env in range(4):
-        buffer = SamplerBuffer()
+        buffer = EnvBuffer()
         buffer.extend(acted_transitions(id_frame(env)[None], np.array([0]), np.zeros(1),
                                         np.zeros(1, bool), np.zeros(1, bool)))
         flushed.add_in_order(buffer.take())
@@ -470,14 +471,14 @@ def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
 
 @pytest.mark.parametrize("damage, message", [
     (lambda m: setattr(m, "cursor", 3), "cursor 3 is not at the end of the 25 filled slots"),
-    (lambda m: m.store.episode_ends.__setitem__(np.flatnonzero(m.store.terminals)[0], False),
+    (lambda m: m.columns.episode_ends.__setitem__(np.flatnonzero(m.columns.terminals)[0], False),
      "a terminal transition is not an episode end"),
-    (lambda m: m.store.rewards.__setitem__(2, 0.5), "not clipped"),
-    (lambda m: m.store.sampleable.__setitem__(30, True), "an unfilled slot is marked sampleable"),
+    (lambda m: m.columns.rewards.__setitem__(2, 0.5), "not clipped"),
+    (lambda m: m.columns.sampleable.__setitem__(30, True), "an unfilled slot is marked sampleable"),
 ], ids=["cursor", "terminal", "reward", "unfilled"])
 def test_check_valid_names_the_broken_invariant(damage, message):
     memory = filled_memory(40, 25, seed=1)
-    assert memory.store.terminals[:25].any()
+    assert memory.columns.terminals[:25].any()
     damage(memory)
     with pytest.raises(ValueError, match=message):
         memory.check_valid()

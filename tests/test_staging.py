@@ -12,7 +12,7 @@ import pytest
 
 from fast_dqn.config import HISTORY
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.staging import SamplerBuffer, StagingArea
+from fast_dqn.staging import EnvBuffer, StagingArea
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions, concatenate
 
 from tests.fakes import (Stream, actor_states, expected_valid, id_frame,
@@ -46,7 +46,7 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
                  rng: np.random.Generator) -> None:
     """Feeds W buffers round by round (in random-sized chunks, as an epoch's staging area
     would) and flushes them in sampler order at the sync rounds and at the end."""
-    buffers = [SamplerBuffer() for _ in streams]
+    buffers = [EnvBuffer() for _ in streams]
     rounds = len(streams[0].steps)
     pending = [[] for _ in streams]
 
@@ -139,7 +139,7 @@ def test_sampler_buffers_with_wrap_around(capacity, seed):
 @pytest.mark.parametrize("context_rows", [0, 1, 2, 3])
 def test_unfinished_episode_is_carried_with_its_context(context_rows):
     """flush k:  | ... a_n [a_n+1: end, not sampled] |  flush k+1: | (context) a_n+1 ... |"""
-    buffer = SamplerBuffer()
+    buffer = EnvBuffer()
     ids = np.arange(1, context_rows + 2)
     buffer.extend(acted_transitions(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
                   np.zeros(len(ids), bool), np.zeros(len(ids), bool)))
@@ -172,10 +172,10 @@ def test_staging_hands_each_sampler_its_rows_in_place_and_lendable(rounds, num_e
         staging.append(row)
         staged.append(row)
     for env in range(num_envs):
-        rows = staging.sampler_rows(env)
+        rows = staging.env_rows(env)
         assert rows.frames.flags.c_contiguous and rows.frames.ctypes.data % 64 == 0
         for name, column in zip(Transitions._fields, rows):
             expected = [getattr(row, name)[env] for row in staged]
             np.testing.assert_array_equal(column, np.array(expected).reshape(column.shape))
     staging.clear()
-    assert len(staging.sampler_rows(0).frames) == 0
+    assert len(staging.env_rows(0).frames) == 0

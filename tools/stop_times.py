@@ -58,7 +58,7 @@ How each phase is recognized, and how sure that is:
 - Periodic checkpoint write: `checkpoint.tmp/` appearing in the run directory (polled every
   20 ms; the signal is sent from the polling thread at once). Certain; checked afterwards:
   the checkpoint is at step C+T, and only one `checkpoint.tmp/` appeared in that process.
-- Trainer epoch: progress lines past C+T come from inside `FastDQN._run_epoch` while the
+- UpdatePath epoch: progress lines past C+T come from inside `FastDQN._run_epoch` while the
   trainer thread makes the epoch's updates (the main thread may be acting or, as acting is
   faster than training here, already waiting for the trainer at the epoch's end; both are
   "during a trainer epoch"). Certain that it is in the epoch; checked afterwards:
@@ -122,7 +122,7 @@ class Event:
     what: str
 
 
-class Trainer:
+class UpdatePath:
     """A trainer process: its output lines and the changes in its run directory, timestamped.
 
     Started by the harness the tests use (tools/entry_point_runs.py: output in NAME.out
@@ -373,7 +373,7 @@ class ResumeStart:
     to_resumed: float | None  # device line -> "resumed from" (networks, envs, memory read)
 
 
-def stop_time(trainer: Trainer, phase: str, run_dir: Path, confirmed: bool,
+def stop_time(trainer: UpdatePath, phase: str, run_dir: Path, confirmed: bool,
               evidence: list[str], load: tuple) -> StopTime:
     t0, t1 = trainer.t_signal, trainer.t_exit
     seconds = t1 - t0 if t0 is not None and t1 is not None else None
@@ -410,7 +410,7 @@ def stop_time(trainer: Trainer, phase: str, run_dir: Path, confirmed: bool,
                     slow=other is not None and other > SLOW_OTHER_SECONDS)
 
 
-def resume_start(trainer: Trainer, gb: float, step: int, cached: float | None,
+def resume_start(trainer: UpdatePath, gb: float, step: int, cached: float | None,
                  cold: bool) -> ResumeStart:
     launch = trainer.t_launch
     run_line = trainer.first_line(r"^run directory: ")
@@ -441,7 +441,7 @@ class Procedure:
         self.resumes: list[ResumeStart] = []
         self.notes: list[str] = []
         self.commands: list[str] = []
-        self.current: Trainer | None = None
+        self.current: UpdatePath | None = None
         self.fill_rate: float | None = None
         self.epoch_seconds: float | None = None
         C, T = args.capacity, args.target_update
@@ -454,15 +454,15 @@ class Procedure:
     def say(self, text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
-    def launch(self, name: str, argv: list[str]) -> Trainer:
-        trainer = Trainer(name, argv, self.run_dir, self.workdir / f"{name}.log", REPO)
+    def launch(self, name: str, argv: list[str]) -> UpdatePath:
+        trainer = UpdatePath(name, argv, self.run_dir, self.workdir / f"{name}.log", REPO)
         self.current = trainer
         command = " ".join(["python", "run_fast_dqn.py", *argv])
         self.commands.append(command)
         self.say(f"{name}: {command} (pid {trainer.proc.pid}; log {self.workdir / name}.log)")
         return trainer
 
-    def stop_and_measure(self, trainer: Trainer, phase: str, check: Callable[[], tuple],
+    def stop_and_measure(self, trainer: UpdatePath, phase: str, check: Callable[[], tuple],
                          signal_now: bool = True, required: bool = True) -> StopTime:
         """Signals (unless sent already), waits for the exit and measures; StageFailed if
         the phase is not confirmed and `required` (the next phases need it)."""
@@ -484,7 +484,7 @@ class Procedure:
                               "depend on it")
         return result
 
-    def resume(self, name: str, cold: bool) -> Trainer:
+    def resume(self, name: str, cold: bool) -> UpdatePath:
         files = checkpoint_files(self.run_dir)
         gb = sum(path.stat().st_size for path in files) / GB
         step = manifest_counters(self.run_dir).get("step", -1)

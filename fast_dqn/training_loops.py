@@ -8,7 +8,7 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `fast_dqn.trainer` (on the main thread for DQN, on the trainer thread for FastDQN); the
+in `fast_dqn.update_path` (on the main thread for DQN, on the trainer thread for FastDQN); the
 sync-point sequence in `TrainingLoop.at_sync_point`; the counters in `fast_dqn.counters`
 and the schedule in `fast_dqn.schedule`. Acting itself (frame stacks, epsilon-greedy, game
 scores) is in `fast_dqn.acting`; what a loop is built from, in `fast_dqn.loop_parts`; a
@@ -34,9 +34,9 @@ from fast_dqn.loop_parts import LoopParts
 from fast_dqn.transitions import Transitions, concatenate, replay_bytes
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
-from fast_dqn.staging import SamplerBuffer, StagingArea
+from fast_dqn.staging import EnvBuffer, StagingArea
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.trainer import Trainer, TrainerThread
+from fast_dqn.update_path import UpdatePath, UpdateThread
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -86,7 +86,7 @@ class TrainingLoop:
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        self.trainer = Trainer(self.memory, self.network, self.config.batch_size,
+        self.update_path = UpdatePath(self.memory, self.network, self.config.batch_size,
                                self.config.updates_per_call)
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
@@ -97,7 +97,7 @@ class TrainingLoop:
         # (what a stop's line estimates the next write from).
         self._last_write: tuple[float, int] | None = None
         # What a stop would cut short, for its line.
-        self._trainer_busy = False
+        self._updates_running = False
         self._evaluating = False
         self._stop_announced = False
 
@@ -120,12 +120,12 @@ class TrainingLoop:
         21 s)"."""
         step = self.counters.step if step is None else step
         steps = []
-        if self._trainer_busy:
+        if self._updates_running:
             steps.append("finishing the trainer's update call")
         if self._evaluating:
             steps.append("dropping the evaluation under way (a resume plays it again)")
         if self._save_checkpoint is not None:
-            if self._saved == self._checkpoint_position() and not self._trainer_busy:
+            if self._saved == self._checkpoint_position() and not self._updates_running:
                 steps.append(f"its checkpoint at step {self.counters.step} is written")
             else:
                 steps.append(f"writing the checkpoint ({self._checkpoint_estimate(step)})")
@@ -182,7 +182,7 @@ class TrainingLoop:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`; with `stoppable`, or until a stop is requested."""
         while self.counters.updates < updates and not (stoppable and self.stop_requested()):
-            self.trainer.update_now()
+            self.update_path.update_now()
             self.counters.updates += 1
 
     def start_acting(self) -> None:
@@ -441,10 +441,10 @@ class FastDQN(TrainingLoop):
         super().__init__(parts)
         self.one_query = self.config.synchronize
         num_envs = self.actor.pool.num_envs
-        self.buffers = [SamplerBuffer() for _ in range(num_envs)]
-        self.trainer_thread: TrainerThread | None = None
+        self.buffers = [EnvBuffer() for _ in range(num_envs)]
+        self.update_thread: UpdateThread | None = None
         if self.config.concurrent:
-            self.trainer_thread = TrainerThread(self.trainer, self.counters)
+            self.update_thread = UpdateThread(self.update_path, self.counters)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one
@@ -489,8 +489,8 @@ class FastDQN(TrainingLoop):
                 self.update_progress()
             self.update_progress()
         finally:
-            if self.trainer_thread is not None:
-                self.trainer_thread.close()
+            if self.update_thread is not None:
+                self.update_thread.close()
 
     def _epoch_done(self, end: int) -> bool:
         """Whether the epoch ending at `end` has taken all its steps and made all its updates."""
@@ -542,15 +542,15 @@ class FastDQN(TrainingLoop):
         counters.mark_learning_start()
         epoch_updates = counters.updates_due(end) - counters.updates
         self._epoch_start = counters.step
-        in_background = self.trainer_thread is not None and epoch_updates > 0
+        in_background = self.update_thread is not None and epoch_updates > 0
         if in_background:
-            self.trainer_thread.start_epoch(epoch_updates)
-            self._trainer_busy = True
+            self.update_thread.start_epoch(epoch_updates)
+            self._updates_running = True
         self._staging.clear()
         exploration = self._next_round(counters.step, end)
         while exploration is not None:
             exploration = self._act_round(exploration, end)
-            if self.trainer_thread is None:  # the epoch's updates due by now
+            if self.update_thread is None:  # the epoch's updates due by now
                 self.update_inline_until(min(counters.updates_due(counters.step),
                                              counters.updates_due(end)))
             self.update_progress_now_and_then()
@@ -561,9 +561,9 @@ class FastDQN(TrainingLoop):
                 self.progress.phase("waiting for the trainer")
             # On a stop request the rest of the epoch's updates are abandoned.
             try:
-                self.trainer_thread.wait(abandon_if=self._stop_or_tick)
+                self.update_thread.wait(abandon_if=self._stop_or_tick)
             finally:
-                self._trainer_busy = False
+                self._updates_running = False
             if self.progress is not None:
                 self.progress.end_phase()
 
@@ -572,8 +572,8 @@ class FastDQN(TrainingLoop):
         there: at its end, on a stop request, or once the trainer has failed. The draws are
         made only for a round that is then taken, so the generator's state (a checkpoint
         holds it) counts exactly the rounds taken."""
-        trainer_failed = self.trainer_thread is not None and self.trainer_thread.failed
-        if step >= end or self.stop_requested(step) or trainer_failed:
+        updates_failed = self.update_thread is not None and self.update_thread.failed
+        if step >= end or self.stop_requested(step) or updates_failed:
             return None
         return self.epsilon_greedy.draw(step)
 
@@ -612,6 +612,6 @@ class FastDQN(TrainingLoop):
         the staging area, valid until it is cleared)."""
         pieces = []
         for env, buffer in enumerate(self.buffers):
-            buffer.extend(self._staging.sampler_rows(env))
+            buffer.extend(self._staging.env_rows(env))
             pieces.extend(buffer.take())
         return pieces

@@ -1,4 +1,4 @@
-"""Tests of the environment pools (fast_dqn/samplers.py); CPU only, no TensorFlow."""
+"""Tests of the environment pools (fast_dqn/env_pools.py); CPU only, no TensorFlow."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fast_dqn.atari import AtariStep, GameSettings
-from fast_dqn.samplers import (ALE_SEEDS, GroupedPool, PoolStep, PoolStopped, ThreadEnvPool,
+from fast_dqn.env_pools import (ALE_SEEDS, GroupedPool, PoolStep, PoolStopped, ThreadEnvPool,
                                VectorEnvPool, ale_seeds, make_env_pool)
 
 DEADLINE_S = 60.0  # a call that takes longer than this counts as a hang
@@ -194,18 +194,18 @@ def test_make_env_pool_rejects_bad_settings():
         make_pool("threads", sticky_actions=1.5)
 
 
-def test_run_in_samplers_runs_in_each_sampler_thread():
+def test_run_in_env_threads_runs_in_each_envs_thread():
     pool = ThreadEnvPool(lambda i: FakeEnv(i), num_envs=3)
-    names = pool.run_in_samplers(lambda i: (i, threading.current_thread().name))
+    names = pool.run_in_env_threads(lambda i: (i, threading.current_thread().name))
     owners = pool.run_in_envs(lambda i, env: env.thread_name)
     pool.close()
     assert names == [(0, "sampler-0"), (1, "sampler-1"), (2, "sampler-2")]
     assert owners == ["sampler-0", "sampler-1", "sampler-2"]
 
 
-def test_vector_run_in_samplers_runs_in_caller():
+def test_vector_run_in_env_threads_runs_in_the_caller():
     pool = VectorEnvPool(GameSettings("pong", noop_max=0, max_episode_steps=100), 2)
-    names = pool.run_in_samplers(lambda i: (i, threading.current_thread().name))
+    names = pool.run_in_env_threads(lambda i: (i, threading.current_thread().name))
     pool.close()
     assert names == [(0, threading.current_thread().name), (1, threading.current_thread().name)]
 
@@ -281,7 +281,7 @@ def test_integer_actions_of_any_width_are_taken(backend):
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64])
 def test_actions_outside_the_action_set_are_refused_whatever_their_integer_width(dtype):
-    from fast_dqn.samplers import _check_actions
+    from fast_dqn.env_pools import _check_actions
     n_actions = 6
     valid = np.array([0, 5, 3], dtype=dtype)
     assert _check_actions(valid, 3, n_actions).tolist() == [0, 5, 3]

@@ -1,8 +1,8 @@
 """The trainer: the update path from the replay memory to the network, and the background
 thread that runs it in the fast scheme (docs/design.md §2).
 
-`Trainer` draws minibatches and makes the network's updates: DQN's loop calls
-`Trainer.update_now` on the main thread. `TrainerThread` runs an epoch's updates in the
+`UpdatePath` draws minibatches and makes the network's updates: DQN's loop calls
+`UpdatePath.update_now` on the main thread. `UpdateThread` runs an epoch's updates in the
 background for FastDQN: the main thread hands it a number of updates per epoch and, at the
 next sync point, waits until they are done. A call makes k updates (k is at most
 `updates_per_call`): the memory is frozen during an epoch, so k minibatches can be drawn at
@@ -37,13 +37,13 @@ _POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
 _STOP = None  # sentinel that ends the thread
 
 
-class Trainer:
+class UpdatePath:
     """The update path: draws minibatches from `memory` into its two buffers and makes the
     network's updates on them (each update is the learning rule, `update_rule.dqn_update`:
     TD targets from the target network, the summed Huber loss, one centred RMSProp step).
 
     Thread use: `prepare(k, buffer)` and `update(minibatches, k)` may run on two threads at
-    once as long as they use different buffers (`TrainerThread`); `update_now` runs alone.
+    once as long as they use different buffers (`UpdateThread`); `update_now` runs alone.
     """
 
     def __init__(self, memory: ReplayMemory, network: QFunction, batch_size: int,
@@ -65,7 +65,7 @@ class Trainer:
         self._drawn_from[buffer] = self.memory.generator_state()
         return self.memory.sample_many(count, self.batch_size, out=self._buffers[buffer])
 
-    def discard(self, buffer: int) -> None:
+    def undo_draws(self, buffer: int) -> None:
         """Takes back the draws of the minibatches in `buffer`, prepared but never trained
         on (the thread's epoch was abandoned after the draws ahead): the memory's generator
         is again where those draws began, so a checkpoint holds the state of the updates
@@ -91,7 +91,7 @@ class UpdateCount(Protocol):
 
 
 class UpdateCalls(Protocol):
-    """What `TrainerThread` runs (a `Trainer`; the tests' fakes)."""
+    """What `UpdateThread` runs (an `UpdatePath`; the tests' fakes)."""
 
     updates_per_call: int
 
@@ -99,11 +99,11 @@ class UpdateCalls(Protocol):
 
     def update(self, minibatches: Any, count: int) -> None: ...
 
-    def discard(self, buffer: int) -> None: ...
+    def undo_draws(self, buffer: int) -> None: ...
 
 
 @dataclasses.dataclass
-class TrainerTimes:
+class UpdateTimes:
     """Where the trainer's two threads spent their time, summed since it started.
 
     Wall time in the two kinds of call, and the threads' own CPU time (`time.thread_time`):
@@ -122,17 +122,17 @@ class TrainerTimes:
         return self.prepare_cpu_seconds + self.update_cpu_seconds
 
 
-class TrainerThread:
-    """Runs an epoch's n minibatch updates of a `Trainer` on a named background thread.
+class UpdateThread:
+    """Runs an epoch's n minibatch updates of an `UpdatePath` on a named background thread.
 
-    The work of one call is split in two: `trainer.prepare(k, buffer)` draws k minibatches
-    from the replay memory into buffer 0 or 1 (alternating), and `trainer.update(batches, k)`
+    The work of one call is split in two: `update_path.prepare(k, buffer)` draws k minibatches
+    from the replay memory into buffer 0 or 1 (alternating), and `update_path.update(batches, k)`
     makes the k updates. A second thread prepares the next call while this thread runs the
     current one, so sampling overlaps the network's update (on a GPU, its kernels; in the
     benchmark's stub, its wait); the two threads never use the same buffer at once. The
     calls are prepared one after another in the epoch's order, so the minibatches do not
     depend on timing. A call prepared but never made (the epoch was abandoned) is handed to
-    `trainer.discard(buffer)`, so that its draws are taken back: the next update, after a
+    `update_path.undo_draws(buffer)`, so that its draws are taken back: the next update, after a
     resume, draws the minibatch this one would have.
 
     Ownership: during an epoch only these two threads touch the replay memory (reading) and
@@ -140,13 +140,13 @@ class TrainerThread:
     returns only when no preparation is in flight.
     """
 
-    def __init__(self, trainer: UpdateCalls, counters: UpdateCount, name: str = "trainer"):
-        if trainer.updates_per_call < 1:
+    def __init__(self, update_path: UpdateCalls, counters: UpdateCount, name: str = "trainer"):
+        if update_path.updates_per_call < 1:
             raise ValueError(f"updates_per_call must be at least 1; got "
-                             f"{trainer.updates_per_call}")
-        self._trainer = trainer
+                             f"{update_path.updates_per_call}")
+        self._update_path = update_path
         self._counters = counters
-        self._updates_per_call = trainer.updates_per_call
+        self._updates_per_call = update_path.updates_per_call
         self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-prepare")
         self._work: queue.Queue[int | None] = queue.Queue()
         self._done = threading.Semaphore(0)
@@ -154,7 +154,7 @@ class TrainerThread:
         self._abandon = threading.Event()  # ends the running epoch early
         self._error: BaseException | None = None
         self._pending = 0
-        self.times = TrainerTimes()  # each field written by one thread only
+        self.times = UpdateTimes()  # each field written by one thread only
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -230,12 +230,12 @@ class TrainerThread:
             if ahead is not None:
                 wait_for_futures([ahead])  # nothing may read the memory after the epoch
                 if ahead.exception() is None:
-                    self._trainer.discard(ahead_buffer)
+                    self._update_path.undo_draws(ahead_buffer)
 
     def _timed_prepare(self, count: int, buffer: int) -> Any:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            return self._trainer.prepare(count, buffer)
+            return self._update_path.prepare(count, buffer)
         finally:
             self.times.prepare_cpu_seconds += time.thread_time() - cpu
             self.times.prepare_seconds += time.perf_counter() - wall
@@ -243,7 +243,7 @@ class TrainerThread:
     def _timed_update(self, batches: Any, count: int) -> None:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            self._trainer.update(batches, count)
+            self._update_path.update(batches, count)
         finally:
             self.times.update_cpu_seconds += time.thread_time() - cpu
             self.times.update_seconds += time.perf_counter() - wall

@@ -74,7 +74,7 @@ class EnvPool(Protocol):
     def receive(self) -> PoolStep:
         """Waits for the round that `send` started and returns it."""
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         """Calls fn(i) for each env i, in env i's sampler (a thread, or the caller)."""
 
     def close(self) -> None:
@@ -203,7 +203,7 @@ class VectorEnvPool:
                         episode_ends=terminated | truncated, game_overs=game_overs,
                         game_lengths=game_lengths)
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]
 
     def close(self) -> None:
@@ -221,7 +221,7 @@ class VectorEnvPool:
 _STOP = object()  # sentinel: a sampler thread closes its env and exits
 
 
-class _SamplerThread:
+class _EnvThread:
     """A named, persistent thread that owns one env: it creates, steps and closes it.
 
     The caller sends it (round, callable) pairs through its inbox; each reply (the round, its
@@ -294,7 +294,7 @@ class ThreadEnvPool:
         self._round = 0  # replies of an earlier, interrupted round are dropped
         self._in_flight = False  # a step sent and not yet received
         # Sampler i is the thread "sampler-i"; it creates, steps and closes env i.
-        self._samplers = [_SamplerThread(i, _bind(env_factory, i), self._outbox)
+        self._samplers = [_EnvThread(i, _bind(env_factory, i), self._outbox)
                           for i in range(num_envs)]
         self._closed = False
         try:
@@ -309,7 +309,7 @@ class ThreadEnvPool:
         self._dispatch(fn)
         return self._collect()
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return self.run_in_envs(lambda i, env: fn(i))
 
     def reset(self, seed: int) -> np.ndarray:
@@ -383,7 +383,7 @@ class SerialEnvPool(OneCallStep):
         self._envs = [env_factory(i) for i in range(num_envs)]
         self.n_actions: int = self._envs[0].n_actions
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]
 
     def reset(self, seed: int) -> np.ndarray:
@@ -464,9 +464,9 @@ class GroupedPool:
         steps = [group.receive() for group in self._groups]
         return PoolStep(*(np.concatenate(columns) for columns in zip(*steps)))
 
-    def run_in_samplers(self, fn: Callable[[int], T]) -> list[T]:
+    def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [result for first, group in zip(self._firsts, self._groups)
-                for result in group.run_in_samplers(lambda i, first=first: fn(first + i))]
+                for result in group.run_in_env_threads(lambda i, first=first: fn(first + i))]
 
     def close(self) -> None:
         for group in self._groups:

@@ -6,17 +6,17 @@ from typing import Any, Callable
 
 import pytest
 
-from fast_dqn.trainer import TrainerThread
+from fast_dqn.update_path import UpdateThread
 
 
 class Calls:
-    """The update path a `TrainerThread` runs, as plain functions."""
+    """The update path an `UpdateThread` runs, as plain functions."""
 
     def __init__(self, update: Callable[[Any, int], None],
                  prepare: Callable[[int, int], Any] = lambda count, buffer: None,
                  updates_per_call: int = 1,
-                 discard: Callable[[int], None] = lambda buffer: None):
-        self.update, self.prepare, self.discard = update, prepare, discard
+                 undo_draws: Callable[[int], None] = lambda buffer: None):
+        self.update, self.prepare, self.undo_draws = update, prepare, undo_draws
         self.updates_per_call = updates_per_call
 
 
@@ -24,8 +24,8 @@ class Counts:
     updates = 0
 
 
-class CountedThread(TrainerThread):
-    """A TrainerThread counting into its own `Counts`; `wait` returns the updates the
+class CountedThread(UpdateThread):
+    """An UpdateThread counting into its own `Counts`; `wait` returns the updates the
     thread counted since the last `wait`."""
 
     def __init__(self, calls: Calls, name: str):
@@ -39,14 +39,14 @@ class CountedThread(TrainerThread):
         return made
 
 
-def trainer_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
-                   updates_per_call: int = 1, discard=lambda buffer: None) -> CountedThread:
-    return CountedThread(Calls(update, prepare, updates_per_call, discard), name=name)
+def update_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
+                   updates_per_call: int = 1, undo_draws=lambda buffer: None) -> CountedThread:
+    return CountedThread(Calls(update, prepare, updates_per_call, undo_draws), name=name)
 
 
 def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
-    trainer = trainer_thread(lambda _, count: threads.append(threading.current_thread().name))
+    trainer = update_thread(lambda _, count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
     first = trainer.wait()
     trainer.start_epoch(3)
@@ -64,7 +64,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
         if len(calls) == 3:
             raise RuntimeError("broken update")
 
-    trainer = trainer_thread(update)
+    trainer = update_thread(update)
     trainer.start_epoch(100)
     with pytest.raises(RuntimeError, match="broken update"):
         trainer.wait()
@@ -81,7 +81,7 @@ GIVE_UP_SECONDS = 60
 
 class LooksAtTheStop:
     """A stop request the test makes, and a gate on the trainer's updates once it is made:
-    each later update waits for one look of `TrainerThread.wait` at the request. A `wait`
+    each later update waits for one look of `UpdateThread.wait` at the request. A `wait`
     that acts on its first look then lets at most two more updates through (the one that
     look let go, and one begun before the abandon was set), whatever the threads' timing;
     one that waited out the epoch would starve the gate and let the rest run ungated."""
@@ -115,7 +115,7 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
         if len(made) == 3:
             stop.requested.set()
 
-    trainer = trainer_thread(update)
+    trainer = update_thread(update)
     trainer.start_epoch(10_000)
     made_count = trainer.wait(abandon_if=stop)
     stop.gating = False
@@ -137,7 +137,7 @@ def test_close_is_idempotent_and_joins_the_thread():
         updating.set()
         time.sleep(0.001)
 
-    trainer = trainer_thread(update, name="trainer-closed-twice")
+    trainer = update_thread(update, name="trainer-closed-twice")
     trainer.start_epoch(1_000_000)
     assert updating.wait(GIVE_UP_SECONDS)
     trainer.close()
@@ -149,7 +149,7 @@ def test_close_is_idempotent_and_joins_the_thread():
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     calls = []
-    trainer = trainer_thread(lambda _, count: calls.append(count), updates_per_call=4)
+    trainer = update_thread(lambda _, count: calls.append(count), updates_per_call=4)
     trainer.start_epoch(10)
     first = trainer.wait()
     trainer.start_epoch(8)
@@ -161,11 +161,11 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
 
 def test_updates_per_call_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
-        trainer_thread(lambda _, count: None, updates_per_call=0)
+        update_thread(lambda _, count: None, updates_per_call=0)
 
 
 def test_wait_returns_the_updates_made_since_the_last_wait():
-    trainer = trainer_thread(lambda _, count: None, updates_per_call=3)
+    trainer = update_thread(lambda _, count: None, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     assert trainer.wait() == 0  # nothing started since
@@ -200,7 +200,7 @@ def test_the_next_call_is_prepared_while_the_current_one_updates():
                                                    timeout=GIVE_UP_SECONDS))
             events.append(("update", prepared, count))
 
-    trainer = trainer_thread(update, prepare=prepare, updates_per_call=3)
+    trainer = update_thread(update, prepare=prepare, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     trainer.close()
@@ -229,7 +229,7 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
         updating.set()
         time.sleep(0.005)
 
-    trainer = trainer_thread(update, prepare=prepare)
+    trainer = update_thread(update, prepare=prepare)
     trainer.start_epoch(100_000)
     assert updating.wait(GIVE_UP_SECONDS)  # an update under way: at least one is made
     made = trainer.wait(abandon_if=lambda: True)
@@ -243,7 +243,7 @@ def test_an_exception_in_prepare_is_re_raised_by_wait():
         raise RuntimeError("broken sampling")
 
     updates = []
-    trainer = trainer_thread(lambda _, count: updates.append(count), prepare=prepare)
+    trainer = update_thread(lambda _, count: updates.append(count), prepare=prepare)
     trainer.start_epoch(5)
     with pytest.raises(RuntimeError, match="broken sampling"):
         trainer.wait()
@@ -263,7 +263,8 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
         time.sleep(0.02)
         spin_cpu(0.01)
 
-    trainer = trainer_thread(update, prepare=lambda count, buffer: spin_cpu(0.005), updates_per_call=2)
+    trainer = update_thread(update, prepare=lambda count, buffer: spin_cpu(0.005),
+                            updates_per_call=2)
     trainer.start_epoch(20)  # 10 calls
     assert trainer.wait() == 20
     trainer.close()
@@ -275,7 +276,7 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
     assert times.cpu_seconds == times.update_cpu_seconds + times.prepare_cpu_seconds
 
 
-def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
+def test_a_call_prepared_but_never_made_is_handed_back_to_undo_draws():
     """Regression: an abandoned epoch left the draws of the call prepared ahead in the
     replay memory's generator, so the updates a resume made drew other minibatches than the
     run never stopped."""
@@ -291,7 +292,8 @@ def test_a_call_prepared_but_never_made_is_handed_back_to_discard():
         made.append(buffer)
         stop.requested.set()
 
-    trainer = trainer_thread(update, prepare=prepare, updates_per_call=1, discard=discarded.append)
+    trainer = update_thread(update, prepare=prepare, updates_per_call=1,
+                            undo_draws=discarded.append)
     trainer.start_epoch(100)
     assert trainer.wait(abandon_if=stop) == len(made)
     stop.gating = False
