@@ -128,8 +128,11 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     random sleeps, so the two threads interleave differently. (Flushing the epoch's
     transitions before waiting for the trainer, so that it samples a memory being written,
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
-    memory all through each epoch, not only in the first moments of it."""
-    argv = RUN + ["--workers=4", "--timesteps=1600", "--updates-per-call=1"]  # 3 epochs
+    memory all through each epoch, not only in the first moments of it. Epochs of 200 steps
+    (50 updates; the trainer, slower than the acting here even unslowed, is still drawing
+    when an epoch's last step is taken), so that 3 epochs take half the updates."""
+    argv = RUN + ["--workers=4", "--target-update=200", "--timesteps=1000",  # 3 epochs
+                  "--updates-per-call=1"]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.q_network import QNetwork

@@ -63,8 +63,12 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_killed_one_leaves_no
         tmp_path, capsys):
     run_dir = tmp_path / "run"
     # Far more steps than it can take before the SIGTERM below, however fast its updates.
-    first = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--timesteps=1000000", "--evaluate=0",
-                                 "--checkpoint-every=400", f"--logdir={run_dir}"],
+    # Uncompiled (the resumes below keep the run's --xla): the lock is under test, not the
+    # trainer, and XLA's compile (seconds here) starts with learning, after the checkpoint
+    # the SIGTERM follows, which waits for the trainer's call in progress.
+    first = start(RUN_FAST_DQN, [*FAST, SMALL_BATCH, "--xla=off", "--timesteps=1000000",
+                                 "--evaluate=0", "--checkpoint-every=400",
+                                 f"--logdir={run_dir}"],
                   tmp_path / "first")
     wait_for(first, run_dir / CHECKPOINT / MANIFEST)
     holder = f"pid {first.process.pid}"
