@@ -529,7 +529,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     the machine's load cannot move it: the ETA printed at the halfway point is compared with
     the time the run then took to finish on that clock. Evaluations and checkpoints are
     about half of the time left, so an ETA that left them out would fail."""
-    from fast_dqn import launch, trainer
+    from fast_dqn import launch, update_path
     from fast_dqn.config import ALGO_FAST_DQN
     from tests.cli_runs import FAST, SMALL_BATCH
 
