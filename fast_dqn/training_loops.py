@@ -227,6 +227,7 @@ class TrainingLoop:
         boundary, after the trainer is drained and the buffers are flushed.
         """
         # Training scalars exist once the last step taken was a learning step.
+        self._between_sync_points = False  # first: a stop in what follows resumes here
         learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
@@ -501,7 +502,6 @@ class FastDQN(TrainingLoop):
                     self._cut_epoch_short(end)
                     break  # the target stays frozen until the epoch is done
                 self._flush_buffers()
-                self._between_sync_points = False
                 self.at_sync_point(previous_step, sync_target=True)
                 self.update_progress()
             self.update_progress()
@@ -551,7 +551,6 @@ class FastDQN(TrainingLoop):
         if self._unstored is not None:
             self.memory.add_in_order([self._unstored])
             self._unstored = None
-        self._between_sync_points = False
         self.at_sync_point(counters.step - 1, sync_target=True)
 
     def _run_epoch(self, end: int) -> None:
