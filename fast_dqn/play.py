@@ -24,19 +24,21 @@ long as play runs: a run directory belongs to the one process that holds it, so 
 there only while no training run holds it (and a `--resume` started meanwhile is refused in
 one line that names play), and refuses in one line otherwise. A path given to `--video` is
 written wherever it points. Either way the file is written beside its destination under a
-temporary name and renamed into place when complete.
+temporary name and renamed into place when complete and read back whole: OpenCV drops the
+file system's errors, so a video cut short (a full disk) is found only by reading it.
 
 Bad input (no run directory, config or checkpoint, a count or probability out of range, a
-video path that cannot be written) is reported in one line on stderr with exit status 2. So
-is a damaged checkpoint: before it is read, every file its manifest lists is checked against
-the manifest's size and CRC-32, as `--resume` checks it (a replay memory that is missing as a
-whole is let pass: playing does not read it).
+video path that cannot be written, or a full disk there) is reported in one line on stderr
+with exit status 2. So is a damaged checkpoint: before it is read, every file its manifest
+lists is checked against the manifest's size and CRC-32, as `--resume` checks it (a replay
+memory that is missing as a whole is let pass: playing does not read it).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -57,7 +59,8 @@ from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, 
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.run_dir import CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError
+from fast_dqn.run_dir import (CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError,
+                              WriteFailed, free_bytes, write_failure)
 from fast_dqn.env_pools import SerialEnvPool
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
@@ -69,6 +72,8 @@ VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in rea
 VIDEO_SUFFIX = ".mp4"  # OpenCV picks the container by the file name's suffix
 VIDEO_SCALE = 2  # each Atari pixel as 2x2: 4:2:0 chroma then keeps every pixel's colour
 DEFAULT_VIDEO = object()  # `--video` without a path: into the run directory
+# FFmpeg writes files in chunks of this size: one that did not fit left less free than this
+FFMPEG_WRITE_BYTES = 32 * 1024
 
 
 class VideoCodec(NamedTuple):
@@ -359,8 +364,8 @@ class VideoRecorder:
 
     Frames go to a temporary file beside the target, made here (never through a link) and
     written by OpenCV through the directory held open; leaving the `with` block normally
-    renames it over the target, leaving it by an exception removes it, so the target is
-    never half-written.
+    reads it back and renames it over the target, leaving it by an exception (or with a
+    file that does not hold every frame) removes it, so the target is never half-written.
     """
 
     def __init__(self, target: VideoTarget, screen_size: tuple[int, int], codec: VideoCodec,
@@ -381,10 +386,11 @@ class VideoRecorder:
             self._fd = directory.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             # OpenCV opens files by name: it gets one through the descriptor, as TensorFlow
             # does for the run's own checkpoints.
-            temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
+            self._temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
             height, width = self.frame_size
-            self._writer = cv2.VideoWriter(temp_path, cv2.VideoWriter_fourcc(*codec.fourcc),
-                                           fps, (width, height))
+            self._writer = cv2.VideoWriter(self._temp_path,
+                                           cv2.VideoWriter_fourcc(*codec.fourcc), fps,
+                                           (width, height))
         except OSError as error:
             self._discard()
             raise ValueError(f"cannot write --video {self.path}: {error.strerror or error}"
@@ -418,18 +424,36 @@ class VideoRecorder:
         directory = self.target.directory
         try:
             self._writer.release()
-            if self._fd is None or os.fstat(self._fd).st_size == 0:
-                raise ValueError(f"cannot write --video {self.path}: OpenCV wrote nothing "
-                                 f"with {self.codec.fourcc}")
+            self._check_frames_read_back()
             os.fsync(self._fd)  # the file OpenCV wrote by name is the one made here
             os.close(self._fd)
             self._fd = None
             self._through.close()  # where there is no path through the descriptor: still here?
             directory.replace(self._temp, self.target.name)  # a link there is replaced
             directory.sync()
+        except OSError as error:  # e.g. a full disk at the fsync
+            self._discard()
+            raise write_failure(self.path, error) from None
         except BaseException:
             self._discard()
             raise
+
+    def _check_frames_read_back(self) -> None:
+        """Raises WriteFailed unless the temporary file holds every frame written: OpenCV
+        drops the file system's errors, and a full disk leaves a file without its index."""
+        with _quiet_stderr():  # FFmpeg's own lines on a broken file
+            capture = cv2.VideoCapture(self._temp_path)
+            try:
+                frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))  # 0 if it cannot open it
+            finally:
+                capture.release()
+        if frames == self.frames:
+            return
+        free = free_bytes(Path(self._temp_path).parent)
+        if free is not None and free < FFMPEG_WRITE_BYTES:
+            raise WriteFailed(self.path, os.strerror(errno.ENOSPC), disk_full=True)
+        raise WriteFailed(self.path, f"only {frames:,} of its {self.frames:,} frames can be "
+                          f"read back ({self.codec.fourcc}, written by OpenCV)", disk_full=False)
 
     def _discard(self) -> None:
         if self._writer is not None:
@@ -495,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("play: interrupted" + ("; no video written" if target else ""),
                   file=sys.stderr)
             return 130
+        except WriteFailed as error:  # the video (removed): not a matter for --help
+            print(f"play: error: {error}", file=sys.stderr)
+            return 2
     _print_summary(results, recorder)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -231,6 +232,46 @@ def test_video_recorder_leaves_nothing_behind_when_interrupted(tmp_path):
             recorder.write(np.zeros((210, 160, 3), dtype=np.uint8))
             assert [p.suffix for p in tmp_path.iterdir()] == [".mp4"]  # the temporary file
             raise KeyboardInterrupt
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_video_that_does_not_fit_on_its_disk_is_one_line_and_leaves_nothing(
+        trained_run, tmp_path, small_disk, capsys):
+    """Regression: on a full disk OpenCV drops the write errors, and play said `video: ...`
+    and exited 0 over a file no player opens ("moov atom not found"). The same game is
+    written first where it fits, then onto a real disk with room for half of it."""
+    games = [str(trained_run[0]), "--max-steps", "60", "--seed", "3"]
+    whole = tmp_path / "whole.mp4"
+    assert play.main([*games, "--video", str(whole)]) == 0
+    disk = small_disk(max(1, whole.stat().st_size // 2 // 1024))
+    if disk is None:
+        pytest.skip("a full disk needs a tmpfs mount (root)")
+    assert shutil.disk_usage(disk).total < whole.stat().st_size
+    capsys.readouterr()
+    video = disk / "game.mp4"
+    status = play.main([*games, "--video", str(video)])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert err.splitlines()[-1] == (f"play: error: cannot write {video}: No space left on "
+                                    "device; free some disk space"), err
+    assert "Traceback" not in err and "video: " not in out
+    assert not list(disk.iterdir())  # nor the temporary file
+
+
+def test_a_video_whose_sync_fails_is_one_line_and_leaves_nothing(trained_run, tmp_path,
+                                                                 monkeypatch, capsys):
+    """The file system refuses the video's fsync (as a full network disk may): one line,
+    not a traceback, and no file."""
+    def refuse(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    video = tmp_path / "game.mp4"
+    status = play.main([str(trained_run[0]), "--max-steps", "5", "--video", str(video)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.splitlines()[-1] == (f"play: error: cannot write {video}: "
+                                    f"{os.strerror(errno.EIO)}"), err
     assert not list(tmp_path.iterdir())
 
 
