@@ -27,6 +27,10 @@ written wherever it points. Either way the file is written beside its destinatio
 temporary name and renamed into place when complete and read back whole: OpenCV drops the
 file system's errors, so a video cut short (a full disk) is found only by reading it.
 
+SIGINT, SIGTERM and SIGHUP (`stop_request.StopRequest`, as the trainers take them) stop play
+at its next step with one line on stderr and exit status 128 + the signal's number; the
+video, incomplete, is removed.
+
 Bad input (no run directory, config or checkpoint, a count or probability out of range, a
 video path that cannot be written, or a full disk there) is reported in one line on stderr
 with exit status 2. So is a damaged checkpoint: before it is read, every file its manifest
@@ -44,6 +48,7 @@ import json
 import math
 import os
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
@@ -62,6 +67,7 @@ from fast_dqn.quiet_tensorflow import select_device
 from fast_dqn.run_dir import (CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError,
                               WriteFailed, free_bytes, write_failure)
 from fast_dqn.env_pools import SerialEnvPool
+from fast_dqn.stop_request import StopRequest
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork
@@ -474,7 +480,8 @@ class VideoRecorder:
 def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
                rng: np.random.Generator, games: int, seed: int,
                recorder: VideoRecorder | None = None,
-               on_game: Callable[[int, GameResult], None] | None = None) -> list[GameResult]:
+               on_game: Callable[[int, GameResult], None] | None = None,
+               stop: StopRequest | None = None) -> list[GameResult]:
     """Plays `games` full games (all lives), one after another in the pool's one env, from a
     reset seeded `seed`, epsilon-greedy on `greedy` (Mnih et al. 2015 evaluate at 0.05).
 
@@ -482,12 +489,15 @@ def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
     rule, its draws from `rng`), so the network sees the states it was trained on.
     `on_game(index, result)` is called as each game ends. The video gets each game's first
     screen and the screen after every step but its last (the env has reset by then, and the
-    last screen is gone).
+    last screen is gone). A request to `stop` raises KeyboardInterrupt at the next step, as
+    a second signal would at once.
     """
     actor = Actor(pool)
     actor.reset(seed=seed)
     results: list[GameResult] = []
     while len(results) < games:  # one env: a round ends one game at most
+        if stop:
+            raise KeyboardInterrupt
         if recorder is not None:
             recorder.write(screen_of(pool))
         for game in actor.play_round(greedy, epsilon, rng):
@@ -506,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as held:  # the video's directory (and the run's lock)
+        stop = StopRequest()
+        stop.install()  # before TensorFlow loads, so that a signal during the start counts
+        held.callback(stop.uninstall)
         try:
             check_args(args)
             run = load_run(args.run_dir)
@@ -514,11 +527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             parser.error(_one_line(error))
         try:
-            results, recorder = _play_run(run, args, target, parser)
+            results, recorder = _play_run(run, args, target, parser, stop)
         except KeyboardInterrupt:  # the recorder was left by the exception: no video written
-            print("play: interrupted" + ("; no video written" if target else ""),
-                  file=sys.stderr)
-            return 130
+            signum = stop.signal_number or signal.SIGINT
+            print(f"play: stopped by {signal.Signals(signum).name}"
+                  + ("; no video written" if target else ""), file=sys.stderr)
+            return 128 + signum
         except WriteFailed as error:  # the video (removed): not a matter for --help
             print(f"play: error: {error}", file=sys.stderr)
             return 2
@@ -535,7 +549,8 @@ def untrained_warning(run: RunToPlay) -> str | None:
 
 
 def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | None,
-              parser: OneLineErrorParser) -> tuple[list[GameResult], VideoRecorder | None]:
+              parser: OneLineErrorParser, stop: StopRequest
+              ) -> tuple[list[GameResult], VideoRecorder | None]:
     """Sets up the env, the video and the network, then plays; the video is renamed into
     place only when every game has been played."""
     seed = run.config.seed if args.seed is None else args.seed
@@ -556,7 +571,7 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
         results = play_games(pool, greedy, epsilon=args.epsilon,
                              rng=np.random.default_rng(seed), games=args.episodes, seed=seed,
                              recorder=recorder,
-                             on_game=lambda i, r: _print_game(i, args.episodes, r))
+                             on_game=lambda i, r: _print_game(i, args.episodes, r), stop=stop)
     return results, recorder
 
 
