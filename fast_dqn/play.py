@@ -24,24 +24,31 @@ long as play runs: a run directory belongs to the one process that holds it, so 
 there only while no training run holds it (and a `--resume` started meanwhile is refused in
 one line that names play), and refuses in one line otherwise. A path given to `--video` is
 written wherever it points. Either way the file is written beside its destination under a
-temporary name and renamed into place when complete.
+temporary name and renamed into place when complete and read back whole: OpenCV drops the
+file system's errors, so a video cut short (a full disk) is found only by reading it.
+
+SIGINT, SIGTERM and SIGHUP (`stop_request.StopRequest`, as the trainers take them) stop play
+at its next step with one line on stderr and exit status 128 + the signal's number; the
+video, incomplete, is removed.
 
 Bad input (no run directory, config or checkpoint, a count or probability out of range, a
-video path that cannot be written) is reported in one line on stderr with exit status 2. So
-is a damaged checkpoint: before it is read, every file its manifest lists is checked against
-the manifest's size and CRC-32, as `--resume` checks it (a replay memory that is missing as a
-whole is let pass: playing does not read it).
+video path that cannot be written, or a full disk there) is reported in one line on stderr
+with exit status 2. So is a damaged checkpoint: before it is read, every file its manifest
+lists is checked against the manifest's size and CRC-32, as `--resume` checks it (a replay
+memory that is missing as a whole is let pass: playing does not read it).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import json
 import math
 import os
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
@@ -57,8 +64,10 @@ from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, 
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.run_dir import CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError
+from fast_dqn.run_dir import (CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError,
+                              WriteFailed, free_bytes, write_failure)
 from fast_dqn.env_pools import SerialEnvPool
+from fast_dqn.stop_request import StopRequest
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.q_network import QNetwork
@@ -69,6 +78,8 @@ VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in rea
 VIDEO_SUFFIX = ".mp4"  # OpenCV picks the container by the file name's suffix
 VIDEO_SCALE = 2  # each Atari pixel as 2x2: 4:2:0 chroma then keeps every pixel's colour
 DEFAULT_VIDEO = object()  # `--video` without a path: into the run directory
+# FFmpeg writes files in chunks of this size: one that did not fit left less free than this
+FFMPEG_WRITE_BYTES = 32 * 1024
 
 
 class VideoCodec(NamedTuple):
@@ -359,8 +370,8 @@ class VideoRecorder:
 
     Frames go to a temporary file beside the target, made here (never through a link) and
     written by OpenCV through the directory held open; leaving the `with` block normally
-    renames it over the target, leaving it by an exception removes it, so the target is
-    never half-written.
+    reads it back and renames it over the target, leaving it by an exception (or with a
+    file that does not hold every frame) removes it, so the target is never half-written.
     """
 
     def __init__(self, target: VideoTarget, screen_size: tuple[int, int], codec: VideoCodec,
@@ -381,10 +392,11 @@ class VideoRecorder:
             self._fd = directory.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             # OpenCV opens files by name: it gets one through the descriptor, as TensorFlow
             # does for the run's own checkpoints.
-            temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
+            self._temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
             height, width = self.frame_size
-            self._writer = cv2.VideoWriter(temp_path, cv2.VideoWriter_fourcc(*codec.fourcc),
-                                           fps, (width, height))
+            self._writer = cv2.VideoWriter(self._temp_path,
+                                           cv2.VideoWriter_fourcc(*codec.fourcc), fps,
+                                           (width, height))
         except OSError as error:
             self._discard()
             raise ValueError(f"cannot write --video {self.path}: {error.strerror or error}"
@@ -418,18 +430,36 @@ class VideoRecorder:
         directory = self.target.directory
         try:
             self._writer.release()
-            if self._fd is None or os.fstat(self._fd).st_size == 0:
-                raise ValueError(f"cannot write --video {self.path}: OpenCV wrote nothing "
-                                 f"with {self.codec.fourcc}")
+            self._check_frames_read_back()
             os.fsync(self._fd)  # the file OpenCV wrote by name is the one made here
             os.close(self._fd)
             self._fd = None
             self._through.close()  # where there is no path through the descriptor: still here?
             directory.replace(self._temp, self.target.name)  # a link there is replaced
             directory.sync()
+        except OSError as error:  # e.g. a full disk at the fsync
+            self._discard()
+            raise write_failure(self.path, error) from None
         except BaseException:
             self._discard()
             raise
+
+    def _check_frames_read_back(self) -> None:
+        """Raises WriteFailed unless the temporary file holds every frame written: OpenCV
+        drops the file system's errors, and a full disk leaves a file without its index."""
+        with _quiet_stderr():  # FFmpeg's own lines on a broken file
+            capture = cv2.VideoCapture(self._temp_path)
+            try:
+                frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))  # 0 if it cannot open it
+            finally:
+                capture.release()
+        if frames == self.frames:
+            return
+        free = free_bytes(Path(self._temp_path).parent)
+        if free is not None and free < FFMPEG_WRITE_BYTES:
+            raise WriteFailed(self.path, os.strerror(errno.ENOSPC), disk_full=True)
+        raise WriteFailed(self.path, f"only {frames:,} of its {self.frames:,} frames can be "
+                          f"read back ({self.codec.fourcc}, written by OpenCV)", disk_full=False)
 
     def _discard(self) -> None:
         if self._writer is not None:
@@ -450,7 +480,8 @@ class VideoRecorder:
 def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
                rng: np.random.Generator, games: int, seed: int,
                recorder: VideoRecorder | None = None,
-               on_game: Callable[[int, GameResult], None] | None = None) -> list[GameResult]:
+               on_game: Callable[[int, GameResult], None] | None = None,
+               stop: StopRequest | None = None) -> list[GameResult]:
     """Plays `games` full games (all lives), one after another in the pool's one env, from a
     reset seeded `seed`, epsilon-greedy on `greedy` (Mnih et al. 2015 evaluate at 0.05).
 
@@ -458,12 +489,15 @@ def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
     rule, its draws from `rng`), so the network sees the states it was trained on.
     `on_game(index, result)` is called as each game ends. The video gets each game's first
     screen and the screen after every step but its last (the env has reset by then, and the
-    last screen is gone).
+    last screen is gone). A request to `stop` raises KeyboardInterrupt at the next step, as
+    a second signal would at once.
     """
     actor = Actor(pool)
     actor.reset(seed=seed)
     results: list[GameResult] = []
     while len(results) < games:  # one env: a round ends one game at most
+        if stop:
+            raise KeyboardInterrupt
         if recorder is not None:
             recorder.write(screen_of(pool))
         for game in actor.play_round(greedy, epsilon, rng):
@@ -482,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as held:  # the video's directory (and the run's lock)
+        stop = StopRequest()
+        stop.install()  # before TensorFlow loads, so that a signal during the start counts
+        held.callback(stop.uninstall)
         try:
             check_args(args)
             run = load_run(args.run_dir)
@@ -490,11 +527,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             parser.error(_one_line(error))
         try:
-            results, recorder = _play_run(run, args, target, parser)
+            results, recorder = _play_run(run, args, target, parser, stop)
         except KeyboardInterrupt:  # the recorder was left by the exception: no video written
-            print("play: interrupted" + ("; no video written" if target else ""),
-                  file=sys.stderr)
-            return 130
+            signum = stop.signal_number or signal.SIGINT
+            print(f"play: stopped by {signal.Signals(signum).name}"
+                  + ("; no video written" if target else ""), file=sys.stderr)
+            return 128 + signum
+        except WriteFailed as error:  # the video (removed): not a matter for --help
+            print(f"play: error: {error}", file=sys.stderr)
+            return 2
     _print_summary(results, recorder)
     return 0
 
@@ -508,7 +549,8 @@ def untrained_warning(run: RunToPlay) -> str | None:
 
 
 def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | None,
-              parser: OneLineErrorParser) -> tuple[list[GameResult], VideoRecorder | None]:
+              parser: OneLineErrorParser, stop: StopRequest
+              ) -> tuple[list[GameResult], VideoRecorder | None]:
     """Sets up the env, the video and the network, then plays; the video is renamed into
     place only when every game has been played."""
     seed = run.config.seed if args.seed is None else args.seed
@@ -529,7 +571,7 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
         results = play_games(pool, greedy, epsilon=args.epsilon,
                              rng=np.random.default_rng(seed), games=args.episodes, seed=seed,
                              recorder=recorder,
-                             on_game=lambda i, r: _print_game(i, args.episodes, r))
+                             on_game=lambda i, r: _print_game(i, args.episodes, r), stop=stop)
     return results, recorder
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -18,6 +21,7 @@ from fast_dqn import play
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.run_dir import OpenDirectory
+from tests.cli_runs import STOP_SECONDS, start, wait_for_line
 from tests.fakes import RUN_SEED, flip_byte, write_checkpoint, write_run_dir
 from tests.run_files import network_data, truncate
 
@@ -232,6 +236,70 @@ def test_video_recorder_leaves_nothing_behind_when_interrupted(tmp_path):
             assert [p.suffix for p in tmp_path.iterdir()] == [".mp4"]  # the temporary file
             raise KeyboardInterrupt
     assert not list(tmp_path.iterdir())
+
+
+def test_a_video_that_does_not_fit_on_its_disk_is_one_line_and_leaves_nothing(
+        trained_run, tmp_path, small_disk, capsys):
+    """Regression: on a full disk OpenCV drops the write errors, and play said `video: ...`
+    and exited 0 over a file no player opens ("moov atom not found"). The same game is
+    written first where it fits, then onto a real disk with room for half of it."""
+    games = [str(trained_run[0]), "--max-steps", "60", "--seed", "3"]
+    whole = tmp_path / "whole.mp4"
+    assert play.main([*games, "--video", str(whole)]) == 0
+    disk = small_disk(max(1, whole.stat().st_size // 2 // 1024))
+    if disk is None:
+        pytest.skip("a full disk needs a tmpfs mount (root)")
+    assert shutil.disk_usage(disk).total < whole.stat().st_size
+    capsys.readouterr()
+    video = disk / "game.mp4"
+    status = play.main([*games, "--video", str(video)])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert err.splitlines()[-1] == (f"play: error: cannot write {video}: No space left on "
+                                    "device; free some disk space"), err
+    assert "Traceback" not in err and "video: " not in out
+    assert not list(disk.iterdir())  # nor the temporary file
+
+
+def test_a_video_whose_sync_fails_is_one_line_and_leaves_nothing(trained_run, tmp_path,
+                                                                 monkeypatch, capsys):
+    """The file system refuses the video's fsync (as a full network disk may): one line,
+    not a traceback, and no file."""
+    def refuse(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    video = tmp_path / "game.mp4"
+    status = play.main([str(trained_run[0]), "--max-steps", "5", "--video", str(video)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.splitlines()[-1] == (f"play: error: cannot write {video}: "
+                                    f"{os.strerror(errno.EIO)}"), err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # starts `python -m fast_dqn.play`
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_stop_signal_during_the_video_exits_in_one_line_and_leaves_nothing(trained_run,
+                                                                            tmp_path, signum):
+    """Regression: play took only SIGINT, and SIGTERM (a scheduler) or SIGHUP (a closed
+    terminal) killed it with its temporary video left in the run directory for good."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run[0], run_dir)
+    before = {path.name for path in run_dir.iterdir()}
+    run = start("-m", ["fast_dqn.play", str(run_dir), "--video", "--episodes", "5",
+                       "--max-steps", "100000"], tmp_path / "play")
+    wait_for_line(run, "5 game(s)")  # the network is loaded: the games and the video go on
+    assert list(run_dir.glob(".play-step1234.*.tmp.mp4"))
+    signalled = time.monotonic()
+    run.process.send_signal(signum)
+    result = run.finish(timeout=STOP_SECONDS, since=signalled)
+    assert result.returncode == 128 + signum, result.stderr
+    assert result.stderr.splitlines()[-1] == (f"play: stopped by {signum.name}; no video "
+                                              "written"), result.stderr
+    assert "Traceback" not in result.stderr and "mean score" not in result.stdout
+    assert {path.name for path in run_dir.iterdir()} == before | {".lock"}
 
 
 def test_video_alone_goes_into_the_run_directory_not_the_current_one(trained_run, tmp_path,
