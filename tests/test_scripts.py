@@ -442,6 +442,67 @@ def test_run_state_tells_a_held_lock_with_either_probe(tmp_path, probe):
     assert not (bare / ".lock").exists() and not (tmp_path / "new").exists()
 
 
+def _checkpoint_layouts(root: Path) -> list[Path]:
+    """Run directories holding each thing a crash, a kill or a hand can leave where a
+    checkpoint belongs: whole or without its manifest, under each of the three names, links
+    to checkpoints and to manifests, a manifest that is a directory."""
+    def checkpoint(run_dir: Path, name: str, manifest: bool = True) -> Path:
+        (run_dir / name).mkdir(parents=True)
+        if manifest:
+            write_json(run_dir / name / "manifest.json", {"step": 5})
+        return run_dir / name
+
+    layouts: dict[str, Callable[[Path], object]] = {
+        "none": lambda d: None,
+        "current": lambda d: checkpoint(d, "checkpoint"),
+        "old": lambda d: checkpoint(d, "checkpoint.old"),
+        "tmp": lambda d: checkpoint(d, "checkpoint.tmp"),
+        "old-and-tmp": lambda d: (checkpoint(d, "checkpoint.old"),
+                                  checkpoint(d, "checkpoint.tmp")),
+        "current-without-manifest": lambda d: checkpoint(d, "checkpoint", manifest=False),
+        "current-without-manifest-and-old": lambda d: (
+            checkpoint(d, "checkpoint", manifest=False), checkpoint(d, "checkpoint.old")),
+        "old-without-manifest": lambda d: checkpoint(d, "checkpoint.old", manifest=False),
+        "linked-current": lambda d: (d / "checkpoint").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint")),
+        "linked-old": lambda d: (d / "checkpoint.old").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint.old")),
+        "linked-manifest": lambda d: (checkpoint(d, "checkpoint", manifest=False)
+                                      / "manifest.json").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint") / "manifest.json"),
+        "manifest-is-a-directory": lambda d: (
+            checkpoint(d, "checkpoint", manifest=False) / "manifest.json").mkdir(),
+        "current-is-a-file": lambda d: (d / "checkpoint").write_text("{}"),
+    }
+    run_dirs = []
+    for name, make in layouts.items():
+        run_dir = root / name
+        write_json(run_dir / "config.json", {})
+        make(run_dir)
+        run_dirs.append(run_dir)
+    return run_dirs
+
+
+@pytest.mark.slow
+def test_a_sweep_resumes_exactly_the_runs_the_trainer_can_resume(tmp_path):
+    """lib.sh's has_checkpoint mirrors the trainer's rule (`latest_checkpoint`, which
+    `--resume` reads) so that a sweep decides without an interpreter: the two give the same
+    answer for every layout, and the old checkpoint a kill between a swap's two renames
+    leaves is one."""
+    from fast_dqn.checkpoints import latest_checkpoint
+
+    run_dirs = _checkpoint_layouts(tmp_path)
+    script = ('source "$1"; shift; for dir; do run_state "$dir" "$dir.log"; '
+              'printf "%s\\n" "$RUN_STATE"; done')
+    result = run(["bash", "-c", script, "bash", LIB, *run_dirs])
+    assert result.returncode == 0, result.stderr
+    states = dict(zip((d.name for d in run_dirs), result.stdout.splitlines()))
+    trainer = {d.name: "resume" if latest_checkpoint(d) is not None else "stale"
+               for d in run_dirs}
+    assert states == trainer
+    assert states["old"] == states["old-and-tmp"] == "resume"  # the case that was missed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("probe", ["flock", "python"])
 def test_a_sweep_takes_a_log_only_if_nobody_holds_it_and_keeps_it(tmp_path, probe):
@@ -1034,6 +1095,45 @@ def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, se
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
     log = (out / "breakout-seed0.log").read_text()
     assert "in use by another process" not in log and "\0" not in log
+
+
+@pytest.mark.slow
+def test_a_sweep_resumes_a_run_killed_between_its_checkpoints_two_renames(tmp_path):
+    """Regression: a run whose checkpoint is `checkpoint.old/` (a kill between the two
+    renames of a checkpoint's swap: `checkpoint` -> `checkpoint.old` done, `checkpoint.tmp`
+    -> `checkpoint` not) was called stale, moved aside and trained from step 0, although
+    `--resume` continues it. Now the sweep resumes it."""
+    from tests.cli_runs import ENV, LINE_STOP
+
+    out = tmp_path / "sweep"
+    run_dir = out / "breakout-seed0"
+    stopping_python = tmp_path / "stopping-python"
+    stopping_python.write_text(f"#!/usr/bin/env bash\nexec {shlex.quote(PY)} "
+                               f"{shlex.quote(str(LINE_STOP))} TERM 'evaluation at step 600: .*' "
+                               '"$@"\n')
+    stopping_python.chmod(0o755)
+    sweep = breakout_sweep(out)
+    stopped = run([*sweep[:sweep.index("--python") + 1], stopping_python,
+                   *sweep[sweep.index("--python") + 2:]], env=ENV, timeout=900)
+    log = out / "breakout-seed0.log"
+    assert stopped.returncode == 1, stopped.stderr + log.read_text()[-3000:]
+    assert "stopped at step 600 of 1200" in log.read_text(), log.read_text()[-3000:]
+    # What the kill leaves: the old checkpoint renamed, the new one whole in checkpoint.tmp
+    # (its manifest is written last), not yet renamed into place.
+    (run_dir / "checkpoint").rename(run_dir / "checkpoint.old")
+    shutil.copytree(run_dir / "checkpoint.old", run_dir / "checkpoint.tmp")
+    evaluations_before = (run_dir / "evaluations.csv").read_text()
+    assert evaluations_before.splitlines()[-1].startswith("600,")
+
+    again = run(sweep, env=ENV, timeout=900)
+    assert again.returncode == 0, again.stderr + log.read_text()[-3000:]
+    assert "resume breakout-seed0" in again.stderr
+    assert not list(out.glob("breakout-seed0.incomplete-*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and summary["steps"] == 1200
+    # The evaluation before the stop is the same row, wall clock and all: continued, not redone.
+    evaluations = (run_dir / "evaluations.csv").read_text()
+    assert evaluations.startswith(evaluations_before) and evaluations != evaluations_before
 
 
 # ------------------------------------------------------------------------------- linting
