@@ -20,7 +20,9 @@ human-normalized score over the groups that have one. A score from a run whose f
 evaluation comes before a tenth of the protocol's 50,000,000 steps is marked `*` and left out
 of the median and mean: it says nothing about Nature's scores. Runs without evaluations are
 listed in a note and left out of the scores, and so are evaluation rows holding inf or nan
-(the note says how many and on which lines).
+(the note says how many and on which lines). The CSVs are read line by line: a damaged line
+(a crash's torn last line, bytes written over the file) is skipped, the rows around it are
+kept, and one note per file says how many lines it skipped.
 
 RUN_DIR (a directory that holds a `config.json` itself) is one run: below its table row
 summarize.py draws one picture of it, five panels against agent steps: the training games'
@@ -152,32 +154,73 @@ def find_run_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def read_evaluations(path: Path, left_out: Optional[list[str]] = None
-                     ) -> tuple[Evaluation, ...]:
-    """The rows of an evaluations.csv (empty if the file is missing). A row holding inf or nan
-    is left out (a mean that is not a number has no place in a mean over seeds); where it
-    was ("line 3 (step 2000)") is appended to `left_out`.
-
-    Raises:
-      ValueError: the file is there but its rows cannot be read.
-    """
-    if not path.is_file():
-        return ()
-    with path.open(newline="") as stream:
-        reader = csv.DictReader(stream)
-        rows = [(reader.line_num, row) for row in reader]
-    evaluations = []
+def read_log(path: Path, columns: Sequence[str], notes: list[str], *,
+             finite: bool = False) -> list[tuple[int, list[float]]]:
+    """The rows of one of a run's CSV logs (episodes.csv, evaluations.csv; none if it is
+    missing): each row's line number and its values in `columns`, found by the header's
+    names. The file is read line by line, so that damage stays in its lines: a line that
+    is not whole (a crash's torn last line, without its newline) or not a row of numbers
+    (bytes written over the file), and with `finite` one holding inf or nan, is skipped,
+    and one note names the file and how many it skipped. A file whose first line does not
+    name the columns is left out with a note."""
     try:
-        for line, row in rows:
-            values = [float(row[name]) for name in ("timestep", "mean", "std", "episodes", "hours")]
-            if not all(math.isfinite(value) for value in values):
-                if left_out is not None:
-                    left_out.append(f"line {line} (step {row['timestep'].strip()})")
-                continue
-            timestep, mean, std, episodes, hours = values
-            evaluations.append(Evaluation(int(timestep), mean, std, int(episodes), hours))
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: unreadable row ({error})") from None
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        notes.append(f"{path}: left out, unreadable ({error.strerror or error})")
+        return []
+    lines = data.split(b"\n")
+    torn = lines.pop().strip() != b""  # the piece after the last newline: empty or torn
+    if not lines:
+        if torn:
+            notes.append(f"{path}: left out, it holds no whole line")
+        return []
+    header = [name.strip() for name in lines[0].decode("utf-8", "replace").split(",")]
+    if not set(columns) <= set(header):
+        notes.append(f"{path}: left out, its first line is not a header naming "
+                     f"{', '.join(columns)}")
+        return []
+    where = [header.index(name) for name in columns]
+    rows, skipped = [], int(torn)
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            fields = line.decode("utf-8").split(",")
+            if len(fields) != len(header):
+                raise ValueError("not a row of the header's columns")
+            values = [float(fields[i]) for i in where]
+        except ValueError:  # UnicodeDecodeError too
+            skipped += 1
+            continue
+        if finite and not all(math.isfinite(value) for value in values):
+            skipped += 1
+            continue
+        rows.append((number, values))
+    if skipped:
+        notes.append(f"{path}: skipped {skipped} damaged row(s) (not a whole row of numbers"
+                     f"{', or holding inf or nan' if finite else ''}); kept the other "
+                     f"{len(rows)}")
+    return rows
+
+
+def read_evaluations(path: Path, notes: list[str]) -> tuple[Evaluation, ...]:
+    """The evaluations of an evaluations.csv (read_log). A row holding inf or nan is left
+    out (a mean that is not a number has no place in a mean over seeds), with a note
+    saying where it was ("line 3 (step 2000)")."""
+    evaluations, left_out = [], []
+    for line, values in read_log(path, ("timestep", "mean", "std", "episodes", "hours"),
+                                 notes):
+        timestep, mean, std, episodes, hours = values
+        if not all(math.isfinite(value) for value in values):
+            step = int(timestep) if math.isfinite(timestep) else timestep
+            left_out.append(f"line {line} (step {step})")
+            continue
+        evaluations.append(Evaluation(int(timestep), mean, std, int(episodes), hours))
+    if left_out:
+        notes.append(f"{path}: {len(left_out)} row(s) holding inf or nan left out of the "
+                     f"scores: {', '.join(left_out)}")
     return tuple(sorted(evaluations, key=lambda e: e.timestep))
 
 
@@ -189,15 +232,7 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
     except (OSError, ValueError, KeyError, TypeError) as error:
         notes.append(f"left out {path}: config.json without a readable game and seed ({error})")
         return None
-    left_out: list[str] = []
-    try:
-        evaluations = read_evaluations(path / "evaluations.csv", left_out)
-    except ValueError as error:
-        notes.append(f"{path}: evaluations left out: {error}")
-        evaluations = ()
-    if left_out:
-        notes.append(f"{path / 'evaluations.csv'}: {len(left_out)} row(s) holding inf or nan "
-                     f"left out of the scores: {', '.join(left_out)}")
+    evaluations = read_evaluations(path / "evaluations.csv", notes)
     summary = None
     if (path / "summary.json").is_file():
         try:
@@ -558,24 +593,15 @@ class Games(NamedTuple):
     hours: list[float]
 
 
-def read_games(path: Path) -> Games:
-    """The finished games of episodes.csv (none if it is missing); a row that is not numbers
-    (a crash's half row) is skipped."""
+def read_games(path: Path, notes: list[str]) -> Games:
+    """The finished games of episodes.csv (read_log; rows holding inf or nan skipped too)."""
     games = Games([], [], [], [])
-    if not path.is_file():
-        return games
-    with path.open(newline="") as stream:
-        for row in csv.DictReader(stream):
-            try:
-                values = [float(row[name]) for name in ("timestep", "return", "avg_return",
-                                                        "hours")]
-            except (KeyError, TypeError, ValueError):
-                continue
-            if all(math.isfinite(value) for value in values):
-                games.steps.append(int(values[0]))
-                games.returns.append(values[1])
-                games.avg_returns.append(values[2])
-                games.hours.append(values[3])
+    for _, (step, score, average, hours) in read_log(
+            path, ("timestep", "return", "avg_return", "hours"), notes, finite=True):
+        games.steps.append(int(step))
+        games.returns.append(score)
+        games.avg_returns.append(average)
+        games.hours.append(hours)
     return games
 
 
@@ -752,7 +778,7 @@ def draw_one_run(run: Run, plot_path: Optional[Path]) -> int:
         print("note: no picture of the run: it needs matplotlib "
               "(pip install -r requirements-scripts.txt)")
         return 0
-    figure = run_figure(run, read_games(run.path / "episodes.csv"),
+    figure = run_figure(run, read_games(run.path / "episodes.csv", notes),
                         read_scalars(run.path, notes))
     try:
         for note in notes:

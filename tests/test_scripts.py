@@ -800,6 +800,73 @@ def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys
     assert "2 row(s)" in notes[1] and "line 3 (step inf), line 4 (step 2000)" in notes[1]
 
 
+def notes_naming(output: str, path: Path) -> list[str]:
+    return [line for line in output.splitlines()
+            if line.startswith("note: ") and str(path) in line]
+
+
+@pytest.mark.parametrize("torn_line", ["3000,9.0,1.", "3000,9.0,1.0,30,0.003"],
+                         ids=["cut-in-a-field", "cut-before-its-newline"])
+def test_a_torn_last_evaluation_leaves_the_rows_before_it(tmp_path, capsys, torn_line):
+    """Regression: a last line of evaluations.csv cut short (a crash mid-write) left out
+    every evaluation of the run. Now only that line is skipped, with a note; a line without
+    its newline is torn even where what is left of it reads as numbers."""
+    from scripts import summarize
+
+    run_dir = make_run(tmp_path, "pong", 0, [(1000, 5.0), (2000, 7.0)])
+    with (run_dir / "evaluations.csv").open("a") as file:
+        file.write(torn_line)
+    assert summarize.main([str(tmp_path)]) == 0
+    output = capsys.readouterr().out
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[3:7] == ["2,000", "7.0", "-", "7.0"]  # final step and mean, std, best
+    notes = notes_naming(output, run_dir / "evaluations.csv")
+    assert len(notes) == 1 and "skipped 1 " in notes[0], output
+
+
+def test_random_bytes_in_episodes_csv_skip_only_their_own_lines(tmp_path, capsys):
+    """Regression: 200 random bytes in a run's episodes.csv stopped summarize.py with a
+    UnicodeDecodeError. Now the picture is drawn from the rows around them, and a note says
+    how many lines were skipped."""
+    import random
+
+    from scripts import summarize
+
+    run_dir = tmp_path / "run"
+    make_logged_run(run_dir)
+    episodes = run_dir / "episodes.csv"
+    header, *rows = episodes.read_bytes().splitlines(keepends=True)
+    noise = random.Random(22).randbytes(200)  # 3 newlines among them: 4 damaged lines
+    episodes.write_bytes(b"".join([header, *rows[:2], noise, b"\n", *rows[2:]]))
+    damaged = sum(1 for piece in noise.split(b"\n") if piece.strip())
+
+    assert summarize.main([str(run_dir), "--plot", str(tmp_path / "run.png")]) == 0
+    output = capsys.readouterr().out
+    notes = notes_naming(output, episodes)
+    assert len(notes) == 1 and f"skipped {damaged} " in notes[0], output
+    games = summarize.read_games(episodes, [])
+    kept = [row.decode().split(",") for row in rows]
+    assert games.steps == [int(row[1]) for row in kept]
+    assert games.returns == [float(row[3]) for row in kept]
+
+
+def test_an_episodes_csv_of_random_bytes_gets_a_note_not_a_traceback(tmp_path):
+    """The case of the report: the whole file replaced; summarize.py exited 1 with a
+    traceback and drew nothing."""
+    import random
+
+    run_dir = tmp_path / "run"
+    make_logged_run(run_dir)
+    episodes = run_dir / "episodes.csv"
+    episodes.write_bytes(random.Random(36).randbytes(200))
+    picture = tmp_path / "run.png"
+    result = run([PY, SUMMARIZE, run_dir, "--plot", picture])
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(notes_naming(result.stdout, episodes)) == 1, result.stdout
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_summary_averages_only_runs_of_the_same_settings_and_counts_each_seed_once(tmp_path,
                                                                                     capsys):
     """Regression (issue 36): five runs of seed 0 with different settings were "5 seeds",
@@ -901,7 +968,7 @@ def test_one_run_directory_gets_a_picture_with_five_panels(tmp_path, capsys):
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".run.png")] == []
 
     run = summarize.read_run(run_dir, [])
-    figure = summarize.run_figure(run, summarize.read_games(run_dir / "episodes.csv"),
+    figure = summarize.run_figure(run, summarize.read_games(run_dir / "episodes.csv", []),
                                   summarize.read_scalars(run_dir, []))
     panels = {axis.get_title(loc="left"): axis for axis in figure.axes}
     assert list(panels) == ["training return", "evaluation return", "loss", "mean Q",
