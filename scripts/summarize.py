@@ -6,12 +6,14 @@ curves; or draws one run.
     python scripts/summarize.py RUN_DIR [--plot run.png]
 
 Every directory under RUNS_DIR that holds a `config.json` is a run (directories named
-`*.incomplete-*`, which scripts/all_games.sh sets aside, are not). Runs are grouped by their
-`game` and by every setting of their config that can change what a run learns: runs whose
-settings differ are never averaged (a note names the settings that differ, and each row's
-name says its trainer, variant or differing settings: "pong (timesteps=2000)"); the seeds,
-which are what a group's runs should differ in, are counted once each (five runs of seed 0
-are one seed; a note lists repeated seeds). For each group the table shows the seeds, the
+`*.incomplete-*`, which scripts/all_games.sh sets aside, are not); symbolic links to
+directories are followed, and a note names the runs reached through one (a run reached by
+two paths counts once). Runs are grouped by their `game` and by every setting of their
+config that can change what a run learns: runs whose settings differ are never averaged
+(a note names the settings that differ, and each row's name says its trainer, variant or
+differing settings: "pong (timesteps=2000)"); the seeds, which are what a group's runs
+should differ in, are counted once each (five runs of seed 0 are one seed; a note lists
+repeated seeds). For each group the table shows the seeds, the
 final evaluation (the last row of each run's `evaluations.csv`) as mean +- std across runs,
 the best evaluation (the mean across runs of each run's highest evaluation), the
 human-normalized score of the final mean (Mnih et al. 2015; see fast_dqn.atari_data), and
@@ -139,19 +141,52 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """Directories under `root` (itself included) that hold a config.json, sorted."""
-    found = []
-    for directory, subdirectories, files in os.walk(root):
-        if SET_ASIDE_MARK in os.path.basename(directory):
-            subdirectories[:] = []
-            continue
-        if "config.json" in files:
-            found.append(Path(directory))
-            subdirectories[:] = []  # a run's own folders (checkpoint/) hold no runs
-        else:
-            subdirectories.sort()
-    return sorted(found)
+def find_run_dirs(root: Path, notes: list[str]) -> list[Path]:
+    """Directories under `root` (itself included) that hold a config.json, sorted.
+
+    Symbolic links to directories are followed (runs gathered from scratch disks by links),
+    once the tree itself has been walked, and every directory is visited once however many
+    paths lead to it: a run is counted once, found in place where it is there, and a link
+    cycle ends. A note names the runs reached through a link, and any reached again."""
+    visited: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was found by
+    found: list[str] = []
+    again: list[str] = []
+    links: list[str] = []  # links to directories in the tree, followed after it
+
+    def look_in(top: str, followlinks: bool) -> None:
+        for directory, subdirectories, files in os.walk(top, followlinks=followlinks):
+            try:
+                status = os.stat(directory)
+            except OSError:
+                subdirectories[:] = []
+                continue
+            first = visited.setdefault((status.st_dev, status.st_ino), directory)
+            if first != directory or SET_ASIDE_MARK in os.path.basename(directory):
+                if first != directory and "config.json" in files:
+                    again.append(f"{directory} (the run {first})")
+                subdirectories[:] = []
+            elif "config.json" in files:
+                found.append(directory)
+                subdirectories[:] = []  # a run's own folders (checkpoint/) hold no runs
+            else:
+                subdirectories.sort()
+                if not followlinks:  # os.walk lists them, and leaves them out
+                    links.extend(path for path in (os.path.join(directory, name)
+                                                   for name in subdirectories)
+                                 if os.path.islink(path))
+
+    look_in(str(root), followlinks=False)
+    in_place = len(found)
+    for link in links:
+        look_in(link, followlinks=True)
+    linked = [f"{path} -> {os.path.realpath(path)}" for path in found[in_place:]]
+    if linked:
+        notes.append(f"{len(linked)} run(s) reached through a symbolic link: "
+                     + ", ".join(sorted(linked)))
+    if again:
+        notes.append(f"counted once: {len(again)} run(s) reached again by another path: "
+                     + ", ".join(sorted(again)))
+    return sorted(Path(path) for path in found)
 
 
 def read_log(path: Path, columns: Sequence[str], notes: list[str], *,
@@ -837,7 +872,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         plot_path = _check_output(args.plot, "--plot")
         csv_path = _check_output(args.csv, "--csv")
         notes: list[str] = []
-        runs = [run for run in (read_run(d, notes) for d in find_run_dirs(root)) if run]
+        runs = [run for run in (read_run(d, notes) for d in find_run_dirs(root, notes))
+                if run]
         if not runs:
             raise UsageError(f"no runs (directories with config.json) under {root}")
     except UsageError as error:

@@ -850,6 +850,63 @@ def test_random_bytes_in_episodes_csv_skip_only_their_own_lines(tmp_path, capsys
     assert games.returns == [float(row[3]) for row in kept]
 
 
+def scratch_run(tmp_path: Path, game: str, seed: int) -> Path:
+    """A run directory on a "scratch disk" outside the runs directory, to be linked to."""
+    return make_run(tmp_path / "scratch", game, seed, [(1000, float(seed))])
+
+
+def test_a_linked_run_is_counted_and_named(tmp_path, capsys):
+    """Regression: os.walk followed no link, so a directory of 3 copied runs and 1 linked
+    run reported 3 runs, without a note."""
+    from scripts import summarize
+
+    root = tmp_path / "runs"
+    for seed in range(3):
+        make_run(root, "pong", seed, [(1000, float(seed))])
+    target = scratch_run(tmp_path, "pong", 3)
+    (root / "pong-seed3").symlink_to(target)
+    assert summarize.main([str(root)]) == 0
+    output = capsys.readouterr().out
+    assert output.startswith(f"4 run(s) of 1 game(s) under {root}\n"), output
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[1] == "0,1,2,3"
+    notes = notes_naming(output, root / "pong-seed3")
+    assert len(notes) == 1 and "1 run(s) reached through a symbolic link" in notes[0]
+    assert str(target) in notes[0]
+
+
+def test_a_directory_of_links_only_is_summarized(tmp_path):
+    """Regression: a directory whose runs are all links (gathered from scratch disks) was
+    "no runs", exit status 2."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for game, seed in (("pong", 0), ("breakout", 0), ("breakout", 1)):
+        (root / f"{game}-seed{seed}").symlink_to(scratch_run(tmp_path, game, seed))
+    result = run([PY, SUMMARIZE, root])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"3 run(s) of 2 game(s) under {root}\n"), result.stdout
+    assert "3 run(s) reached through a symbolic link" in result.stdout
+
+
+def test_a_link_cycle_ends_and_a_run_reached_twice_counts_once(tmp_path):
+    """Following links: a link back up the tree is walked once (no endless walk), and a run
+    reached both in place and through a link is one run, found in place."""
+    root = tmp_path / "runs"
+    in_place = make_run(root / "b", "pong", 0, [(1000, 1.0)])
+    make_run(root / "b", "pong", 1, [(1000, 2.0)])
+    (root / "a").mkdir()
+    (root / "a" / "up").symlink_to(root)  # runs/a/up/a/up/... without an end
+    (root / "a" / "same").symlink_to(in_place)  # walked before b: sorted by name
+    (root / "b" / "self").symlink_to(root / "b")
+    result = run([PY, SUMMARIZE, root], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"2 run(s) of 1 game(s) under {root}\n"), result.stdout
+    assert "reached through a symbolic link" not in result.stdout
+    counted_once = [line for line in result.stdout.splitlines() if "counted once" in line]
+    assert len(counted_once) == 1 and str(root / "a" / "same") in counted_once[0]
+    assert f"the run {in_place}" in counted_once[0]
+
+
 def test_an_episodes_csv_of_random_bytes_gets_a_note_not_a_traceback(tmp_path):
     """The case of the report: the whole file replaced; summarize.py exited 1 with a
     traceback and drew nothing."""
