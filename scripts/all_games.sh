@@ -14,7 +14,9 @@ Runs, for every game G and seed S,
   PY run_fast_dqn.py --game=G --seed=S --logdir=OUT/G-seedS [EXTRA FLAGS]
 from the repository root, with its stdout and stderr in OUT/G-seedS.log.
 A run whose OUT/G-seedS/summary.json says "finished": true is skipped. A run with a
-checkpoint (OUT/G-seedS/checkpoint/manifest.json) but no finished summary is resumed:
+checkpoint (OUT/G-seedS/checkpoint/manifest.json, or checkpoint.old/manifest.json, which
+a kill between the two renames of a checkpoint's swap leaves) but no finished summary is
+resumed:
   PY run_fast_dqn.py --resume OUT/G-seedS [--timesteps=T if EXTRA FLAGS set it]
 A run directory with neither is renamed OUT/G-seedS.incomplete-<time> and started afresh.
 A run that another process runs (a live process holds OUT/G-seedS/.lock, or another sweep

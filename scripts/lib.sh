@@ -207,11 +207,28 @@ _lock_holder() {
   printf '%s\n' "${text:-its lock $1 does not name the holder}"
 }
 
+# has_checkpoint DIR: whether `--resume DIR` has a complete checkpoint to continue from, by
+# the trainer's rule, fast_dqn.checkpoints.latest_checkpoint: checkpoint/, else
+# checkpoint.old/ (what a kill between the two renames of a checkpoint's swap leaves), each a
+# directory (not a link) holding a manifest.json that is a regular file (not a link). A test
+# (tests/test_scripts.py) holds the two to the same answers.
+has_checkpoint() {
+  local name
+  for name in checkpoint checkpoint.old; do
+    if [[ -d $1/$name && ! -L $1/$name && -f $1/$name/manifest.json &&
+      ! -L $1/$name/manifest.json ]]; then
+      return 0
+    fi
+  done
+  return 1
+}
+
 # run_state DIR LOG: sets RUN_STATE to "finished" (summary.json says so), "running" (a live
 # process holds the run's lock DIR/.lock, or another sweep holds its log LOG: see _run_one),
-# "resume" (a checkpoint but no finished summary), "stale" (the directory exists with
-# neither) or "new"; and RUN_HOLDER to who runs it ("" unless running). A running run is
-# never moved, resumed or started by a sweep; a stale one is moved aside (set_aside).
+# "resume" (a checkpoint, has_checkpoint, but no finished summary), "stale" (the directory
+# exists with neither) or "new"; and RUN_HOLDER to who runs it ("" unless running). A
+# running run is never moved, resumed or started by a sweep; a stale one is moved aside
+# (set_aside).
 # shellcheck disable=SC2034  # RUN_STATE and RUN_HOLDER are read by the scripts that source this file
 run_state() {
   local dir=$1 log=$2 status=0
@@ -237,7 +254,7 @@ run_state() {
   if ((status == LOCK_HELD)); then
     RUN_STATE=running
     RUN_HOLDER="another sweep holds its log $log"
-  elif [[ -f $dir/checkpoint/manifest.json ]]; then
+  elif has_checkpoint "$dir"; then
     RUN_STATE=resume
   elif [[ -e $dir ]]; then
     RUN_STATE=stale

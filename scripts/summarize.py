@@ -6,12 +6,14 @@ curves; or draws one run.
     python scripts/summarize.py RUN_DIR [--plot run.png]
 
 Every directory under RUNS_DIR that holds a `config.json` is a run (directories named
-`*.incomplete-*`, which scripts/all_games.sh sets aside, are not). Runs are grouped by their
-`game` and by every setting of their config that can change what a run learns: runs whose
-settings differ are never averaged (a note names the settings that differ, and each row's
-name says its trainer, variant or differing settings: "pong (timesteps=2000)"); the seeds,
-which are what a group's runs should differ in, are counted once each (five runs of seed 0
-are one seed; a note lists repeated seeds). For each group the table shows the seeds, the
+`*.incomplete-*`, which scripts/all_games.sh sets aside, are not); symbolic links to
+directories are followed, and a note names the runs reached through one (a run reached by
+two paths counts once). Runs are grouped by their `game` and by every setting of their
+config that can change what a run learns: runs whose settings differ are never averaged
+(a note names the settings that differ, and each row's name says its trainer, variant or
+differing settings: "pong (timesteps=2000)"); the seeds, which are what a group's runs
+should differ in, are counted once each (five runs of seed 0 are one seed; a note lists
+repeated seeds). For each group the table shows the seeds, the
 final evaluation (the last row of each run's `evaluations.csv`) as mean +- std across runs,
 the best evaluation (the mean across runs of each run's highest evaluation), the
 human-normalized score of the final mean (Mnih et al. 2015; see fast_dqn.atari_data), and
@@ -20,7 +22,9 @@ human-normalized score over the groups that have one. A score from a run whose f
 evaluation comes before a tenth of the protocol's 50,000,000 steps is marked `*` and left out
 of the median and mean: it says nothing about Nature's scores. Runs without evaluations are
 listed in a note and left out of the scores, and so are evaluation rows holding inf or nan
-(the note says how many and on which lines).
+(the note says how many and on which lines). The CSVs are read line by line: a damaged line
+(a crash's torn last line, bytes written over the file) is skipped, the rows around it are
+kept, and one note per file says how many lines it skipped.
 
 RUN_DIR (a directory that holds a `config.json` itself) is one run: below its table row
 summarize.py draws one picture of it, five panels against agent steps: the training games'
@@ -137,47 +141,121 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """Directories under `root` (itself included) that hold a config.json, sorted."""
-    found = []
-    for directory, subdirectories, files in os.walk(root):
-        if SET_ASIDE_MARK in os.path.basename(directory):
-            subdirectories[:] = []
-            continue
-        if "config.json" in files:
-            found.append(Path(directory))
-            subdirectories[:] = []  # a run's own folders (checkpoint/) hold no runs
-        else:
-            subdirectories.sort()
-    return sorted(found)
+def find_run_dirs(root: Path, notes: list[str]) -> list[Path]:
+    """Directories under `root` (itself included) that hold a config.json, sorted.
 
+    Symbolic links to directories are followed (runs gathered from scratch disks by links),
+    once the tree itself has been walked, and every directory is visited once however many
+    paths lead to it: a run is counted once, found in place where it is there, and a link
+    cycle ends. A note names the runs reached through a link, and any reached again."""
+    visited: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was found by
+    found: list[str] = []
+    again: list[str] = []
+    links: list[str] = []  # links to directories in the tree, followed after it
 
-def read_evaluations(path: Path, left_out: Optional[list[str]] = None
-                     ) -> tuple[Evaluation, ...]:
-    """The rows of an evaluations.csv (empty if the file is missing). A row holding inf or nan
-    is left out (a mean that is not a number has no place in a mean over seeds); where it
-    was ("line 3 (step 2000)") is appended to `left_out`.
-
-    Raises:
-      ValueError: the file is there but its rows cannot be read.
-    """
-    if not path.is_file():
-        return ()
-    with path.open(newline="") as stream:
-        reader = csv.DictReader(stream)
-        rows = [(reader.line_num, row) for row in reader]
-    evaluations = []
-    try:
-        for line, row in rows:
-            values = [float(row[name]) for name in ("timestep", "mean", "std", "episodes", "hours")]
-            if not all(math.isfinite(value) for value in values):
-                if left_out is not None:
-                    left_out.append(f"line {line} (step {row['timestep'].strip()})")
+    def look_in(top: str, followlinks: bool) -> None:
+        for directory, subdirectories, files in os.walk(top, followlinks=followlinks):
+            try:
+                status = os.stat(directory)
+            except OSError:
+                subdirectories[:] = []
                 continue
-            timestep, mean, std, episodes, hours = values
-            evaluations.append(Evaluation(int(timestep), mean, std, int(episodes), hours))
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: unreadable row ({error})") from None
+            first = visited.setdefault((status.st_dev, status.st_ino), directory)
+            if first != directory or SET_ASIDE_MARK in os.path.basename(directory):
+                if first != directory and "config.json" in files:
+                    again.append(f"{directory} (the run {first})")
+                subdirectories[:] = []
+            elif "config.json" in files:
+                found.append(directory)
+                subdirectories[:] = []  # a run's own folders (checkpoint/) hold no runs
+            else:
+                subdirectories.sort()
+                if not followlinks:  # os.walk lists them, and leaves them out
+                    links.extend(path for path in (os.path.join(directory, name)
+                                                   for name in subdirectories)
+                                 if os.path.islink(path))
+
+    look_in(str(root), followlinks=False)
+    in_place = len(found)
+    for link in links:
+        look_in(link, followlinks=True)
+    linked = [f"{path} -> {os.path.realpath(path)}" for path in found[in_place:]]
+    if linked:
+        notes.append(f"{len(linked)} run(s) reached through a symbolic link: "
+                     + ", ".join(sorted(linked)))
+    if again:
+        notes.append(f"counted once: {len(again)} run(s) reached again by another path: "
+                     + ", ".join(sorted(again)))
+    return sorted(Path(path) for path in found)
+
+
+def read_log(path: Path, columns: Sequence[str], notes: list[str], *,
+             finite: bool = False) -> list[tuple[int, list[float]]]:
+    """The rows of one of a run's CSV logs (episodes.csv, evaluations.csv; none if it is
+    missing): each row's line number and its values in `columns`, found by the header's
+    names. The file is read line by line, so that damage stays in its lines: a line that
+    is not whole (a crash's torn last line, without its newline) or not a row of numbers
+    (bytes written over the file), and with `finite` one holding inf or nan, is skipped,
+    and one note names the file and how many it skipped. A file whose first line does not
+    name the columns is left out with a note."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        notes.append(f"{path}: left out, unreadable ({error.strerror or error})")
+        return []
+    lines = data.split(b"\n")
+    torn = lines.pop().strip() != b""  # the piece after the last newline: empty or torn
+    if not lines:
+        if torn:
+            notes.append(f"{path}: left out, it holds no whole line")
+        return []
+    header = [name.strip() for name in lines[0].decode("utf-8", "replace").split(",")]
+    if not set(columns) <= set(header):
+        notes.append(f"{path}: left out, its first line is not a header naming "
+                     f"{', '.join(columns)}")
+        return []
+    where = [header.index(name) for name in columns]
+    rows, skipped = [], int(torn)
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            fields = line.decode("utf-8").split(",")
+            if len(fields) != len(header):
+                raise ValueError("not a row of the header's columns")
+            values = [float(fields[i]) for i in where]
+        except ValueError:  # UnicodeDecodeError too
+            skipped += 1
+            continue
+        if finite and not all(math.isfinite(value) for value in values):
+            skipped += 1
+            continue
+        rows.append((number, values))
+    if skipped:
+        notes.append(f"{path}: skipped {skipped} damaged row(s) (not a whole row of numbers"
+                     f"{', or holding inf or nan' if finite else ''}); kept the other "
+                     f"{len(rows)}")
+    return rows
+
+
+def read_evaluations(path: Path, notes: list[str]) -> tuple[Evaluation, ...]:
+    """The evaluations of an evaluations.csv (read_log). A row holding inf or nan is left
+    out (a mean that is not a number has no place in a mean over seeds), with a note
+    saying where it was ("line 3 (step 2000)")."""
+    evaluations, left_out = [], []
+    for line, values in read_log(path, ("timestep", "mean", "std", "episodes", "hours"),
+                                 notes):
+        timestep, mean, std, episodes, hours = values
+        if not all(math.isfinite(value) for value in values):
+            step = int(timestep) if math.isfinite(timestep) else timestep
+            left_out.append(f"line {line} (step {step})")
+            continue
+        evaluations.append(Evaluation(int(timestep), mean, std, int(episodes), hours))
+    if left_out:
+        notes.append(f"{path}: {len(left_out)} row(s) holding inf or nan left out of the "
+                     f"scores: {', '.join(left_out)}")
     return tuple(sorted(evaluations, key=lambda e: e.timestep))
 
 
@@ -189,15 +267,7 @@ def read_run(path: Path, notes: list[str]) -> Optional[Run]:
     except (OSError, ValueError, KeyError, TypeError) as error:
         notes.append(f"left out {path}: config.json without a readable game and seed ({error})")
         return None
-    left_out: list[str] = []
-    try:
-        evaluations = read_evaluations(path / "evaluations.csv", left_out)
-    except ValueError as error:
-        notes.append(f"{path}: evaluations left out: {error}")
-        evaluations = ()
-    if left_out:
-        notes.append(f"{path / 'evaluations.csv'}: {len(left_out)} row(s) holding inf or nan "
-                     f"left out of the scores: {', '.join(left_out)}")
+    evaluations = read_evaluations(path / "evaluations.csv", notes)
     summary = None
     if (path / "summary.json").is_file():
         try:
@@ -558,24 +628,15 @@ class Games(NamedTuple):
     hours: list[float]
 
 
-def read_games(path: Path) -> Games:
-    """The finished games of episodes.csv (none if it is missing); a row that is not numbers
-    (a crash's half row) is skipped."""
+def read_games(path: Path, notes: list[str]) -> Games:
+    """The finished games of episodes.csv (read_log; rows holding inf or nan skipped too)."""
     games = Games([], [], [], [])
-    if not path.is_file():
-        return games
-    with path.open(newline="") as stream:
-        for row in csv.DictReader(stream):
-            try:
-                values = [float(row[name]) for name in ("timestep", "return", "avg_return",
-                                                        "hours")]
-            except (KeyError, TypeError, ValueError):
-                continue
-            if all(math.isfinite(value) for value in values):
-                games.steps.append(int(values[0]))
-                games.returns.append(values[1])
-                games.avg_returns.append(values[2])
-                games.hours.append(values[3])
+    for _, (step, score, average, hours) in read_log(
+            path, ("timestep", "return", "avg_return", "hours"), notes, finite=True):
+        games.steps.append(int(step))
+        games.returns.append(score)
+        games.avg_returns.append(average)
+        games.hours.append(hours)
     return games
 
 
@@ -752,7 +813,7 @@ def draw_one_run(run: Run, plot_path: Optional[Path]) -> int:
         print("note: no picture of the run: it needs matplotlib "
               "(pip install -r requirements-scripts.txt)")
         return 0
-    figure = run_figure(run, read_games(run.path / "episodes.csv"),
+    figure = run_figure(run, read_games(run.path / "episodes.csv", notes),
                         read_scalars(run.path, notes))
     try:
         for note in notes:
@@ -811,7 +872,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         plot_path = _check_output(args.plot, "--plot")
         csv_path = _check_output(args.csv, "--csv")
         notes: list[str] = []
-        runs = [run for run in (read_run(d, notes) for d in find_run_dirs(root)) if run]
+        runs = [run for run in (read_run(d, notes) for d in find_run_dirs(root, notes))
+                if run]
         if not runs:
             raise UsageError(f"no runs (directories with config.json) under {root}")
     except UsageError as error:

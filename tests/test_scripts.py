@@ -442,6 +442,67 @@ def test_run_state_tells_a_held_lock_with_either_probe(tmp_path, probe):
     assert not (bare / ".lock").exists() and not (tmp_path / "new").exists()
 
 
+def _checkpoint_layouts(root: Path) -> list[Path]:
+    """Run directories holding each thing a crash, a kill or a hand can leave where a
+    checkpoint belongs: whole or without its manifest, under each of the three names, links
+    to checkpoints and to manifests, a manifest that is a directory."""
+    def checkpoint(run_dir: Path, name: str, manifest: bool = True) -> Path:
+        (run_dir / name).mkdir(parents=True)
+        if manifest:
+            write_json(run_dir / name / "manifest.json", {"step": 5})
+        return run_dir / name
+
+    layouts: dict[str, Callable[[Path], object]] = {
+        "none": lambda d: None,
+        "current": lambda d: checkpoint(d, "checkpoint"),
+        "old": lambda d: checkpoint(d, "checkpoint.old"),
+        "tmp": lambda d: checkpoint(d, "checkpoint.tmp"),
+        "old-and-tmp": lambda d: (checkpoint(d, "checkpoint.old"),
+                                  checkpoint(d, "checkpoint.tmp")),
+        "current-without-manifest": lambda d: checkpoint(d, "checkpoint", manifest=False),
+        "current-without-manifest-and-old": lambda d: (
+            checkpoint(d, "checkpoint", manifest=False), checkpoint(d, "checkpoint.old")),
+        "old-without-manifest": lambda d: checkpoint(d, "checkpoint.old", manifest=False),
+        "linked-current": lambda d: (d / "checkpoint").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint")),
+        "linked-old": lambda d: (d / "checkpoint.old").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint.old")),
+        "linked-manifest": lambda d: (checkpoint(d, "checkpoint", manifest=False)
+                                      / "manifest.json").symlink_to(
+            checkpoint(root / "elsewhere" / d.name, "checkpoint") / "manifest.json"),
+        "manifest-is-a-directory": lambda d: (
+            checkpoint(d, "checkpoint", manifest=False) / "manifest.json").mkdir(),
+        "current-is-a-file": lambda d: (d / "checkpoint").write_text("{}"),
+    }
+    run_dirs = []
+    for name, make in layouts.items():
+        run_dir = root / name
+        write_json(run_dir / "config.json", {})
+        make(run_dir)
+        run_dirs.append(run_dir)
+    return run_dirs
+
+
+@pytest.mark.slow
+def test_a_sweep_resumes_exactly_the_runs_the_trainer_can_resume(tmp_path):
+    """lib.sh's has_checkpoint mirrors the trainer's rule (`latest_checkpoint`, which
+    `--resume` reads) so that a sweep decides without an interpreter: the two give the same
+    answer for every layout, and the old checkpoint a kill between a swap's two renames
+    leaves is one."""
+    from fast_dqn.checkpoints import latest_checkpoint
+
+    run_dirs = _checkpoint_layouts(tmp_path)
+    script = ('source "$1"; shift; for dir; do run_state "$dir" "$dir.log"; '
+              'printf "%s\\n" "$RUN_STATE"; done')
+    result = run(["bash", "-c", script, "bash", LIB, *run_dirs])
+    assert result.returncode == 0, result.stderr
+    states = dict(zip((d.name for d in run_dirs), result.stdout.splitlines()))
+    trainer = {d.name: "resume" if latest_checkpoint(d) is not None else "stale"
+               for d in run_dirs}
+    assert states == trainer
+    assert states["old"] == states["old-and-tmp"] == "resume"  # the case that was missed
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("probe", ["flock", "python"])
 def test_a_sweep_takes_a_log_only_if_nobody_holds_it_and_keeps_it(tmp_path, probe):
@@ -739,6 +800,130 @@ def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys
     assert "2 row(s)" in notes[1] and "line 3 (step inf), line 4 (step 2000)" in notes[1]
 
 
+def notes_naming(output: str, path: Path) -> list[str]:
+    return [line for line in output.splitlines()
+            if line.startswith("note: ") and str(path) in line]
+
+
+@pytest.mark.parametrize("torn_line", ["3000,9.0,1.", "3000,9.0,1.0,30,0.003"],
+                         ids=["cut-in-a-field", "cut-before-its-newline"])
+def test_a_torn_last_evaluation_leaves_the_rows_before_it(tmp_path, capsys, torn_line):
+    """Regression: a last line of evaluations.csv cut short (a crash mid-write) left out
+    every evaluation of the run. Now only that line is skipped, with a note; a line without
+    its newline is torn even where what is left of it reads as numbers."""
+    from scripts import summarize
+
+    run_dir = make_run(tmp_path, "pong", 0, [(1000, 5.0), (2000, 7.0)])
+    with (run_dir / "evaluations.csv").open("a") as file:
+        file.write(torn_line)
+    assert summarize.main([str(tmp_path)]) == 0
+    output = capsys.readouterr().out
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[3:7] == ["2,000", "7.0", "-", "7.0"]  # final step and mean, std, best
+    notes = notes_naming(output, run_dir / "evaluations.csv")
+    assert len(notes) == 1 and "skipped 1 " in notes[0], output
+
+
+def test_random_bytes_in_episodes_csv_skip_only_their_own_lines(tmp_path, capsys):
+    """Regression: 200 random bytes in a run's episodes.csv stopped summarize.py with a
+    UnicodeDecodeError. Now the picture is drawn from the rows around them, and a note says
+    how many lines were skipped."""
+    import random
+
+    from scripts import summarize
+
+    run_dir = tmp_path / "run"
+    make_logged_run(run_dir)
+    episodes = run_dir / "episodes.csv"
+    header, *rows = episodes.read_bytes().splitlines(keepends=True)
+    noise = random.Random(22).randbytes(200)  # 3 newlines among them: 4 damaged lines
+    episodes.write_bytes(b"".join([header, *rows[:2], noise, b"\n", *rows[2:]]))
+    damaged = sum(1 for piece in noise.split(b"\n") if piece.strip())
+
+    assert summarize.main([str(run_dir), "--plot", str(tmp_path / "run.png")]) == 0
+    output = capsys.readouterr().out
+    notes = notes_naming(output, episodes)
+    assert len(notes) == 1 and f"skipped {damaged} " in notes[0], output
+    games = summarize.read_games(episodes, [])
+    kept = [row.decode().split(",") for row in rows]
+    assert games.steps == [int(row[1]) for row in kept]
+    assert games.returns == [float(row[3]) for row in kept]
+
+
+def scratch_run(tmp_path: Path, game: str, seed: int) -> Path:
+    """A run directory on a "scratch disk" outside the runs directory, to be linked to."""
+    return make_run(tmp_path / "scratch", game, seed, [(1000, float(seed))])
+
+
+def test_a_linked_run_is_counted_and_named(tmp_path, capsys):
+    """Regression: os.walk followed no link, so a directory of 3 copied runs and 1 linked
+    run reported 3 runs, without a note."""
+    from scripts import summarize
+
+    root = tmp_path / "runs"
+    for seed in range(3):
+        make_run(root, "pong", seed, [(1000, float(seed))])
+    target = scratch_run(tmp_path, "pong", 3)
+    (root / "pong-seed3").symlink_to(target)
+    assert summarize.main([str(root)]) == 0
+    output = capsys.readouterr().out
+    assert output.startswith(f"4 run(s) of 1 game(s) under {root}\n"), output
+    row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
+    assert row[1] == "0,1,2,3"
+    notes = notes_naming(output, root / "pong-seed3")
+    assert len(notes) == 1 and "1 run(s) reached through a symbolic link" in notes[0]
+    assert str(target) in notes[0]
+
+
+def test_a_directory_of_links_only_is_summarized(tmp_path):
+    """Regression: a directory whose runs are all links (gathered from scratch disks) was
+    "no runs", exit status 2."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for game, seed in (("pong", 0), ("breakout", 0), ("breakout", 1)):
+        (root / f"{game}-seed{seed}").symlink_to(scratch_run(tmp_path, game, seed))
+    result = run([PY, SUMMARIZE, root])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"3 run(s) of 2 game(s) under {root}\n"), result.stdout
+    assert "3 run(s) reached through a symbolic link" in result.stdout
+
+
+def test_a_link_cycle_ends_and_a_run_reached_twice_counts_once(tmp_path):
+    """Following links: a link back up the tree is walked once (no endless walk), and a run
+    reached both in place and through a link is one run, found in place."""
+    root = tmp_path / "runs"
+    in_place = make_run(root / "b", "pong", 0, [(1000, 1.0)])
+    make_run(root / "b", "pong", 1, [(1000, 2.0)])
+    (root / "a").mkdir()
+    (root / "a" / "up").symlink_to(root)  # runs/a/up/a/up/... without an end
+    (root / "a" / "same").symlink_to(in_place)  # walked before b: sorted by name
+    (root / "b" / "self").symlink_to(root / "b")
+    result = run([PY, SUMMARIZE, root], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"2 run(s) of 1 game(s) under {root}\n"), result.stdout
+    assert "reached through a symbolic link" not in result.stdout
+    counted_once = [line for line in result.stdout.splitlines() if "counted once" in line]
+    assert len(counted_once) == 1 and str(root / "a" / "same") in counted_once[0]
+    assert f"the run {in_place}" in counted_once[0]
+
+
+def test_an_episodes_csv_of_random_bytes_gets_a_note_not_a_traceback(tmp_path):
+    """The case of the report: the whole file replaced; summarize.py exited 1 with a
+    traceback and drew nothing."""
+    import random
+
+    run_dir = tmp_path / "run"
+    make_logged_run(run_dir)
+    episodes = run_dir / "episodes.csv"
+    episodes.write_bytes(random.Random(36).randbytes(200))
+    picture = tmp_path / "run.png"
+    result = run([PY, SUMMARIZE, run_dir, "--plot", picture])
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(notes_naming(result.stdout, episodes)) == 1, result.stdout
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_summary_averages_only_runs_of_the_same_settings_and_counts_each_seed_once(tmp_path,
                                                                                     capsys):
     """Regression (issue 36): five runs of seed 0 with different settings were "5 seeds",
@@ -840,7 +1025,7 @@ def test_one_run_directory_gets_a_picture_with_five_panels(tmp_path, capsys):
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".run.png")] == []
 
     run = summarize.read_run(run_dir, [])
-    figure = summarize.run_figure(run, summarize.read_games(run_dir / "episodes.csv"),
+    figure = summarize.run_figure(run, summarize.read_games(run_dir / "episodes.csv", []),
                                   summarize.read_scalars(run_dir, []))
     panels = {axis.get_title(loc="left"): axis for axis in figure.axes}
     assert list(panels) == ["training return", "evaluation return", "loss", "mean Q",
@@ -1034,6 +1219,45 @@ def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, se
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
     log = (out / "breakout-seed0.log").read_text()
     assert "in use by another process" not in log and "\0" not in log
+
+
+@pytest.mark.slow
+def test_a_sweep_resumes_a_run_killed_between_its_checkpoints_two_renames(tmp_path):
+    """Regression: a run whose checkpoint is `checkpoint.old/` (a kill between the two
+    renames of a checkpoint's swap: `checkpoint` -> `checkpoint.old` done, `checkpoint.tmp`
+    -> `checkpoint` not) was called stale, moved aside and trained from step 0, although
+    `--resume` continues it. Now the sweep resumes it."""
+    from tests.cli_runs import ENV, LINE_STOP
+
+    out = tmp_path / "sweep"
+    run_dir = out / "breakout-seed0"
+    stopping_python = tmp_path / "stopping-python"
+    stopping_python.write_text(f"#!/usr/bin/env bash\nexec {shlex.quote(PY)} "
+                               f"{shlex.quote(str(LINE_STOP))} TERM 'evaluation at step 600: .*' "
+                               '"$@"\n')
+    stopping_python.chmod(0o755)
+    sweep = breakout_sweep(out)
+    stopped = run([*sweep[:sweep.index("--python") + 1], stopping_python,
+                   *sweep[sweep.index("--python") + 2:]], env=ENV, timeout=900)
+    log = out / "breakout-seed0.log"
+    assert stopped.returncode == 1, stopped.stderr + log.read_text()[-3000:]
+    assert "stopped at step 600 of 1200" in log.read_text(), log.read_text()[-3000:]
+    # What the kill leaves: the old checkpoint renamed, the new one whole in checkpoint.tmp
+    # (its manifest is written last), not yet renamed into place.
+    (run_dir / "checkpoint").rename(run_dir / "checkpoint.old")
+    shutil.copytree(run_dir / "checkpoint.old", run_dir / "checkpoint.tmp")
+    evaluations_before = (run_dir / "evaluations.csv").read_text()
+    assert evaluations_before.splitlines()[-1].startswith("600,")
+
+    again = run(sweep, env=ENV, timeout=900)
+    assert again.returncode == 0, again.stderr + log.read_text()[-3000:]
+    assert "resume breakout-seed0" in again.stderr
+    assert not list(out.glob("breakout-seed0.incomplete-*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and summary["steps"] == 1200
+    # The evaluation before the stop is the same row, wall clock and all: continued, not redone.
+    evaluations = (run_dir / "evaluations.csv").read_text()
+    assert evaluations.startswith(evaluations_before) and evaluations != evaluations_before
 
 
 # ------------------------------------------------------------------------------- linting
