@@ -162,12 +162,14 @@ def _run_file_in(path: Path) -> str | None:
 def _check_outside_runs(path: Path) -> None:
     """Refuses a path inside another run's directory, wherever its links lead: a run there
     would add files to that run's checkpoint (which a resume of it then refuses) or mix its
-    own with that run's."""
+    own with that run's. A run's directory holds its lock and one of its files: a project's
+    own config.json above the runs is no run."""
     for parent in Path(os.path.realpath(path)).parents:
         name = _run_file_in(parent)
-        if name is not None:
-            raise RunDirError(f"{path} is inside the run directory {parent} (it holds {name}); "
-                              "a run directory holds one run: choose a --logdir outside it")
+        if name is not None and os.path.lexists(parent / LOCK_FILE):
+            raise RunDirError(f"{path} is inside the run directory {parent} (it holds "
+                              f"{LOCK_FILE} and {name}); a run directory holds one run: "
+                              "choose a --logdir outside it")
 
 
 def _check_existing_run_dir(path: Path, status: os.stat_result) -> None:
@@ -561,7 +563,7 @@ class RunDirectory:
         if self.new and self._created is not None:
             _remove_created(self._created, self.directory)
         elif self.new:
-            for name in (*RUN_FILES, LOCK_FILE):  # the directory existed, without a run
+            for name in (*RUN_FILES, LOCK_FILE):  # the directory existed, empty
                 with contextlib.suppress(OSError, ValueError):
                     os.unlink(name, dir_fd=self.directory.fd)
         self.release()

@@ -350,7 +350,7 @@ def test_a_new_run_inside_a_run_is_refused_and_the_run_still_resumes(saved_run, 
                                                                       inside):
     """Regression: --logdir=RUN/checkpoint/inner was taken, and then --resume RUN (and play)
     refused RUN's checkpoint: ".../checkpoint/inner/.lock is not in the manifest"."""
-    launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)
+    launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)  # takes the lock, as runs do
     resumed_before = capsys.readouterr().err  # this stand-in's state is where it stops
     assert "manifest.json: 'updates' is missing" in resumed_before
     before, paths = snapshot(saved_run), every_path(saved_run)
@@ -358,8 +358,8 @@ def test_a_new_run_inside_a_run_is_refused_and_the_run_still_resumes(saved_run, 
                          ALGO_FAST_DQN)
     err = capsys.readouterr().err
     assert status == 2 and len(err.splitlines()) == 1, err[-3000:]
-    assert f"{saved_run / inside} is inside the run directory {saved_run} (it holds " \
-        "config.json)" in err
+    assert f"{saved_run / inside} is inside the run directory {saved_run} (it holds .lock " \
+        "and config.json)" in err
     assert snapshot(saved_run) == before and every_path(saved_run) == paths
     launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)
     assert capsys.readouterr().err == resumed_before

@@ -122,10 +122,19 @@ def test_a_path_inside_a_run_is_refused_and_nothing_is_written(tmp_path, inside,
     check = check_run_dir_writable if how == "check" else RunDirectory.create
     with pytest.raises(RunDirError) as error:
         check(path)
-    assert str(error.value) == (f"{path} is inside the run directory {run} (it holds "
-                                "config.json); a run directory holds one run: choose a "
+    assert str(error.value) == (f"{path} is inside the run directory {run} (it holds .lock "
+                                "and config.json); a run directory holds one run: choose a "
                                 "--logdir outside it")
     assert tree(run) == before
+
+
+def test_a_config_json_of_a_project_above_its_runs_makes_no_run(tmp_path):
+    """A run's directory holds its lock beside its files: a project whose root holds a
+    config.json of its own keeps its runs under it."""
+    (tmp_path / "config.json").write_text('{"model": "mine"}')
+    path = tmp_path / "runs" / "pong"
+    with RunDirectory.create(path) as run_dir:
+        assert run_dir.new and [p.name for p in path.iterdir()] == [LOCK_FILE]
 
 
 @pytest.mark.parametrize("how", ["check", "create"])
