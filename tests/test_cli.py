@@ -210,8 +210,8 @@ def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, c
 
 
 def test_a_logdir_that_holds_other_files_is_refused_and_left_alone(tmp_path, capsys):
-    """A new run takes a new or empty directory (the module docstring of run_dir says so): a
-    run there removed a `checkpoint/` of another program's at its first save."""
+    """A new run takes a new or empty directory, as RunDirectory.create says. Regression: a
+    run there replaced another program's `checkpoint/` (model.pt and all) at its first save."""
     logdir = tmp_path / "results"
     (logdir / "checkpoint").mkdir(parents=True)
     (logdir / "checkpoint" / "model.pt").write_text("weights")
