@@ -38,7 +38,7 @@ import os
 import stat
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -55,6 +55,12 @@ CHECKPOINT_NAMES = (CHECKPOINT, NEW_CHECKPOINT, OLD_CHECKPOINT)
 MANIFEST = "manifest.json"
 NETWORK = "network"
 NETWORK_PREFIX = Path(NETWORK) / "ckpt"
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX")  # bytes of a path the system opens, with its NUL
+# Where TensorFlow's files of that prefix are in either checkpoint a resume reads (its data
+# in one shard, numbered in five digits): the longest paths a run opens by name.
+NETWORK_PATHS = tuple(f"{checkpoint}/{NETWORK_PREFIX.as_posix()}{suffix}"
+                      for checkpoint in (CHECKPOINT, OLD_CHECKPOINT)
+                      for suffix in (".index", ".data-00000-of-00001"))
 REPLAY = "replay"
 UNSTORED = "unstored_"  # the name prefix of the transitions held apart from the memory
 # The replay files every saved memory has and the loader reads (`read_replay_into`).
@@ -130,6 +136,20 @@ def clear_leftovers(directory: OpenDirectory) -> None:
             directory.remove(name)
         except OSError as error:
             raise directory.failure(name, error) from error
+
+
+def path_too_long(run_dir: Path, names: Iterable[str] = NETWORK_PATHS) -> str | None:
+    """Why the system would not open the longest of `names`, paths inside `run_dir`, by its
+    path, or None: a path of PATH_MAX bytes or more fails (ENAMETOOLONG), which TensorFlow
+    reports as "Failed to find any matching files" for files that are there."""
+    name = max(names, key=lambda name: len(os.fsencode(name)))
+    length = len(os.fsencode(str(Path(run_dir) / name)))
+    if length < PATH_MAX:
+        return None
+    room = PATH_MAX - 1 - (length - len(os.fsencode(str(run_dir))))
+    return (f"the path of {run_dir} is too long for a run: TensorFlow opens {name} in it by a "
+            f"path of {length:,} bytes, and the system takes at most {PATH_MAX - 1:,} "
+            f"(PATH_MAX), which leaves {room:,} bytes for the run directory's path")
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -414,13 +434,17 @@ def verify_checkpoint(checkpoint: Path, *, replay_optional: bool = False) -> dic
             user asked to refill it); a replay file that is there is still checked.
     Raises:
         CheckpointError: naming the first file that is missing, unlisted, a link, of another
-            size, or damaged.
+            size, or damaged, or a network file whose path is too long to open.
     """
     checkpoint = Path(checkpoint)
     manifest = read_manifest(checkpoint)
     files = manifest.get("files")
     if not isinstance(files, dict) or not any(name.startswith(f"{NETWORK}/") for name in files):
         raise CheckpointError(f"{checkpoint / MANIFEST} lists no network files")
+    too_long = path_too_long(checkpoint.parent, [f"{checkpoint.name}/{name}" for name in files
+                                                 if name.startswith(f"{NETWORK}/")])
+    if too_long is not None:
+        raise CheckpointError(f"{too_long}: move the run directory to a shorter path")
     with _opened(checkpoint) as directory:
         replay_missing = replay_optional and directory.lstat(REPLAY) is None
         if manifest.get("replay_saved") and not replay_missing:

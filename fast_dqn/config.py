@@ -14,7 +14,7 @@ import difflib
 import json
 import math
 import typing
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 # Atari protocol constants that no flag changes: they define the learning problem's input.
 FRAME_SKIP = 4  # emulator frames per agent step (the last 2 are max-pooled)
@@ -66,6 +66,16 @@ RESUME_ONLY = ("resume", "refill_replay")
 # give them anew (a run resumed on another machine picks that machine's device).
 PROCESS_ONLY = ("device",)
 NOT_SAVED = RESUME_ONLY + PROCESS_ONLY
+
+# config.json's version (one without the key: 1, written before it was kept). A config.json
+# holds every setting of its version; one of an older version lacks the settings added after
+# it, which its run ran with at their defaults (version 1: from checkpoint format 2 on).
+CONFIG_VERSION_KEY = "config_version"
+CONFIG_VERSION = 2
+SETTINGS_ADDED_AFTER = {1: ("protocol", "life_loss_terminal", "full_action_set", "double",
+                            "dueling", "replay_device", "optimizer", "loss")}
+# The largest --timesteps: TensorBoard records the agent step as a 64-bit integer.
+MAX_TIMESTEPS = 2**63 - 1
 
 
 def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
@@ -139,7 +149,8 @@ class Config:
                            "streams, mean advantage subtracted, the gradient into the last "
                            "convolution scaled by 1/sqrt(2)")
 
-    logdir: str = _field("", "run directory (default runs/<game>-<algo>-seed<seed>-<time>)")
+    logdir: str = _field("", "run directory: a new or empty one, outside any other run's "
+                         "(default runs/<game>-<algo>-seed<seed>-<time>)")
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
                                    "the end and on interruption)")
     checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints")
@@ -182,24 +193,41 @@ class Config:
 
     def saved_settings(self) -> dict[str, Any]:
         """The settings config.json keeps: all but the resume-only and process-only ones
-        (NOT_SAVED)."""
-        return {name: value for name, value in dataclasses.asdict(self).items()
-                if name not in NOT_SAVED}
+        (NOT_SAVED), with the version of config.json they are written in."""
+        return {CONFIG_VERSION_KEY: CONFIG_VERSION,
+                **{name: value for name, value in dataclasses.asdict(self).items()
+                   if name not in NOT_SAVED}}
 
     @classmethod
-    def from_saved(cls, saved: Mapping[str, Any]) -> "Config":
-        """The settings in a run's config.json (its other keys, e.g. the library versions and
-        the code's commits, and the settings it does not keep, NOT_SAVED, are left out;
-        settings added since the run was written take their defaults).
+    def from_saved(cls, saved: Mapping[str, Any], algo: str) -> "Config":
+        """The settings in a run's config.json of the trainer `algo`, checked as the flags are
+        (`validate`). Its other keys (e.g. the library versions and the code's commits) and
+        the settings it does not keep (NOT_SAVED) are left out; the settings added after its
+        version (SETTINGS_ADDED_AFTER) take their defaults where it lacks them.
 
         Raises:
-            ValueError: a setting's value is not of its field's type (a hand edit such as
-                "workers": "4"), or not one of its field's choices: one line naming the key.
+            ValueError: one line naming the key: its version is unknown, a setting of its
+                version is missing (deleted by hand), or a value is not of its field's type
+                (such as "workers": "4"), not one of its choices, or out of its flag's range.
         """
+        version = saved.get(CONFIG_VERSION_KEY, 1)
+        if type(version) is not int or not 1 <= version <= CONFIG_VERSION:
+            raise ValueError(f"{CONFIG_VERSION_KEY!r} must be an integer from 1 to "
+                             f"{CONFIG_VERSION}; got {_as_json(version)}")
+        added = {name for after, names in SETTINGS_ADDED_AFTER.items() if after >= version
+                 for name in names}
         types = typing.get_type_hints(cls)
-        return cls(**{field.name: _saved_value(field, saved[field.name], types[field.name])
-                      for field in dataclasses.fields(cls)
-                      if field.name in saved and field.name not in NOT_SAVED})
+        values = {}
+        for field in dataclasses.fields(cls):
+            if field.name in NOT_SAVED:
+                continue
+            if field.name in saved:
+                values[field.name] = _saved_value(field, saved[field.name], types[field.name])
+            elif field.name not in added:
+                raise ValueError(f"{field.name!r} is missing")
+        config = cls(**values)
+        validate(config, algo, name=repr)
+        return config
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -465,49 +493,57 @@ def protocol_overrides(config: Config) -> list[str]:
     return sorted(name for name, value in preset.items() if getattr(config, name) != value)
 
 
-def validate(config: Config, algo: str) -> None:
-    """Raises ValueError with a one-line, actionable message for settings that cannot run."""
-    for name in float_fields():  # first: inf and nan pass some range checks below
-        value = getattr(config, name)
+def validate(config: Config, algo: str,
+             name: Callable[[str], str] = flag_name) -> None:
+    """Raises ValueError with a one-line, actionable message for settings that cannot run,
+    naming each setting by `name`: its flag, or (`repr`) its key in config.json."""
+    for field in float_fields():  # first: inf and nan pass some range checks below
+        value = getattr(config, field)
         if not math.isfinite(value):
-            raise ValueError(f"{flag_name(name)} must be a finite number; got {value}")
+            raise ValueError(f"{name(field)} must be a finite number; got {value}")
     positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
                 "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers",
                 "updates_per_call")
-    for name in positive:
-        if getattr(config, name) < 1:
-            raise ValueError(f"{flag_name(name)} must be at least 1; got {getattr(config, name)}")
+    for field in positive:
+        if getattr(config, field) < 1:
+            raise ValueError(f"{name(field)} must be at least 1; got {getattr(config, field)}")
+    if config.timesteps > MAX_TIMESTEPS:
+        raise ValueError(f"{name('timesteps')} must be at most {MAX_TIMESTEPS} (TensorBoard's "
+                         f"64-bit step); got {config.timesteps}")
     non_negative = ("evaluate", "replay_start", "exploration_steps", "noop_max",
                     "checkpoint_every")
-    for name in non_negative:
-        if getattr(config, name) < 0:
-            raise ValueError(f"{flag_name(name)} must be 0 or more; got {getattr(config, name)}")
+    for field in non_negative:
+        if getattr(config, field) < 0:
+            raise ValueError(f"{name(field)} must be 0 or more; got {getattr(config, field)}")
     if not 0 <= config.seed <= MAX_SEED:
-        raise ValueError(f"--seed must be within [0, {MAX_SEED}]; got {config.seed}")
+        raise ValueError(f"{name('seed')} must be within [0, {MAX_SEED}]; got {config.seed}")
     probabilities = ("initial_epsilon", "final_epsilon", "eval_epsilon", "sticky_actions",
                      "discount", "rmsprop_rho")
-    for name in probabilities:
-        value = getattr(config, name)
+    for field in probabilities:
+        value = getattr(config, field)
         if not 0.0 <= value <= 1.0:
-            raise ValueError(f"{flag_name(name)} must be within [0, 1]; got {value}")
+            raise ValueError(f"{name(field)} must be within [0, 1]; got {value}")
     if not config.lr > 0:
-        raise ValueError(f"--lr must be positive; got {config.lr}")
+        raise ValueError(f"{name('lr')} must be positive; got {config.lr}")
     if not config.rmsprop_epsilon > 0:
-        raise ValueError(f"--rmsprop-epsilon must be positive; got {config.rmsprop_epsilon}")
+        raise ValueError(f"{name('rmsprop_epsilon')} must be positive; got "
+                         f"{config.rmsprop_epsilon}")
     if config.progress_every <= 0:
-        raise ValueError(f"--progress-every must be positive; got {config.progress_every}")
+        raise ValueError(f"{name('progress_every')} must be positive; got "
+                         f"{config.progress_every}")
     if config.replay_start > config.replay_capacity:
-        raise ValueError(f"--replay-start ({config.replay_start}) must not exceed "
-                         f"--replay-capacity ({config.replay_capacity})")
+        raise ValueError(f"{name('replay_start')} ({config.replay_start}) must not exceed "
+                         f"{name('replay_capacity')} ({config.replay_capacity})")
     if config.replay_start < config.batch_size:
-        raise ValueError(f"--replay-start ({config.replay_start}) must be at least --batch-size "
-                         f"({config.batch_size}): the first minibatch is drawn from what the "
-                         "random start stored")
+        raise ValueError(f"{name('replay_start')} ({config.replay_start}) must be at least "
+                         f"{name('batch_size')} ({config.batch_size}): the first minibatch is "
+                         "drawn from what the random start stored")
     if config.replay_capacity < config.batch_size + HISTORY:
-        raise ValueError(f"--replay-capacity ({config.replay_capacity}) must hold a minibatch "
-                         f"and its frame history: at least {config.batch_size + HISTORY}")
+        raise ValueError(f"{name('replay_capacity')} ({config.replay_capacity}) must hold a "
+                         f"minibatch and its frame history: at least "
+                         f"{config.batch_size + HISTORY}")
     if algo == ALGO_FAST_DQN:
-        _validate_fast(config)
+        _validate_fast(config, name)
 
 
 def float_fields() -> list[str]:
@@ -515,23 +551,25 @@ def float_fields() -> list[str]:
     return [field.name for field in dataclasses.fields(Config) if field.type in ("float", float)]
 
 
-def _validate_fast(config: Config) -> None:
+def _validate_fast(config: Config, name: Callable[[str], str]) -> None:
     if config.timesteps < config.workers:
-        raise ValueError(f"--timesteps ({config.timesteps}) must be at least --workers "
-                         f"({config.workers}): every round steps all the environments")
+        raise ValueError(f"{name('timesteps')} ({config.timesteps}) must be at least "
+                         f"{name('workers')} ({config.workers}): every round steps all the "
+                         "environments")
     if config.target_update % config.train_freq != 0:
-        raise ValueError(f"--train-freq ({config.train_freq}) must divide --target-update "
-                         f"({config.target_update}) so that every epoch has whole minibatches")
+        raise ValueError(f"{name('train_freq')} ({config.train_freq}) must divide "
+                         f"{name('target_update')} ({config.target_update}) so that every "
+                         "epoch has whole minibatches")
     if config.target_update % config.workers != 0:
-        raise ValueError(f"--workers ({config.workers}) must divide --target-update "
-                         f"({config.target_update}); try "
+        raise ValueError(f"{name('workers')} ({config.workers}) must divide "
+                         f"{name('target_update')} ({config.target_update}); try "
                          f"{_nearest_divisor(config.target_update, config.workers)}")
     if config.replay_start % config.workers != 0:
-        raise ValueError(f"--workers ({config.workers}) must divide --replay-start "
-                         f"({config.replay_start})")
+        raise ValueError(f"{name('workers')} ({config.workers}) must divide "
+                         f"{name('replay_start')} ({config.replay_start})")
     if config.backend == "vector" and config.interp != "area":
-        raise ValueError("--interp other than 'area' needs --backend=threads (ale-py's vector "
-                         "env always resizes with area interpolation)")
+        raise ValueError(f"{name('interp')} other than 'area' needs {name('backend')}=threads "
+                         "(ale-py's vector env always resizes with area interpolation)")
 
 
 def _nearest_divisor(total: int, wanted: int) -> int:

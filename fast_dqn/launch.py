@@ -39,8 +39,9 @@ from fast_dqn.training_loops import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, 
 from fast_dqn.atari import GameSettings, game_of_new_run, resolve_game
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
                                   check_checkpoint_names, clear_leftovers, latest_checkpoint,
-                                  network_prefix, read_replay_into, read_unstored, replay_in,
-                                  save_checkpoint, unstored_arrays, verify_checkpoint)
+                                  network_prefix, path_too_long, read_replay_into,
+                                  read_unstored, replay_in, save_checkpoint, unstored_arrays,
+                                  verify_checkpoint)
 from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_name,
                              given_settings, make_parser, new_run_settings, protocol_overrides,
@@ -98,7 +99,10 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     logdir = config.logdir or str(default_run_dir(config.game, algo, config.seed))
     config = config.replace(logdir=os.path.expanduser(logdir))
     check_memory_for(config.replay_capacity, num_envs(config, algo))
-    if not Path(config.logdir).is_dir():  # an existing one is checked once it is locked
+    too_long = path_too_long(Path(os.path.abspath(config.logdir)))  # as a resume may name it
+    if too_long is not None:
+        raise ValueError(f"{too_long}; choose a shorter --logdir")
+    if not Path(config.logdir).is_dir():  # an existing one is checked by RunDirectory.create
         check_run_dir_writable(Path(config.logdir))
     return config
 
@@ -161,11 +165,11 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     if saved.get("algo") != algo:
         raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
     try:
-        config = Config.from_saved(saved)
+        config = Config.from_saved(saved, algo)
     except ValueError as error:  # a hand edit
         raise ValueError(f"cannot resume {run_dir}: {run_dir / CONFIG_FILE}: {error}") from None
     config = config.replace(logdir=str(run_dir), resume=str(run_dir), **settings)
-    validate(config, algo)
+    validate(config, algo)  # what the flags given beside --resume change
     config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
     check_memory_for(config.replay_capacity, num_envs(config, algo))
     return config

@@ -181,9 +181,9 @@ def load_run(run_dir: Path) -> RunToPlay:
     """Reads the run's settings, finds its latest complete checkpoint and verifies it.
 
     Raises:
-        ValueError: no such directory, no readable config.json (or a setting of another
-            type in it), an unknown game, no complete checkpoint, or a damaged one (the
-            message names the file).
+        ValueError: no such directory, no readable config.json (or a setting missing from
+            it, or one a flag would refuse), an unknown game, no complete checkpoint, or a
+            damaged one (the message names the file).
     """
     if not run_dir.is_dir():
         raise ValueError(f"no run directory {run_dir}")
@@ -191,7 +191,7 @@ def load_run(run_dir: Path) -> RunToPlay:
     if not isinstance(saved, dict) or "game" not in saved:
         raise ValueError(f"{run_dir / CONFIG_FILE} does not name a game; is it a run's config?")
     try:
-        config = Config.from_saved(saved)
+        config = Config.from_saved(saved, str(saved.get("algo")))
     except ValueError as error:  # a hand edit
         raise ValueError(f"{run_dir / CONFIG_FILE}: {error}") from None
     config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too

@@ -133,10 +133,12 @@ def check_run_dir_writable(path: Path) -> None:
     """Checks that a new run can be written at `path`, without creating anything.
 
     Raises:
-        RunDirError: (one line, saying what to do) if a component of `path` is a file, the
-            nearest existing directory is not writable, or `path` already holds a run.
+        RunDirError: (one line, saying what to do) if `path` lies inside another run's
+            directory, a component of `path` is a file, the nearest existing directory is not
+            writable, or `path` already holds a run or any other file.
     """
     path = Path(os.path.abspath(path))
+    _check_outside_runs(path)
     status = _stat(path)
     if status is not None:
         _check_existing_run_dir(path, status)
@@ -152,14 +154,44 @@ def check_run_dir_writable(path: Path) -> None:
                           "choose another --logdir")
 
 
+def _run_file_in(path: Path) -> str | None:
+    """The first of RUN_FILES in `path` (a link counts: it is never followed), or None."""
+    return next((name for name in RUN_FILES if os.path.lexists(path / name)), None)
+
+
+def _check_outside_runs(path: Path) -> None:
+    """Refuses a path inside another run's directory, wherever its links lead: a run there
+    would add files to that run's checkpoint (which a resume of it then refuses) or mix its
+    own with that run's. A run's directory holds its lock and one of its files: a project's
+    own config.json above the runs is no run."""
+    for parent in Path(os.path.realpath(path)).parents:
+        name = _run_file_in(parent)
+        if name is not None and os.path.lexists(parent / LOCK_FILE):
+            raise RunDirError(f"{path} is inside the run directory {parent} (it holds "
+                              f"{LOCK_FILE} and {name}); a run directory holds one run: "
+                              "choose a --logdir outside it")
+
+
 def _check_existing_run_dir(path: Path, status: os.stat_result) -> None:
+    """Refuses an existing `path` that is not a directory, holds a run or any other file (a
+    run removes and renames its own names there) but a lone `.lock` (a start cut short), or
+    cannot be written."""
     if not _is_dir(status):
         raise RunDirError(f"run directory {path} exists and is not a directory; "
                           "choose another --logdir")
-    for name in RUN_FILES:
-        if os.path.lexists(path / name):  # a link counts as a file: it is never followed
-            raise RunDirError(f"{path} already holds a run ({name}); continue it with "
-                              f"--resume {path} or choose another --logdir")
+    name = _run_file_in(path)
+    if name is not None:
+        raise RunDirError(f"{path} already holds a run ({name}); continue it with "
+                          f"--resume {path} or choose another --logdir")
+    try:
+        others = sorted(set(os.listdir(path)) - {LOCK_FILE})
+    except OSError as error:
+        raise RunDirError(f"cannot use {path} for a run: {error.strerror}; "
+                          "choose another --logdir") from None
+    if others:
+        more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+        raise RunDirError(f"{path} is not empty (it holds {others[0]}{more}); a new run takes "
+                          "a new or empty directory: choose another --logdir")
     if not os.access(path, os.W_OK | os.X_OK):
         raise RunDirError(f"run directory {path} is not writable; choose another --logdir")
 
@@ -466,11 +498,11 @@ class RunDirectory:
         """Creates (or takes an empty) directory for a new run and locks it.
 
         Raises:
-            RunDirError: it cannot be created, another process holds it, it holds a run, or
-                its lock file is a link.
+            RunDirError: it cannot be created, lies inside another run's directory, another
+                process holds it, it holds a run or other files, or its lock file is a link.
         """
         path = Path(path)
-        if not path.is_dir():
+        if _run_file_in(path) is None:  # a run's directory is refused once locked (below)
             check_run_dir_writable(path)  # creates nothing
         created = _top_missing_dir(path)
         directory = None
@@ -531,7 +563,7 @@ class RunDirectory:
         if self.new and self._created is not None:
             _remove_created(self._created, self.directory)
         elif self.new:
-            for name in (*RUN_FILES, LOCK_FILE):  # the directory existed, without a run
+            for name in (*RUN_FILES, LOCK_FILE):  # the directory existed, empty
                 with contextlib.suppress(OSError, ValueError):
                     os.unlink(name, dir_fd=self.directory.fd)
         self.release()

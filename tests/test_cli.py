@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from fast_dqn import run_logs
-from fast_dqn.run_dir import OpenDirectory, write_failure
+from fast_dqn.run_dir import OpenDirectory, RunDirectory, write_failure
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, MAX_SEED, Config, flag_name,
                              float_fields)
 from fast_dqn.launch import main, prepare_config
 from tests.cli_runs import ENV, REPO, SMALL_BATCH
+from tests.run_files import LONGEST_NAME, LONGEST_RUN_DIR, path_of_length
 
 
 
@@ -203,10 +204,44 @@ def test_failed_write_into_an_existing_directory_keeps_the_directory(tmp_path, c
     monkeypatch.setattr(OpenDirectory, "write_bytes_atomic", _disk_full)
     logdir = tmp_path / "run"
     logdir.mkdir()
-    (logdir / "notes.txt").write_text("mine")
     assert main([f"--logdir={logdir}"], ALGO_FAST_DQN) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    assert sorted(path.name for path in logdir.iterdir()) == ["notes.txt"]
+    assert logdir.is_dir() and list(logdir.iterdir()) == []
+
+
+def test_a_logdir_that_holds_other_files_is_refused_and_left_alone(tmp_path, capsys):
+    """A new run takes a new or empty directory, as RunDirectory.create says. Regression: a
+    run there replaced another program's `checkpoint/` (model.pt and all) at its first save."""
+    logdir = tmp_path / "results"
+    (logdir / "checkpoint").mkdir(parents=True)
+    (logdir / "checkpoint" / "model.pt").write_text("weights")
+    assert main([*SMOKE, f"--logdir={logdir}"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"{logdir} is not empty (it holds checkpoint); a new run takes a new or empty " \
+        "directory: choose another --logdir" in err
+    assert [str(path.relative_to(logdir)) for path in sorted(logdir.rglob("*"))] == [
+        "checkpoint", "checkpoint/model.pt"]
+    assert (logdir / "checkpoint" / "model.pt").read_text() == "weights"
+
+
+def test_a_logdir_too_long_for_its_checkpoint_files_is_refused(tmp_path, capsys):
+    """Regression: a run directory of 4,075 characters trained (it writes through
+    /proc/self/fd), and its resume and play then failed with TensorFlow's "Failed to find any
+    matching files" (ENAMETOOLONG: the path of a network file passed PATH_MAX)."""
+    too_long = path_of_length(tmp_path, LONGEST_RUN_DIR + 1)
+    assert main([*SMOKE, f"--logdir={too_long}"], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert (f"TensorFlow opens {LONGEST_NAME} in it by a path of {LONGEST_RUN_DIR + 49:,} bytes, "
+            f"and the system takes at most {LONGEST_RUN_DIR + 48:,} (PATH_MAX), which leaves "
+            f"{LONGEST_RUN_DIR:,} bytes for the run directory's path; choose a shorter "
+            "--logdir") in err
+    assert list(tmp_path.iterdir()) == []
+    longest = path_of_length(tmp_path, LONGEST_RUN_DIR)  # the longest that is taken
+    assert prepare_config([*SMOKE, f"--logdir={longest}"], ALGO_DQN).logdir == str(longest)
+    RunDirectory.create(longest).discard()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_failed_creation_of_the_csvs_is_one_line(tmp_path, capsys, monkeypatch):

@@ -110,7 +110,8 @@ def test_config_is_frozen_and_round_trips_through_json():
     assert Config(**json.loads(config.to_json())) == config
 
 
-@pytest.mark.parametrize("changes,algo,message", [
+# Settings a flag refuses, with its message (a regular expression).
+REFUSED_SETTINGS = [
     ({"workers": 0}, ALGO_FAST_DQN, "--workers must be at least 1"),
     ({"workers": 3}, ALGO_FAST_DQN, "--workers \\(3\\) must divide --target-update"),
     ({"timesteps": -5}, ALGO_DQN, "--timesteps must be at least 1"),
@@ -127,7 +128,12 @@ def test_config_is_frozen_and_round_trips_through_json():
     ({"lr": float("inf")}, ALGO_DQN, "--lr must be a finite number; got inf"),
     ({"progress_every": float("inf")}, ALGO_DQN, "--progress-every must be a finite number"),
     ({"discount": float("nan")}, ALGO_DQN, "--discount must be a finite number; got nan"),
-])
+    # An extra zero or an exponent typed for a count: beyond TensorBoard's 64-bit step.
+    ({"timesteps": 10**30}, ALGO_DQN, "--timesteps must be at most 9223372036854775807"),
+]
+
+
+@pytest.mark.parametrize("changes,algo,message", REFUSED_SETTINGS)
 def test_validation_errors(changes, algo, message):
     with pytest.raises(ValueError, match=message):
         validate(Config(**changes), algo)
@@ -145,6 +151,10 @@ def test_defaults_are_valid_for_both_trainers():
 
 def test_largest_seed_is_valid():
     validate(Config(seed=config_module.MAX_SEED), ALGO_FAST_DQN)
+
+
+def test_largest_timesteps_is_valid():
+    validate(Config(timesteps=2**63 - 1), ALGO_FAST_DQN)
 
 
 def test_readme_flag_table_is_generated_from_the_config():
@@ -234,6 +244,9 @@ def test_the_fast_trainer_announces_periods_it_cannot_keep():
 
 # -- config.json read back: types from the hand edits of issue 34 ------------------------------
 
+SAVED = Config().saved_settings()  # config.json's settings, as a run writes them
+
+
 @pytest.mark.parametrize("key, value, wanted", [
     ("workers", "4", 'an integer; got "4"'),
     ("workers", None, "an integer; got null"),
@@ -250,7 +263,7 @@ def test_a_saved_setting_of_another_type_is_refused_naming_the_key(key, value, w
     """Regression: "workers": "4", null or "lr": "x" gave a TypeError, "game": 5 an
     AttributeError, and "double": "yes" was taken as true."""
     with pytest.raises(ValueError) as error:
-        Config.from_saved({"game": "pong", key: value})
+        Config.from_saved({**SAVED, key: value}, ALGO_FAST_DQN)
     assert str(error.value) == f"{key!r} must be {wanted}"
 
 
@@ -259,8 +272,9 @@ def test_every_saved_setting_has_its_type_checked_and_a_whole_number_is_a_float(
         if field.name in ("resume", "refill_replay", "device"):  # not read back (below)
             continue
         with pytest.raises(ValueError, match=f"^{field.name!r} must be "):
-            Config.from_saved({field.name: [1]})  # a list: no setting's type
-    config = Config.from_saved({"lr": 1, "discount": 0.5, "workers": 4, "double": True})
+            Config.from_saved({**SAVED, field.name: [1]}, ALGO_DQN)  # a list: no setting's type
+    config = Config.from_saved({**SAVED, "lr": 1, "discount": 0.5, "workers": 4,
+                                "double": True}, ALGO_FAST_DQN)
     assert (config.lr, config.discount, config.workers, config.double) == (1.0, 0.5, 4, True)
     assert type(config.lr) is float
 
@@ -271,7 +285,95 @@ def test_the_resume_only_settings_are_neither_saved_nor_read_back():
     config = Config(refill_replay=True, resume="runs/x", workers=4)
     saved = config.saved_settings()
     assert "refill_replay" not in saved and "resume" not in saved and saved["workers"] == 4
-    assert Config.from_saved({"refill_replay": True, "resume": "runs/x"}) == Config()
+    assert Config.from_saved({**SAVED, "refill_replay": True, "resume": "runs/x"},
+                             ALGO_DQN) == Config()
+
+
+# -- config.json read back: values a flag refuses, missing settings ----------------------------
+
+@pytest.mark.parametrize("changes,algo,message", REFUSED_SETTINGS)
+def test_a_saved_value_a_flag_refuses_is_refused_naming_the_key(changes, algo, message):
+    """Regression: config.json's "timesteps": 10**30 trained (ETA 2e23 days), and -5 was
+    refused as "--timesteps", a flag the resume was not given."""
+    key = next(iter(changes))
+    with pytest.raises(ValueError) as error:
+        Config.from_saved({**SAVED, **changes}, algo)
+    assert str(error.value).startswith(f"{key!r} ") and "--" not in str(error.value)
+
+
+# config.json as the first runs that a resume reads wrote it (commit 88752bb, checkpoint
+# format 2, before --protocol, --double, --dueling, --replay-device, --optimizer and --loss),
+# for a run of run_fast_dqn.py --game=breakout --timesteps=1000 --replay-capacity=5000
+# --replay-start=400.
+VERSION_1 = {
+    "algo": "fast_dqn", "backend": "vector", "batch_size": 32, "checkpoint_every": 1000000,
+    "checkpoint_replay": True, "concurrent": True, "discount": 0.99, "eval_episodes": 30,
+    "eval_epsilon": 0.05, "eval_max_episode_steps": 4500, "evaluate": 250000,
+    "exploration_steps": 1000000, "final_epsilon": 0.1, "game": "breakout",
+    "initial_epsilon": 1.0, "interp": "area", "logdir": "", "lr": 0.00025,
+    "max_episode_steps": 27000, "noop_max": 30, "progress_every": 30.0, "refill_replay": False,
+    "replay_capacity": 5000, "replay_start": 400, "resume": "", "rmsprop_epsilon": 0.01,
+    "rmsprop_rho": 0.95, "seed": 0, "sticky_actions": 0.0, "synchronize": True,
+    "target_update": 10000, "timesteps": 1000, "train_freq": 4, "updates_per_call": 4,
+    "workers": 8, "xla": "auto", "library_versions": {"python": "3.11.9"}}
+# The settings config.json holds from version 2 on: a setting added to Config needs a new
+# version (config.CONFIG_VERSION, SETTINGS_ADDED_AFTER) and a line here.
+VERSION_2_SETTINGS = {
+    "game", "timesteps", "evaluate", "seed", "interp", "replay_capacity", "replay_start",
+    "train_freq", "target_update", "batch_size", "lr", "optimizer", "rmsprop_rho",
+    "rmsprop_epsilon", "loss", "discount", "initial_epsilon", "exploration_steps",
+    "final_epsilon", "eval_episodes", "eval_epsilon", "eval_max_episode_steps", "protocol",
+    "sticky_actions", "life_loss_terminal", "full_action_set", "noop_max", "max_episode_steps",
+    "double", "dueling", "logdir", "checkpoint_every", "checkpoint_replay", "progress_every",
+    "xla", "replay_device", "workers", "concurrent", "synchronize", "backend",
+    "updates_per_call"}
+
+
+def test_config_json_holds_every_setting_of_its_version():
+    saved = dict(SAVED)
+    assert saved.pop("config_version") == 2
+    assert set(saved) == VERSION_2_SETTINGS
+
+
+@pytest.mark.parametrize("key", sorted(VERSION_2_SETTINGS))
+def test_a_setting_missing_from_config_json_is_refused_naming_the_key(key):
+    """Regression: a setting deleted from config.json quietly took its default."""
+    saved = {name: value for name, value in SAVED.items() if name != key}
+    with pytest.raises(ValueError) as error:
+        Config.from_saved(saved, ALGO_FAST_DQN)
+    assert str(error.value) == f"{key!r} is missing"
+
+
+def test_a_config_json_of_version_1_is_read_with_the_settings_added_since_at_their_defaults():
+    config = Config.from_saved(VERSION_1, ALGO_FAST_DQN)
+    added = VERSION_2_SETTINGS - set(VERSION_1)
+    assert added == {"protocol", "life_loss_terminal", "full_action_set", "double", "dueling",
+                     "replay_device", "optimizer", "loss"}
+    assert {name: getattr(config, name) for name in added} == {
+        name: getattr(Config(), name) for name in added}
+    assert (config.game, config.updates_per_call) == ("breakout", 4)
+    for key in sorted(set(VERSION_1) & VERSION_2_SETTINGS):  # what version 1 held, it must
+        with pytest.raises(ValueError, match=f"^{key!r} is missing$"):
+            Config.from_saved({name: v for name, v in VERSION_1.items() if name != key},
+                              ALGO_FAST_DQN)
+
+
+@pytest.mark.parametrize("version", [0, 3, "2", None])
+def test_a_config_json_of_an_unknown_version_is_refused(version):
+    with pytest.raises(ValueError, match="^'config_version' must be an integer from 1 to 2"):
+        Config.from_saved({**SAVED, "config_version": version}, ALGO_DQN)
+
+
+def test_a_run_of_a_version_1_config_json_resumes(tmp_path):
+    """Old runs still resume: their config.json is read, the settings they lack at their
+    defaults."""
+    from fast_dqn.launch import prepare_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(VERSION_1))
+    config = prepare_config(["--resume", str(run_dir), "--timesteps=2000"], ALGO_FAST_DQN)
+    assert (config.timesteps, config.replay_capacity, config.protocol) == (2000, 5000, "nature")
 
 
 # -- flag typos (issue 36) ----------------------------------------------------------------------
@@ -339,7 +441,8 @@ def test_the_device_is_not_a_setting_of_the_run():
     keep --device, and one that holds it (a hand edit) is read without it."""
     config = Config(device="gpu", workers=4)
     assert "device" not in config.saved_settings()
-    assert Config.from_saved({"device": "gpu", "workers": 4}) == Config(workers=4)
+    assert Config.from_saved({**config.saved_settings(), "device": "gpu"},
+                             ALGO_FAST_DQN) == Config(workers=4)
 
 
 def test_a_resume_takes_a_device(tmp_path):

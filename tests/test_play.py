@@ -23,7 +23,7 @@ from fast_dqn.acting import FrameHistory
 from fast_dqn.run_dir import OpenDirectory
 from tests.cli_runs import STOP_SECONDS, start, wait_for_line
 from tests.fakes import RUN_SEED, flip_byte, write_checkpoint, write_run_dir
-from tests.run_files import network_data, truncate
+from tests.run_files import LONGEST_NAME, LONGEST_RUN_DIR, network_data, path_of_length, truncate
 
 PONG_ACTIONS = 6
 SAVED_SEED = 7  # the saved network's seed, so that restored weights differ from fresh ones
@@ -128,6 +128,29 @@ def test_a_config_of_another_type_is_refused_in_one_line(tmp_path, capsys):
     write_checkpoint(tmp_path, 5)
     assert_bad_input([str(tmp_path)], f"{tmp_path / 'config.json'}: 'workers' must be an "
                      'integer; got "4"', capsys)
+
+
+def test_a_run_at_the_longest_path_plays_and_one_byte_longer_is_refused_in_one_line(
+        trained_run, tmp_path, capsys):
+    """The longest run directory a new run takes is played (TensorFlow reads its networks by
+    their paths, checkpoint.old/ the longest); one byte longer, TensorFlow cannot read them,
+    and play says why. Regression: "Failed to find any matching files" for files that were
+    there, in a run directory of 4,075 characters."""
+    run_dir = path_of_length(tmp_path, LONGEST_RUN_DIR)
+    run_dir.parent.mkdir(parents=True)
+    shutil.copytree(trained_run[0], run_dir)
+    (run_dir / "checkpoint").rename(run_dir / "checkpoint.old")  # a crash between the renames
+    network = run_dir / "checkpoint.old" / "network"
+    # The names TensorFlow gave its files: LONGEST_NAME holds the longer.
+    assert sorted(os.listdir(network)) == ["ckpt.data-00000-of-00001", "ckpt.index"]
+    run = play.load_run(run_dir)
+    play.load_network(run.config, PONG_ACTIONS, run.checkpoint)
+    longer = run_dir.with_name(run_dir.name + "d")
+    run_dir.rename(longer)
+    assert_bad_input([str(longer)], f"the path of {longer} is too long for a run: TensorFlow "
+                     f"opens {LONGEST_NAME} in it by a path of {LONGEST_RUN_DIR + 49:,} bytes", capsys)
+    with pytest.raises(ValueError, match="cannot restore the online network"):
+        play.load_network(run.config, PONG_ACTIONS, longer / "checkpoint.old")
 
 
 def assert_bad_input(argv: list[str], message: str, capsys) -> None:

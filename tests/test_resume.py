@@ -34,7 +34,7 @@ from fast_dqn.replay_memory import ReplayMemory
 from tests.cli_runs import (FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY,
                             Finished, assert_no_traceback, interrupt, read_csv,
                             run_in_process, snapshot, start, step_of, summary, without_hours)
-from tests.run_files import write_stand_in_network
+from tests.run_files import path_of_length, write_stand_in_network
 
 
 def assert_stopped_where_it_said(result: Finished, run_dir: Path) -> None:
@@ -340,6 +340,54 @@ def test_bad_resume_is_one_line_with_status_2(saved_run, capsys, script, args, p
     assert snapshot(saved_run) == before  # nothing written
 
 
+def every_path(directory: Path) -> list[str]:
+    """Every path below `directory`, hidden ones (the lock) too."""
+    return [str(path.relative_to(directory)) for path in sorted(directory.rglob("*"))]
+
+
+@pytest.mark.parametrize("inside", [f"{CHECKPOINT}/inner", "inner"])
+def test_a_new_run_inside_a_run_is_refused_and_the_run_still_resumes(saved_run, capsys,
+                                                                      inside):
+    """Regression: --logdir=RUN/checkpoint/inner was taken, and then --resume RUN (and play)
+    refused RUN's checkpoint: ".../checkpoint/inner/.lock is not in the manifest"."""
+    launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)  # takes the lock, as runs do
+    resumed_before = capsys.readouterr().err  # this stand-in's state is where it stops
+    assert "manifest.json: 'updates' is missing" in resumed_before
+    before, paths = snapshot(saved_run), every_path(saved_run)
+    status = launch.main([*FAST, "--timesteps=400", f"--logdir={saved_run / inside}"],
+                         ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1, err[-3000:]
+    assert f"{saved_run / inside} is inside the run directory {saved_run} (it holds .lock " \
+        "and config.json)" in err
+    assert snapshot(saved_run) == before and every_path(saved_run) == paths
+    launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)
+    assert capsys.readouterr().err == resumed_before
+
+
+def test_a_run_whose_path_is_too_long_to_resume_is_refused_saying_so(tmp_path, capsys,
+                                                                     monkeypatch):
+    """Regression: a run directory of 4,075 characters (trained: it writes through
+    /proc/self/fd) failed to resume with TensorFlow's "Failed to find any matching files",
+    for network files that were there: their paths passed PATH_MAX."""
+    run_dir = path_of_length(tmp_path, 4075)
+    run_dir.parent.mkdir(parents=True)
+    run_dir.mkdir()
+    config = Config(game="breakout", timesteps=1000, logdir=str(run_dir))
+    (run_dir / "config.json").write_text(json.dumps({"algo": ALGO_FAST_DQN,
+                                                     **config.saved_settings()}))
+    save_checkpoint(run_dir, {"counters": {"step": 500}}, write_stand_in_network, None)
+    monkeypatch.chdir(run_dir)  # the test reads the files by their short relative paths
+    before = snapshot(Path("."))
+    status = launch.main(["--resume", str(run_dir)], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1, err[-3000:]
+    assert f"the path of {run_dir} is too long for a run: TensorFlow opens " \
+        "checkpoint/network/ckpt.index in it by a path of 4,105 bytes" in err
+    assert err.endswith("move the run directory to a shorter path\n")
+    assert snapshot(Path(".")) == before
+
+
 def test_resume_of_a_directory_that_is_not_a_run(tmp_path, capsys):
     status = launch.main(["--resume", str(tmp_path / "missing")], ALGO_FAST_DQN)
     err = capsys.readouterr().err
@@ -369,6 +417,44 @@ def test_a_hand_edited_config_of_another_type_is_one_line_with_status_2(saved_ru
     assert status == 2 and len(err.splitlines()) == 1, err
     assert f"cannot resume {saved_run}: {path}: {key!r} must be {wanted}" in err
     assert snapshot(saved_run) == before and not (saved_run / ".lock").exists()
+
+
+@pytest.mark.parametrize("edit, wanted", [
+    ({"timesteps": 10**30}, "'timesteps' must be at most 9223372036854775807"),
+    ({"timesteps": -5}, "'timesteps' must be at least 1; got -5"),
+    ({"lr": 0.0}, "'lr' must be positive; got 0.0"),
+    ({"workers": 3}, "'workers' (3) must divide 'target_update' (10000)"),
+    ({"seed": None}, "'seed' is missing"),
+    ({"double": None}, "'double' is missing"),
+], ids=["timesteps-1e30", "timesteps-negative", "lr-zero", "workers-divisor", "seed-deleted",
+        "double-deleted"])
+def test_a_hand_edited_config_a_flag_would_refuse_is_one_line_naming_the_key(saved_run, capsys,
+                                                                              edit, wanted):
+    """Regression: "timesteps": 10**30 trained (ETA 2e23 days); -5 was refused as
+    "--timesteps", a flag this resume was not given; a deleted setting took its default.
+    (None deletes the key.)"""
+    path = saved_run / "config.json"
+    saved = {**json.loads(path.read_text()), "config_version": 2, **edit}  # as runs now write
+    path.write_text(json.dumps({key: value for key, value in saved.items()
+                                if value is not None}))
+    before = snapshot(saved_run)
+    status = launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert f"cannot resume {saved_run}: {path}: {wanted}" in err
+    assert snapshot(saved_run) == before and not (saved_run / ".lock").exists()
+
+
+def test_a_setting_added_since_an_older_config_json_takes_its_default(saved_run, capsys):
+    """A config.json without "config_version" is of version 1, written before --double and
+    the other settings of config.SETTINGS_ADDED_AFTER[1] existed: its run resumes."""
+    path = saved_run / "config.json"
+    saved = json.loads(path.read_text())
+    assert "config_version" not in saved  # the fixture writes version 1, as older runs did
+    path.write_text(json.dumps({key: value for key, value in saved.items()
+                                if key != "double"}))
+    assert launch.main(["--resume", str(saved_run)], ALGO_FAST_DQN) == 2
+    assert "manifest.json: 'updates' is missing" in capsys.readouterr().err  # past config.json
 
 
 def test_refill_replay_is_a_resume_flag_not_a_saved_setting(tmp_path, capsys):

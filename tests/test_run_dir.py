@@ -94,6 +94,76 @@ def test_check_run_dir_rejects_existing_run_and_touches_nothing(tmp_path):
     assert (run_dir / "config.json").read_text() == "{}"
 
 
+def tree(directory: Path) -> dict[str, bytes | None]:
+    """Every path below `directory`, hidden ones too, with a file's bytes (None: a directory)."""
+    return {str(path.relative_to(directory)): None if path.is_dir() else path.read_bytes()
+            for path in sorted(directory.rglob("*"))}
+
+
+def a_run(path: Path) -> Path:
+    """A run directory with its files and a checkpoint directory, as a run leaves it."""
+    (path / "checkpoint" / "network").mkdir(parents=True)
+    (path / "checkpoint" / "manifest.json").write_text("{}")
+    (path / "config.json").write_text('{"seed": 0}')
+    (path / LOCK_FILE).write_text("host h pid 1 since 2026-01-01T00:00:00\n")
+    return path
+
+
+@pytest.mark.parametrize("inside", ["run/checkpoint/inner", "run/inner", "run/checkpoint",
+                                    "run/checkpoint/network/a/b", "via-link/inner"])
+@pytest.mark.parametrize("how", ["check", "create"])
+def test_a_path_inside_a_run_is_refused_and_nothing_is_written(tmp_path, inside, how):
+    """Regression: --logdir=RUN/checkpoint/inner was taken, and a resume or play of RUN then
+    refused its checkpoint (".lock is not in the manifest")."""
+    run = a_run(tmp_path / "run")
+    (tmp_path / "via-link").symlink_to(run / "checkpoint")  # the link is resolved
+    before = tree(run)
+    path = tmp_path / inside
+    check = check_run_dir_writable if how == "check" else RunDirectory.create
+    with pytest.raises(RunDirError) as error:
+        check(path)
+    assert str(error.value) == (f"{path} is inside the run directory {run} (it holds .lock "
+                                "and config.json); a run directory holds one run: choose a "
+                                "--logdir outside it")
+    assert tree(run) == before
+
+
+def test_a_config_json_of_a_project_above_its_runs_makes_no_run(tmp_path):
+    """A run's directory holds its lock beside its files: a project whose root holds a
+    config.json of its own keeps its runs under it."""
+    (tmp_path / "config.json").write_text('{"model": "mine"}')
+    path = tmp_path / "runs" / "pong"
+    with RunDirectory.create(path) as run_dir:
+        assert run_dir.new and [p.name for p in path.iterdir()] == [LOCK_FILE]
+
+
+@pytest.mark.parametrize("how", ["check", "create"])
+def test_a_directory_that_is_not_empty_is_refused_and_left_alone(tmp_path, how):
+    """A new run takes a new or empty directory: a run renames and removes its own names
+    there (checkpoint/, checkpoint.old/, .lock), so files of its user's have no place in it."""
+    path = tmp_path / "mine"
+    (path / "checkpoint").mkdir(parents=True)  # another program's checkpoints
+    (path / "checkpoint" / "model.pt").write_text("weights")
+    (path / "notes.txt").write_text("mine")
+    before = tree(path)
+    check = check_run_dir_writable if how == "check" else RunDirectory.create
+    with pytest.raises(RunDirError) as error:
+        check(path)
+    assert str(error.value) == (f"{path} is not empty (it holds checkpoint and 1 more); a new "
+                                "run takes a new or empty directory: choose another --logdir")
+    assert tree(path) == before
+
+
+def test_a_directory_holding_only_a_lock_takes_a_new_run(tmp_path):
+    """A run stopped between taking its lock and writing config.json left only `.lock`."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / LOCK_FILE).write_text("host h pid 1 since 2026-01-01T00:00:00\n")
+    check_run_dir_writable(path)
+    with RunDirectory.create(path) as run_dir:
+        assert run_dir.new and [p.name for p in path.iterdir()] == [LOCK_FILE]
+
+
 def test_check_run_dir_rejects_unwritable_parent(tmp_path, monkeypatch):
     # Root may write anywhere, so the kernel's answer is stubbed for the locked directory.
     parent = tmp_path / "locked"
@@ -214,7 +284,7 @@ def test_discard_in_an_existing_directory_removes_only_the_runs_files(tmp_path):
     run_dir = RunDirectory.create(path)
     for name in ("config.json", "episodes.csv", "evaluations.csv", "summary.json"):
         (path / name).write_text("x")
-    (path / "notes.txt").write_text("mine")  # not the run's
+    (path / "notes.txt").write_text("mine")  # not the run's: put there while it started
     run_dir.discard()
     assert [p.name for p in path.iterdir()] == ["notes.txt"]
     assert (path / "notes.txt").read_text() == "mine"
