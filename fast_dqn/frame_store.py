@@ -8,11 +8,10 @@ of (`SlotBatch`) and the update gathers them where the frames are. Everything el
 the memory (its other columns, which slots are valid, the generator that draws them) is the
 same in both places, so both draw the same minibatches and make the same updates.
 
-A frame store does four things, and nothing outside it asks where the frames live:
+A frame store stores and gathers frames, and nothing outside it asks where they live:
 
 - write rows (a flush's transitions, in ring order);
-- turn a minibatch's slots into what the network's update takes (`gather`), and hand it to
-  the network's update that takes it (`update`);
+- turn a minibatch's slots into what the learner's update takes (`gather`);
 - stream its rows out to a checkpoint and back in (`saved_rows`, `restore_target`);
 - hand out host copies of its rows (`rows`, for tests and tools).
 """
@@ -27,18 +26,11 @@ from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, MINIBATCH_COLUMNS, Batch, SlotBatch, empty_batch
 
 
-class UpdatingNetwork(Protocol):
-    """The network updates a frame store hands its minibatches to (`QNetwork`'s)."""
-
-    def update_many(self, batches: Batch, count: int) -> None: ...
-
-    def update_from_slots(self, frames: Any, slots: SlotBatch, count: int) -> None: ...
-
-
 class FrameStore(Protocol):
     """Frame rows 0 .. capacity - 1 of a replay memory, one 84x84 uint8 frame per slot."""
 
     capacity: int
+    device_frames: Any  # the frames as a device variable that the update gathers from, or None
 
     def write(self, start: int, frames: np.ndarray) -> None:
         """Writes `frames` to rows start, start + 1, ... (around the end of the ring)."""
@@ -56,10 +48,6 @@ class FrameStore(Protocol):
     def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch | SlotBatch:
         """The minibatches whose states are made of `slots`, as the update takes them."""
 
-    def update(self, network: UpdatingNetwork, minibatches: Batch | SlotBatch,
-               count: int) -> None:
-        """`count` updates of `network`, one per minibatch that `gather` made."""
-
     def saved_rows(self, size: int) -> Any:
         """Rows 0 .. size - 1 as a checkpoint writes them: an array, or a source that hands
         them out a chunk at a time (`chunks(rows_per_chunk)`, `shape`, `dtype`)."""
@@ -75,6 +63,8 @@ class HostFrames:
     Its minibatches are gathered into reused buffers (`Batch`): fresh megabyte-sized arrays
     per call cost page faults (docs/throughput.md).
     """
+
+    device_frames = None  # the update takes gathered states
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -115,9 +105,6 @@ class HostFrames:
         for name in MINIBATCH_COLUMNS:  # the columns beside the states, by name
             getattr(out, name)[...] = getattr(slots, name)
         return out
-
-    def update(self, network: UpdatingNetwork, minibatches: Batch, count: int) -> None:
-        network.update_many(minibatches, count)
 
     def saved_rows(self, size: int) -> np.ndarray:
         return self.array[:size]  # np.save streams it: no second copy

@@ -37,6 +37,8 @@ from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.transitions import (TRANSITION_COLUMNS, Batch, SlotBatch, Transitions, concatenate,
                                   select)
 
+Minibatches = Batch | SlotBatch  # states gathered on the host, or the slots to gather them
+
 _MAX_SAMPLING_ROUNDS = 1000
 
 
@@ -57,12 +59,13 @@ class ReplayMemory:
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
-                 frames: FrameStore | None = None):
+                 frames: FrameStore | None = None, discount: float = 0.99):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         if frames is not None and frames.capacity != capacity:
             raise ValueError(f"the frame store holds {frames.capacity} slots, not {capacity}")
         self.capacity = capacity
+        self.discount = np.float32(discount)  # the minibatches' discounts are float32
         self._rng = rng
         self.frames: FrameStore = HostFrames(capacity) if frames is None else frames
         # Every column but the frames, which `frames` holds (`store.frames` stays empty).
@@ -154,12 +157,12 @@ class ReplayMemory:
             indices[invalid] = self._rng.integers(0, self.size, size=int(invalid.sum()))
         raise RuntimeError(f"no valid transitions to sample among {self.size} stored")
 
-    def sample(self, batch_size: int, out: Batch | None = None) -> Batch | SlotBatch:
+    def sample(self, batch_size: int, out: Batch | None = None) -> Minibatches:
         """A uniform minibatch (`sample_many` of one)."""
         return self.sample_many(1, batch_size, out)
 
     def sample_many(self, count: int, batch_size: int,
-                    out: Batch | None = None) -> Batch | SlotBatch:
+                    out: Batch | None = None) -> Minibatches:
         """`count` uniform minibatches at once, minibatch k in rows k * batch_size ...
         (k + 1) * batch_size - 1 (see `many_indices`), as the frame store's update takes
         them (`batch`); `out`: buffers from `frames.minibatch_buffers`."""
@@ -171,7 +174,7 @@ class ReplayMemory:
         do not depend on how many are trained per call or where their frames are gathered."""
         return np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
 
-    def batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch | SlotBatch:
+    def batch(self, indices: np.ndarray, out: Batch | None = None) -> Minibatches:
         """The transitions at explicit (valid) slots, as the frame store gathers them: a
         `Batch` of states on the host (into `out`'s buffers when given), slots on the
         device."""
@@ -187,7 +190,9 @@ class ReplayMemory:
             next_slots=((window + 1) % self.capacity).astype(np.int32),
             next_mask=self._history_mask(next_slots),
             actions=self.columns.actions[indices].astype(np.int32),  # stored as uint8
-            rewards=self.columns.rewards[indices], terminals=self.columns.terminals[indices])
+            returns=self.columns.rewards[indices],
+            discounts=np.where(self.columns.terminals[indices], np.float32(0), self.discount),
+            weights=np.ones(len(indices), np.float32))
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
         """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
@@ -282,3 +287,41 @@ class ReplayMemory:
             raise ValueError("replay memory: a stored reward is not clipped to -1, 0 or 1")
         if store.sampleable[self.size:].any():
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
+
+
+class MinibatchDraws:
+    """Draws a memory's minibatches K at a time into one of two reused buffers, and takes
+    draws back.
+
+    Two buffers, so that the fast scheme's learner thread can draw the next call's
+    minibatches while it trains on the current call's (`learner.LearnerThread`). Draws
+    taken back (a call drawn but never trained on, when an epoch is abandoned) leave the
+    memory's generator where they began, so a checkpoint holds the state of the updates made
+    and a resumed run draws those minibatches for its next updates.
+
+    Thread use: `draw` and `undo` on one buffer never run at once with another call on the
+    same buffer.
+    """
+
+    def __init__(self, memory: ReplayMemory, batch_size: int, updates_per_call: int = 1):
+        self.memory = memory
+        self.batch_size = batch_size
+        self.updates_per_call = updates_per_call
+        rows = batch_size * updates_per_call
+        # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
+        self._buffers = (memory.frames.minibatch_buffers(rows),
+                         memory.frames.minibatch_buffers(rows))
+        self._drawn_from: list[dict | None] = [None, None]  # the generator before each draw
+
+    def draw(self, count: int, buffer: int) -> Minibatches:
+        """`count` minibatches, as the memory's frame store makes them (into buffer 0 or 1,
+        where it gathers into buffers)."""
+        self._drawn_from[buffer] = self.memory.generator_state()
+        return self.memory.sample_many(count, self.batch_size, out=self._buffers[buffer])
+
+    def undo(self, buffer: int) -> None:
+        """Takes back the draws of the minibatches in `buffer`."""
+        state = self._drawn_from[buffer]
+        if state is not None:
+            self.memory.restore_generator(state)
+            self._drawn_from[buffer] = None
