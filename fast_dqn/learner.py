@@ -79,18 +79,27 @@ def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Te
     return tf.gather(frames, tf.where(tf.cast(mask, tf.bool), slots, zero_slot))
 
 
-def in_order(step: Any, count: tf.Tensor) -> tf.Tensor:
+def in_order(step: Any, count: tf.Tensor, collect: bool = False) -> tf.Tensor | None:
     """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another;
-    returns their outputs (each a minibatch's TD errors) one after another, flat.
+    with `collect`, returns their outputs (each a minibatch's TD errors) one after another,
+    flat.
 
     A loop rather than `count` copies of the step: one trace serves every count and tracing
     costs the same for any count (unrolled copies take several times longer to trace).
     One iteration at a time, so each update reads the weights the one before it wrote.
     """
-    def body(k: tf.Tensor, outputs: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
+    if not collect:
+        def body(k: tf.Tensor) -> tuple[tf.Tensor]:
+            step(k)
+            return (k + 1,)
+
+        tf.while_loop(lambda k: k < count, body, (tf.constant(0),), parallel_iterations=1)
+        return None
+
+    def collecting(k: tf.Tensor, outputs: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
         return k + 1, outputs.write(k, step(k))
 
-    _, outputs = tf.while_loop(lambda k, _: k < count, body,
+    _, outputs = tf.while_loop(lambda k, _: k < count, collecting,
                                (tf.constant(0), tf.TensorArray(tf.float32, size=count)),
                                parallel_iterations=1)
     return tf.reshape(outputs.stack(), [-1])
@@ -114,7 +123,10 @@ class Learner:
 
     `seed` fixes the initial weights; no global random generator is touched. `replay_frames`
     is the replay memory's frames on the device (`FrameStore.device_frames`), which the
-    updates from slots gather their states from.
+    updates from slots gather their states from. With `td_errors` an update call returns
+    each transition's TD error (prioritized replay turns them into priorities); without, it
+    returns none: a traced update with that output is arranged otherwise by TensorFlow's
+    graph optimizer, and its weights differ in their last bits.
 
     Substitutions at construction: `update_function` replaces the learning rule (default:
     `update_rule.dqn_update` with this loss and target); every traced path calls the one
@@ -129,7 +141,7 @@ class Learner:
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float, seed: int,
                  xla: bool = False, double: bool = False, dueling: bool = False,
                  optimizer: str = Config.optimizer, loss: str = Config.loss,
-                 replay_frames: tf.Variable | None = None,
+                 replay_frames: tf.Variable | None = None, td_errors: bool = False,
                  update_function: UpdateFunction | None = None,
                  traced_calls: TracedCalls | None = None, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
@@ -141,6 +153,7 @@ class Learner:
                                         rmsprop_epsilon=epsilon)
         self.optimizer.build(self.online.trainable_variables)
         self.replay_frames = replay_frames
+        self.returns_td_errors = td_errors
         self.update_function: UpdateFunction = update_function or functools.partial(
             dqn_update, double=double, loss=loss)
         self._traced_calls = traced_calls or self._own_calls
@@ -243,37 +256,37 @@ class Learner:
     # tuple (`Batch`, `SlotBatch`, made from `transitions.MINIBATCH_COLUMNS`), and is
     # rebuilt by name before the learning rule reads it.
 
-    def _update(self, *columns: tf.Tensor) -> tf.Tensor:
+    def _update(self, *columns: tf.Tensor) -> tf.Tensor | None:
         """One update: the learning rule on the minibatch, its stats summed on the device;
-        returns its TD errors."""
+        returns its TD errors where they are asked for."""
         stats = self.update_function(self.online, self.target, self.optimizer, Batch(*columns))
         self._loss_sum.assign_add(stats.loss)
         self._q_sum.assign_add(stats.mean_q)
-        return stats.td_errors
+        return stats.td_errors if self.returns_td_errors else None
 
-    def _update_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
+    def _update_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor | None:
         return self._update(*gathered_batch(frames, SlotBatch(*columns)))
 
-    def _updates(self, *stacked: tf.Tensor) -> tf.Tensor:
+    def _updates(self, *stacked: tf.Tensor) -> tf.Tensor | None:
         # With XLA each iteration calls the compiled single update: one launch per update,
         # the same floats as K single calls (a compiled loop of K gives other floats).
         step = self._update_fn if self.xla else self._update
         return in_order(lambda k: step(*(column[k] for column in stacked)),
-                        tf.shape(stacked[0])[0])
+                        tf.shape(stacked[0])[0], self.returns_td_errors)
 
-    def _updates_from_slots(self, frames: tf.Tensor, *stacked: tf.Tensor) -> tf.Tensor:
+    def _updates_from_slots(self, frames: tf.Tensor, *stacked: tf.Tensor) -> tf.Tensor | None:
         step = self._update_slots_fn if self.xla else self._update_from_slots
         return in_order(lambda k: step(frames, *(column[k] for column in stacked)),
-                        tf.shape(stacked[0])[0])
+                        tf.shape(stacked[0])[0], self.returns_td_errors)
 
     # The host's calls.
 
-    def update(self, minibatches: Minibatches, count: int) -> tf.Tensor:
+    def update(self, minibatches: Minibatches, count: int) -> tf.Tensor | None:
         """`count` updates one after another in one call: update k on rows k * B ...
         (k + 1) * B - 1 of `minibatches` (as `ReplayMemory.sample_many` stacks them), their
         states gathered on the host (`Batch`) or gathered here from `replay_frames`
-        (`SlotBatch`). Returns the TD errors of the count * B rows, as a tensor that is read
-        only by a caller that needs them (reading waits for the updates).
+        (`SlotBatch`). Returns the TD errors of the count * B rows (with `td_errors`; reading
+        the tensor waits for the updates), else None.
 
         The same updates as `count` calls of one update each; one call pays the per-call
         host cost (dispatch, argument conversion) once.
@@ -282,10 +295,12 @@ class Learner:
         variables = (self.replay_frames,) if slots else ()
         purposes = SLOT_UPDATES if slots else ("update", "update_many")
         if count == 1:
-            return self._call_directly(purposes[0], list(minibatches), variables)[0]
-        size = len(minibatches.actions) // count
-        stacked = [column.reshape(count, size, *column.shape[1:]) for column in minibatches]
-        return self._call_directly(purposes[1], stacked, variables, any_count=True)[0]
+            outputs = self._call_directly(purposes[0], list(minibatches), variables)
+        else:
+            size = len(minibatches.actions) // count
+            stacked = [column.reshape(count, size, *column.shape[1:]) for column in minibatches]
+            outputs = self._call_directly(purposes[1], stacked, variables, any_count=True)
+        return outputs[0] if outputs else None
 
     def take_train_stats(self, updates: int) -> tuple[float, float]:
         """Mean loss per transition and mean Q(s, a) over the `updates` updates made

@@ -100,17 +100,17 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
                                                                    capsys):
     """XLA declining to compile on the device (faked: every compiled call is refused) costs
     one line on stderr; the run finishes uncompiled and config.json records it."""
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
     from tests.fakes import refusing_xla
 
-    build = QNetwork._build_functions
+    build = Learner._build_functions
 
     def build_refused(self, xla):
         build(self, xla)
         if xla:
             refusing_xla(self, "XLA compilation requires a fixed tensor list size")
 
-    monkeypatch.setattr(QNetwork, "_build_functions", build_refused)
+    monkeypatch.setattr(Learner, "_build_functions", build_refused)
     run_dir = tmp_path / "refused"
     argv = RUN + ["--workers=2", "--evaluate=0", "--timesteps=1200", f"--logdir={run_dir}"]
     assert main(argv, ALGO_FAST_DQN) == 0
@@ -135,7 +135,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
                   "--updates-per-call=1"]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
     from fast_dqn.env_pools import VectorEnvPool
     jitter = random.Random()  # deliberately unseeded: the timing differs on every run
 
@@ -145,7 +145,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
             return method(self, *args)
         return slow
 
-    monkeypatch.setattr(QNetwork, "update_many", slowed(QNetwork.update_many, 0.02))
+    monkeypatch.setattr(Learner, "update", slowed(Learner.update, 0.02))
     monkeypatch.setattr(VectorEnvPool, "send", slowed(VectorEnvPool.send, 0.002))
     monkeypatch.setattr(VectorEnvPool, "receive", slowed(VectorEnvPool.receive, 0.002))
     assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
@@ -202,7 +202,7 @@ FAULT_DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("module,owner,method,after,backend,message", [
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
-    ("fast_dqn.q_network", "QNetwork", "update_many", 2, "vector", "injected trainer failure"),
+    ("fast_dqn.learner", "Learner", "update", 2, "vector", "injected trainer failure"),
 ])
 @pytest.mark.slow
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,

@@ -15,7 +15,7 @@ from fast_dqn.config import Config
 from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
                                     frames_bytes)
 from fast_dqn.frame_store import HostFrames
-from fast_dqn.q_network import gather_states, make_q_network
+from fast_dqn.learner import gather_states, make_learner
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
                                   zero_transitions)
@@ -71,7 +71,7 @@ def test_slots_gathered_on_the_device_are_the_host_minibatches():
         np.testing.assert_array_equal(
             gather_states(frames, slots.next_slots, slots.next_mask).numpy(),
             batches.next_states)
-        for name in ("actions", "rewards", "terminals"):
+        for name in ("actions", "returns", "discounts", "weights"):
             np.testing.assert_array_equal(getattr(slots, name), getattr(batches, name))
             assert getattr(slots, name).dtype == getattr(batches, name).dtype
     assert host.rng.random() == device.rng.random()  # the same draws were made
@@ -82,10 +82,12 @@ def test_slots_gathered_on_the_device_are_the_host_minibatches():
 def test_updates_from_device_slots_equal_updates_from_host_minibatches(xla, count):
     config = Config(xla=xla, seed=5)
     host, device = host_and_device()
-    on_host, on_device = make_q_network(config, 6), make_q_network(config, 6)
+    on_host = make_learner(config, 6)
+    on_device = make_learner(config, 6, device.frames.device_frames)
     for _ in range(2):
-        host.frames.update(on_host, host.sample_many(count, 32), count)
-        device.frames.update(on_device, device.sample_many(count, 32), count)
+        from_host = on_host.update(host.sample_many(count, 32), count).numpy()
+        from_device = on_device.update(device.sample_many(count, 32), count).numpy()
+        np.testing.assert_array_equal(from_host, from_device)  # the same TD errors
     for a, b in zip(on_host.optimizer.variables + on_host.online.variables,
                     on_device.optimizer.variables + on_device.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)  # bit for bit

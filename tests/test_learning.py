@@ -27,7 +27,7 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import Batch, acted_transitions
 from fast_dqn.staging import EnvBuffer
 from fast_dqn.env_pools import PoolStep
-from tests.fakes import FakeRunLog, RecordingNetwork, Tape
+from tests.fakes import FakeRunLog, RecordingNetwork, Tape, q_values
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
                                  CorridorPool, draw, optimal_q)
 
@@ -38,7 +38,7 @@ def make_loop(loop_class: type[TrainingLoop], config: Config, pool: Any, network
     validate(config, ALGO_FAST_DQN if loop_class is FastDQN else ALGO_DQN)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = memory_class(config.replay_capacity, np.random.default_rng(seeds[0]))
-    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+    parts = LoopParts(config=config, learner=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=FakeRunLog(),
                       rng=np.random.default_rng(seeds[1]))
     return loop_class(parts)
@@ -73,11 +73,11 @@ def on_path_states(discount: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_learned(loop: TrainingLoop) -> None:
-    from fast_dqn.q_network import QNetwork
-    network = loop.network
-    assert isinstance(network, QNetwork)
+    from fast_dqn.learner import Learner
+    learner = loop.learner
+    assert isinstance(learner, Learner)
     states, q_star = on_path_states(loop.config.discount)
-    q = network.q_values(states)
+    q = q_values(learner, states)
     error = np.abs(q - q_star)
     assert error.max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{np.round(q_star, 3)}"
     assert (q.argmax(axis=1) == RIGHT).all()  # the greedy policy is optimal everywhere
@@ -94,9 +94,9 @@ def check_learned(loop: TrainingLoop) -> None:
 
 def real_network(config: Config, n_actions: int):
     """The network a run builds (on the CPU: XLA, by --xla=auto)."""
-    from fast_dqn.q_network import configure_device, make_q_network
+    from fast_dqn.learner import configure_device, make_learner
     configure_device()
-    return make_q_network(config, n_actions)
+    return make_learner(config, n_actions)
 
 
 def test_dqn_learns_the_optimal_q_values():
@@ -121,7 +121,7 @@ def test_dqn_learns_with_natures_learning_rate_and_discount():
     loop = make_loop(DQN, config, pool, real_network(config, pool.n_actions))
     loop.run()
     states, q_star = on_path_states(config.discount)
-    q = loop.network.q_values(states)
+    q = q_values(loop.learner, states)
     assert np.abs(q - q_star).max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{q_star}"
     next_to_pit = np.flatnonzero(q_star[:, 0] < 0)  # Q*(1, left) = -1 against 0.97
     assert len(next_to_pit) == 1 and q[next_to_pit[0]].argmax() == RIGHT
@@ -172,7 +172,7 @@ def test_fast_dqn_with_the_real_network_is_deterministic(run_with_host_memory, r
     them on the host against one with them in `replay_device`)."""
     first = run_with_host_memory
     second = deterministic_run(ReplayMemory if replay_device == "host" else device_memory)
-    for a, b in zip(first.network.online.variables, second.network.online.variables):
+    for a, b in zip(first.learner.online.variables, second.learner.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     second_arrays = memory_arrays(second.memory)
     for name, array in memory_arrays(first.memory).items():
@@ -279,7 +279,7 @@ def stack_frames(frames: list[np.ndarray]) -> np.ndarray:
 def check_queried_states(loop: TrainingLoop, tape: Tape) -> None:
     """The states the network was asked about are the states the memory rebuilds (the same
     padding rule; tests/test_replay_memory.py checks the memory against the same rule)."""
-    pool, network = loop.actor.pool, loop.network
+    pool, network = loop.actor.pool, loop.learner
     truncations = sum(end and not terminal for env in pool.transitions
                       for _, _, _, terminal, end in env)
     assert truncations > 0
@@ -485,11 +485,10 @@ def test_dqn_orchestration_tape():
 
 
 
-def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
-    """What `UpdateThread` relies on to take back the draws of a call it never made: after
-    `discard`, the memory draws again the minibatches that were discarded."""
-    from fast_dqn.update_path import UpdatePath
-    from fast_dqn.replay_memory import ReplayMemory
+def test_undo_puts_the_generator_back_where_the_buffers_draws_began():
+    """What `LearnerThread` relies on to take back the draws of a call it never made: after
+    `undo`, the memory draws again the minibatches that were taken back."""
+    from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory
     from fast_dqn.transitions import acted_transitions
 
     memory = ReplayMemory(200, np.random.default_rng(5))
@@ -497,10 +496,10 @@ def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
     memory.add_many(acted_transitions(frames, np.zeros(150, np.uint8),
                                       np.zeros(150, np.float32), np.zeros(150, bool),
                                       np.zeros(150, bool)))
-    update_path = UpdatePath(memory, network=None, batch_size=4, updates_per_call=2)
-    update_path.prepare(2, buffer=0)
-    discarded = update_path.prepare(2, buffer=1).states.copy()
-    update_path.undo_draws(1)
-    np.testing.assert_array_equal(update_path.prepare(2, buffer=1).states, discarded)
-    # Without a discard the next draws are others (frames tell the slots apart).
-    assert not np.array_equal(update_path.prepare(2, buffer=1).states, discarded)
+    draws = MinibatchDraws(memory, batch_size=4, updates_per_call=2)
+    draws.draw(2, buffer=0)
+    discarded = draws.draw(2, buffer=1).states.copy()
+    draws.undo(1)
+    np.testing.assert_array_equal(draws.draw(2, buffer=1).states, discarded)
+    # Without an undo the next draws are others (frames tell the slots apart).
+    assert not np.array_equal(draws.draw(2, buffer=1).states, discarded)

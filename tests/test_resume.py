@@ -439,13 +439,14 @@ def stop_when(loop, step: int, updates: int, done: threading.Event) -> threading
     trainer has made `updates` minibatch updates since the last target sync."""
     per_epoch = loop.config.target_update // loop.config.train_freq
     made = [0]  # the trainer's updates, counted as it makes them
-    update_many = loop.network.update_many
+    update = loop.learner.update
 
-    def counted_update_many(batches, count: int) -> None:
-        update_many(batches, count)
+    def counted_update(batches, count: int):
+        td_errors = update(batches, count)
         made[0] += count
+        return td_errors
 
-    loop.network.update_many = counted_update_many
+    loop.learner.update = counted_update
 
     def watch() -> None:
         while not done.is_set():
@@ -516,7 +517,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert "resumed from" in capsys.readouterr().out
 
     # Networks and every optimizer variable (slots and the iteration count).
-    net, net2 = original.network, restored.network
+    net, net2 = original.learner, restored.learner
     online, target = variables(net.online.variables), variables(net.target.variables)
     assert any((o != t).any() for o, t in zip(online, target)), "test needs target != online"
     assert_all_equal(variables(net2.online.variables), online, "online")
@@ -565,7 +566,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_unin
 
     def make_loop(pool):
         return FastDQN(LoopParts(
-            config=config, network=RecordingNetwork(Tape()),
+            config=config, learner=RecordingNetwork(Tape()),
             memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)), pool=pool,
             make_eval_pool=lambda should_stop: CorridorPool(2), run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
@@ -675,7 +676,7 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
 
     def make_loop():
         return DQN(LoopParts(
-            config=config, network=RecordingNetwork(Tape()),
+            config=config, learner=RecordingNetwork(Tape()),
             memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
             pool=CorridorPool(1), make_eval_pool=None, run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
@@ -707,7 +708,7 @@ def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoin
     config = Config(timesteps=timesteps, replay_start=100, target_update=100, evaluate=0,
                     replay_capacity=2000, workers=2, exploration_steps=100)
     return FastDQN(LoopParts(
-        config=config, network=network or RecordingNetwork(tape),
+        config=config, learner=network or RecordingNetwork(tape),
         memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
         pool=CorridorPool(2), make_eval_pool=None, run_log=FakeRunLog(),
         rng=np.random.default_rng(1), save_checkpoint=save_checkpoint, stop=stop))
