@@ -126,7 +126,8 @@ def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> Repl
     already in memory (see `touch_pages`)."""
     from fast_dqn.device_frames import make_frame_store
     frames, _ = make_frame_store(config.replay_device, capacity)
-    memory = ReplayMemory(capacity, rng, frames=frames, discount=config.discount)
+    memory = ReplayMemory(capacity, rng, frames=frames, discount=config.discount,
+                          n_step=config.n_step)
     touch_pages(memory)
     return memory
 

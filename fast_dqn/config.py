@@ -138,6 +138,9 @@ class Config:
     dueling: bool = _field(False, "dueling network (Wang et al. 2016): value and advantage "
                            "streams, mean advantage subtracted, the gradient into the last "
                            "convolution scaled by 1/sqrt(2)")
+    n_step: int = _field(1, "n-step returns (Dopamine's update_horizon): the target sums n "
+                         "clipped rewards, discounted, up to the learning episode's end, and "
+                         "bootstraps from the state n steps on; 1 = Nature")
 
     logdir: str = _field("", "run directory (default runs/<game>-<algo>-seed<seed>-<time>)")
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
@@ -238,8 +241,8 @@ class Variant:
     """
 
     field: str
-    labels: Mapping[Any, str]
-    names: Mapping[Any, str]
+    labels: Mapping[Any, str] | str  # or one format string for every value ("{}-step")
+    names: Mapping[Any, str] | str
 
     @property
     def flag(self) -> str:
@@ -258,10 +261,14 @@ class Variant:
         return value != self.nature
 
     def label(self, value: Any) -> str | None:
-        return self.labels.get(value, f"{self.field} {value}") if self.departs(value) else None
+        return _named(self.labels, value, f"{self.field} {value}") if self.departs(value) else None
 
     def short_name(self, value: Any) -> str | None:
-        return self.names.get(value, str(value)) if self.departs(value) else None
+        return _named(self.names, value, str(value)) if self.departs(value) else None
+
+
+def _named(names: Mapping[Any, str] | str, value: Any, otherwise: str) -> str:
+    return names.format(value) if isinstance(names, str) else names.get(value, otherwise)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -270,6 +277,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("dueling", {True: "dueling network"}, {True: "dueling"}),
     Variant("optimizer", {"adam": "Adam (Dopamine's)"}, {"adam": "adam"}),
     Variant("loss", {"mse": "mean squared loss (Dopamine's)"}, {"mse": "mse"}),
+    Variant("n_step", "{}-step returns", "nstep{}"),
 )
 
 
@@ -473,7 +481,7 @@ def validate(config: Config, algo: str) -> None:
             raise ValueError(f"{flag_name(name)} must be a finite number; got {value}")
     positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
                 "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers",
-                "updates_per_call")
+                "updates_per_call", "n_step")
     for name in positive:
         if getattr(config, name) < 1:
             raise ValueError(f"{flag_name(name)} must be at least 1; got {getattr(config, name)}")
@@ -506,6 +514,10 @@ def validate(config: Config, algo: str) -> None:
     if config.replay_capacity < config.batch_size + HISTORY:
         raise ValueError(f"--replay-capacity ({config.replay_capacity}) must hold a minibatch "
                          f"and its frame history: at least {config.batch_size + HISTORY}")
+    if config.n_step >= config.replay_start:
+        raise ValueError(f"--n-step ({config.n_step}) must be below --replay-start "
+                         f"({config.replay_start}): the first minibatch's returns are drawn "
+                         "from what the random start stored")
     if algo == ALGO_FAST_DQN:
         _validate_fast(config)
 

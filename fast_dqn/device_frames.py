@@ -83,7 +83,7 @@ class DeviceFrames:
     def minibatch_buffers(self, rows: int) -> None:
         return None  # slots are small, made fresh per call
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> SlotBatch:
+    def gather(self, slots: SlotBatch, out: Batch | None = None, shift: int = 1) -> SlotBatch:
         return slots  # the update gathers the states on the device
 
     def saved_rows(self, size: int) -> "DeviceRows":

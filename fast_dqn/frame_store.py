@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fast_dqn.config import HISTORY
 from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, MINIBATCH_COLUMNS, Batch, SlotBatch, empty_batch
 
@@ -45,8 +46,10 @@ class FrameStore(Protocol):
         """Reusable buffers for `gather` to fill with `rows` transitions, or None where
         the minibatches it makes need none."""
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch | SlotBatch:
-        """The minibatches whose states are made of `slots`, as the update takes them."""
+    def gather(self, slots: SlotBatch, out: Batch | None = None,
+               shift: int = 1) -> Batch | SlotBatch:
+        """The minibatches whose states are made of `slots`, as the update takes them; each
+        next state is the state `shift` (n) steps on."""
 
     def saved_rows(self, size: int) -> Any:
         """Rows 0 .. size - 1 as a checkpoint writes them: an array, or a source that hands
@@ -86,7 +89,7 @@ class HostFrames:
     def minibatch_buffers(self, rows: int) -> Batch:
         return empty_batch(rows)
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch:
+    def gather(self, slots: SlotBatch, out: Batch | None = None, shift: int = 1) -> Batch:
         """The states of `slots` gathered on the host: into the leading rows of `out`'s
         buffers when given (those rows are returned), else into fresh arrays."""
         rows = len(slots.actions)
@@ -95,12 +98,13 @@ class HostFrames:
         out = out._make(array[:rows] for array in out)
         np.take(self.array, slots.state_slots, axis=0, out=out.states, mode="clip")
         out.states[slots.state_mask == 0] = 0  # frames before the episode's start
-        # The next state shares three frames with the state. For a valid slot, every frame
-        # the state's mask zeroes is zeroed by the next state's mask too, so the masked
-        # frames can be copied; only the newest frame is read from the store again.
-        out.next_states[:, :-1] = out.states[:, 1:]
-        np.take(self.array, slots.next_slots[:, -1], axis=0, out=out.next_states[:, -1],
-                mode="clip")
+        # The next state `shift` steps on shares HISTORY - shift frames with the state. For a
+        # valid slot, every frame the state's mask zeroes is zeroed by the next state's mask
+        # too, so the masked frames can be copied; only the newer frames are read again.
+        shared = max(0, HISTORY - shift)
+        out.next_states[:, :shared] = out.states[:, shift:]
+        np.take(self.array, slots.next_slots[:, shared:], axis=0,
+                out=out.next_states[:, shared:], mode="clip")
         out.next_states[slots.next_mask == 0] = 0
         for name in MINIBATCH_COLUMNS:  # the columns beside the states, by name
             getattr(out, name)[...] = getattr(slots, name)

@@ -23,7 +23,13 @@ same step are identical.
     slots:     ... | f5 | f6 | f7 | f8 | f9 | ...
                          end        ^ i
     state(i) = [0, f7, f8, f9]     (f6 ended the previous episode: zero padding)
-    next(i)  = [f7, f8, f9, f10]   (slot i + 1)
+    next(i)  = [f7, f8, f9, f10]   (slot i + n, here n = 1)
+
+A transition drawn is an n-step one (`n_step`; Dopamine's `update_horizon`, 1 for Nature): its
+return sums the clipped rewards of slots i .. i + n - 1 discounted by gamma^k, and stops at the
+first terminal among them (a lost life under Nature's protocol), where its discount is 0;
+otherwise its discount is gamma^n and it bootstraps from the state of slot i + n. Nothing more
+is stored for it: the sums are made when a minibatch is drawn.
 """
 
 from __future__ import annotations
@@ -59,13 +65,19 @@ class ReplayMemory:
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
-                 frames: FrameStore | None = None, discount: float = 0.99):
+                 frames: FrameStore | None = None, discount: float = 0.99, n_step: int = 1):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         if frames is not None and frames.capacity != capacity:
             raise ValueError(f"the frame store holds {frames.capacity} slots, not {capacity}")
+        if not 1 <= n_step <= capacity - HISTORY:  # a state and its n steps fit
+            raise ValueError(f"n-step returns need 1 <= n <= {capacity - HISTORY}; got {n_step}")
         self.capacity = capacity
-        self.discount = np.float32(discount)  # the minibatches' discounts are float32
+        self.n_step = n_step
+        # gamma^k for k < n (the returns' terms) and gamma^n (the bootstrap's), in float32 as
+        # the minibatches carry them
+        self._term_discounts = (discount ** np.arange(n_step)).astype(np.float32)
+        self._discount_n = np.float32(discount ** n_step)
         self._rng = rng
         self.frames: FrameStore = HostFrames(capacity) if frames is None else frames
         # Every column but the frames, which `frames` holds (`store.frames` stays empty).
@@ -129,20 +141,30 @@ class ReplayMemory:
         """0 for the newest slot, size - 1 for the oldest."""
         return (self.cursor - 1 - slots) % self.capacity
 
-    def valid(self, slots: np.ndarray) -> np.ndarray:
-        """Whether each slot can be sampled as a transition.
+    def _window(self, slots: np.ndarray) -> np.ndarray:
+        """(B, n): the slots i .. i + n - 1 of each transition's return."""
+        return (slots[:, None] + np.arange(self.n_step)) % self.capacity
 
-        A slot needs its next frame stored (not the newest slot, unless terminal), must not
-        be cut off by the episode cap (no next state exists), must not be a context-only
-        copy (see `EnvBuffer`), and, once the memory has
-        wrapped, must not reach back into overwritten frames (the oldest HISTORY - 1 slots).
+    def valid(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each slot can be sampled as an n-step transition.
+
+        Its return's slots must all be stored, up to the first terminal among them; without
+        a terminal, the state n steps on too (the newest n slots wait for their steps). No
+        episode may end before them without a terminal (cut off by the episode cap, or where
+        a flushed piece stops: no state follows in the episode). The slot must not be a copy
+        kept only as context or a transition carried to the next flush (`sampleable`, see
+        `EnvBuffer`), and, once the memory has wrapped, must not reach back into overwritten
+        frames (the oldest HISTORY - 1 slots).
         """
         slots = np.asarray(slots)
         ages = self._ages(slots)
-        written = ages < self.size
-        has_next = (ages >= 1) | self.columns.terminals[slots]
-        truncated = self.columns.episode_ends[slots] & ~self.columns.terminals[slots]
-        ok = written & has_next & ~truncated & self.columns.sampleable[slots]
+        window = self._window(slots)
+        terminals = self.columns.terminals[window]
+        ends_at = np.where(terminals.any(axis=1), terminals.argmax(axis=1), self.n_step)
+        # The slots before the return's last one, or all n without a terminal, continue it.
+        crossed = self.columns.episode_ends[window] & (np.arange(self.n_step) < ends_at[:, None])
+        ok = ((ages < self.size) & (ages >= ends_at) & ~crossed.any(axis=1)
+              & self.columns.sampleable[slots])
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
@@ -178,21 +200,35 @@ class ReplayMemory:
         """The transitions at explicit (valid) slots, as the frame store gathers them: a
         `Batch` of states on the host (into `out`'s buffers when given), slots on the
         device."""
-        return self.frames.gather(self.slot_batch(indices), out)
+        return self.frames.gather(self.slot_batch(indices), out, self.n_step)
 
     def slot_batch(self, indices: np.ndarray) -> SlotBatch:
         """The transitions at explicit (valid) slots, their states as frame slots and masks."""
         indices = np.asarray(indices)
-        window = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
-        next_slots = (indices + 1) % self.capacity
+        history = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
+        next_slots = (indices + self.n_step) % self.capacity
+        returns, discounts = self._returns(indices)
         return SlotBatch(
-            state_slots=window.astype(np.int32), state_mask=self._history_mask(indices),
-            next_slots=((window + 1) % self.capacity).astype(np.int32),
+            state_slots=history.astype(np.int32), state_mask=self._history_mask(indices),
+            next_slots=((history + self.n_step) % self.capacity).astype(np.int32),
             next_mask=self._history_mask(next_slots),
             actions=self.columns.actions[indices].astype(np.int32),  # stored as uint8
-            returns=self.columns.rewards[indices],
-            discounts=np.where(self.columns.terminals[indices], np.float32(0), self.discount),
-            weights=np.ones(len(indices), np.float32))
+            returns=returns, discounts=discounts, weights=np.ones(len(indices), np.float32))
+
+    def _returns(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each transition's n-step return and its bootstrap's discount (0 where a terminal
+        ends the return), float32."""
+        if self.n_step == 1:  # the stored reward itself, as the 1-step rule reads it
+            terminals = self.columns.terminals[indices]
+            return (self.columns.rewards[indices],
+                    np.where(terminals, np.float32(0), self._discount_n))
+        window = self._window(indices)
+        terminals = self.columns.terminals[window]
+        # a term counts up to the first terminal, that one included
+        before_end = np.cumsum(terminals, axis=1) - terminals == 0
+        returns = (self.columns.rewards[window] * self._term_discounts * before_end).sum(axis=1)
+        discounts = np.where(terminals.any(axis=1), np.float32(0), self._discount_n)
+        return returns.astype(np.float32), discounts
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
         """(B, HISTORY) bool: which frames of the state ending at `newest` are real.

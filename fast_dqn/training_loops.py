@@ -634,7 +634,7 @@ class FastDQN(TrainingLoop):
         super().__init__(parts)
         self.one_query = self.config.synchronize
         num_envs = self.actor.pool.num_envs
-        self.buffers = [EnvBuffer() for _ in range(num_envs)]
+        self.buffers = [EnvBuffer(self.config.n_step) for _ in range(num_envs)]
         self.update_thread: LearnerThread | None = None
         if self.config.concurrent:
             self.update_thread = LearnerThread(self.learner, self.draws, self.counters)

@@ -290,6 +290,42 @@ def naive_transitions(stream: Stream) -> list[Reference]:
     return out
 
 
+class NStep(NamedTuple):
+    """An n-step transition as a naive reference works it out from whole transitions."""
+
+    returns: float
+    discount: float  # 0 where a terminal ends the return
+    next_state: np.ndarray | None  # the state n steps on (None after a terminal)
+
+
+def naive_n_step(reference: list[Reference], n: int, discount: float,
+                 capacity: int | None = None) -> dict[int, NStep]:
+    """The transitions a memory of `capacity` holding `reference` must let be drawn, by
+    number, as n-step transitions worked out step by step: the clipped rewards discounted
+    by discount^k up to the first terminal (then no bootstrap), else the state after the
+    n-th step with discount^n. Not drawn: a return that meets an episode's end without a
+    terminal (no state follows in the episode), one whose steps (and bootstrap state) are not
+    all stored yet, and, once the memory has wrapped, the oldest HISTORY - 1 transitions."""
+    count = len(reference)
+    oldest = count - capacity + HISTORY - 1 if capacity and count >= capacity else 0
+    out = {}
+    for t in range(oldest, count):
+        total = 0.0
+        for k in range(n):
+            if t + k >= count:
+                break  # not stored yet
+            step = reference[t + k]
+            total += discount ** k * step.reward
+            if step.terminal:
+                out[t] = NStep(total, 0.0, None)
+                break
+            if step.truncated:
+                break
+            if k == n - 1 and t + n < count:  # the state n steps on is stored as well
+                out[t] = NStep(total, discount ** n, step.next_state)
+    return out
+
+
 def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
     """(state, state after the step) as the actors' `FrameHistory` sees them."""
     history = FrameHistory(1)

@@ -20,6 +20,8 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
                                   zero_transitions)
 
+from tests.fakes import naive_n_step, naive_transitions, random_stream
+
 MEMORY_CAPACITY = 64
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a run
@@ -50,6 +52,44 @@ def test_a_write_goes_around_the_end_of_the_ring(store_class):
     store.put_rows(3, frames[:2])
     expected[3:5] = frames[:2]
     np.testing.assert_array_equal(store.rows(0, 10), expected)
+
+
+@pytest.mark.parametrize("store", ["host", "device"])
+@pytest.mark.parametrize("n", [1, 3, 5])
+@pytest.mark.parametrize("capacity, transitions, seed", [
+    (1000, 300, 0),  # no wrap
+    (64, 300, 1),  # wraps several times, cursor mid-way
+    (37, 37, 4),  # exactly full
+])
+def test_n_step_returns_and_discounts_are_the_naive_references(store, n, capacity,
+                                                               transitions, seed):
+    """Episodes ending in lost lives (terminals) or cut off, rewards clipped, a memory that
+    wraps: each slot the memory lets be drawn, and its return, discount and bootstrap state,
+    are what a naive reference works out step by step (tests/fakes.py: naive_n_step)."""
+    from fast_dqn.learner import gathered_batch
+    stream = random_stream(np.random.default_rng(seed), transitions)
+    expected = naive_n_step(naive_transitions(stream), n, 0.9, capacity)
+    frames = DeviceFrames(capacity) if store == "device" else None
+    memory = ReplayMemory(capacity, np.random.default_rng(seed), frames=frames, discount=0.9,
+                          n_step=n)
+    for step in stream.steps:
+        memory.add_many(acted_transitions(step.frame[None], np.array([step.action]),
+                                          np.array([step.reward]), np.array([step.terminal]),
+                                          np.array([step.episode_end])))
+    valid = np.flatnonzero(memory.valid(np.arange(capacity)))
+    assert set(valid.tolist()) == {t % capacity for t in expected}
+    assert any(e.discount == 0 for e in expected.values()) and any(
+        e.discount > 0 for e in expected.values()), "the stream should have both kinds"
+    order = sorted(expected)
+    batch = memory.batch(np.array([t % capacity for t in order]))
+    if store == "device":
+        batch = Batch(*(np.asarray(column) for column in gathered_batch(frames.variable, batch)))
+    for row, t in enumerate(order):
+        assert batch.returns[row] == pytest.approx(expected[t].returns, abs=1e-6), t  # float32
+        assert batch.discounts[row] == pytest.approx(expected[t].discount, rel=1e-6), t
+        if expected[t].next_state is not None:
+            np.testing.assert_array_equal(batch.next_states[row], expected[t].next_state,
+                                          err_msg=f"next state {t}")
 
 
 def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
