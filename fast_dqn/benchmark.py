@@ -127,7 +127,7 @@ def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> Repl
     from fast_dqn.device_frames import make_frame_store
     frames, _ = make_frame_store(config.replay_device, capacity)
     memory = ReplayMemory(capacity, rng, frames=frames, discount=config.discount,
-                          n_step=config.n_step)
+                          n_step=config.n_step, prioritized=config.prioritized)
     touch_pages(memory)
     return memory
 
@@ -345,7 +345,8 @@ class TrainerAlone:
         self.windows: list[float] = []
 
     def _update(self) -> None:
-        self._learner.update(self._draws.draw(self._per_call, buffer=0), self._per_call)
+        minibatches = self._draws.draw(self._per_call, buffer=0)
+        self._draws.write_back(0, self._learner.update(minibatches, self._per_call))
 
     def measure(self, seconds: float) -> float:
         """Updates/s over one window of about `seconds`; kept in `windows`."""

@@ -55,6 +55,9 @@ LOSSES = ("huber", "mse")
 # What `--optimizer=adam` sets unless a flag given on the command line sets it itself:
 # Dopamine's learning rate (its epsilon and moments are update_rule's constants).
 _ADAM_PRESET: dict[str, Any] = {"lr": 6.25e-5}
+# dqn_zoo's prioritized agent (dqn_zoo/prioritized/run_atari.py): Nature's learning rate
+# divided by 4 and RMSProp's epsilon by 4 squared, as Schaul et al. (2016) lower the step size.
+_PRIORITIZED_RMSPROP_PRESET: dict[str, Any] = {"lr": 2.5e-4 / 4, "rmsprop_epsilon": 0.01 / 16}
 # The flags of RMSProp only, refused beside --optimizer=adam.
 _RMSPROP_ONLY = ("rmsprop_rho", "rmsprop_epsilon")
 
@@ -141,6 +144,10 @@ class Config:
     n_step: int = _field(1, "n-step returns (Dopamine's update_horizon): the target sums n "
                          "clipped rewards, discounted, up to the learning episode's end, and "
                          "bootstraps from the state n steps on; 1 = Nature")
+    prioritized: bool = _field(False, "proportional prioritized replay (Schaul et al. 2016, "
+                               "as dqn_zoo runs it): priority exponent 0.6, importance-sampling "
+                               "exponent 0.4 to 1 over the run; with RMSProp a new run's "
+                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given")
 
     logdir: str = _field("", "run directory (default runs/<game>-<algo>-seed<seed>-<time>)")
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
@@ -278,6 +285,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("optimizer", {"adam": "Adam (Dopamine's)"}, {"adam": "adam"}),
     Variant("loss", {"mse": "mean squared loss (Dopamine's)"}, {"mse": "mse"}),
     Variant("n_step", "{}-step returns", "nstep{}"),
+    Variant("prioritized", {True: "prioritized replay"}, {True: "prioritized"}),
 )
 
 
@@ -463,6 +471,8 @@ def new_run_settings(given: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{flag_name(name)} is a setting of --optimizer=rmsprop; "
                                  "this run's optimizer is adam")
     preset = _ADAM_PRESET if optimizer == "adam" else {}
+    if given.get("prioritized", Config.prioritized) and optimizer == "rmsprop":
+        preset = _PRIORITIZED_RMSPROP_PRESET
     return {**preset, **with_protocol(given)}
 
 

@@ -246,7 +246,8 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
     learner.on_xla_fallback = xla_fell_back
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
-                          frames=frames, discount=config.discount, n_step=config.n_step)
+                          frames=frames, discount=config.discount, n_step=config.n_step,
+                          prioritized=config.prioritized)
 
     def save(state: dict, unstored: Transitions | None) -> None:
         arrays = None

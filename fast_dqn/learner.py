@@ -397,7 +397,8 @@ def learner_settings(config: Config) -> dict[str, Any]:
     `update_rule.dqn_update`, is the default)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
                 seed=config.seed, xla=use_xla(config.xla), double=config.double,
-                dueling=config.dueling, optimizer=config.optimizer, loss=config.loss)
+                dueling=config.dueling, optimizer=config.optimizer, loss=config.loss,
+                td_errors=config.prioritized)
 
 
 def make_learner(config: Config, n_actions: int,

@@ -30,11 +30,18 @@ return sums the clipped rewards of slots i .. i + n - 1 discounted by gamma^k, a
 first terminal among them (a lost life under Nature's protocol), where its discount is 0;
 otherwise its discount is gamma^n and it bootstraps from the state of slot i + n. Nothing more
 is stored for it: the sums are made when a minibatch is drawn.
+
+With prioritized replay (Schaul et al. 2016, the proportional variant) a slot is drawn with
+probability p^alpha / sum p^alpha (`Priorities`, a sum tree), its loss weighted by
+(min p^alpha / p^alpha)^beta over its minibatch (the importance-sampling weights normalized
+by their maximum), and the priorities p = |TD error| + epsilon are written back by the learner
+thread from its updates (`MinibatchDraws.write_back`); new transitions enter with the largest
+priority seen so far.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +53,8 @@ from fast_dqn.transitions import (TRANSITION_COLUMNS, Batch, SlotBatch, Transiti
 Minibatches = Batch | SlotBatch  # states gathered on the host, or the slots to gather them
 
 _MAX_SAMPLING_ROUNDS = 1000
+PRIORITY_EXPONENT = 0.6  # alpha: Schaul et al. (2016), proportional; dqn_zoo's
+PRIORITY_EPSILON = 1e-6  # added to |TD error|, so that no transition stops being drawn
 
 
 def clip_reward(reward: np.ndarray | float) -> np.ndarray:
@@ -65,7 +74,8 @@ class ReplayMemory:
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
-                 frames: FrameStore | None = None, discount: float = 0.99, n_step: int = 1):
+                 frames: FrameStore | None = None, discount: float = 0.99, n_step: int = 1,
+                 prioritized: bool = False):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         if frames is not None and frames.capacity != capacity:
@@ -86,6 +96,7 @@ class ReplayMemory:
             for name, (shape, dtype) in TRANSITION_COLUMNS.items()})
         self.cursor = 0  # the slot the next transition goes to
         self.size = 0
+        self.priorities = Priorities(capacity) if prioritized else None
 
     def __len__(self) -> int:
         return self.size
@@ -118,6 +129,9 @@ class ReplayMemory:
             self._write_columns(start, piece)
             self.frames.write(start, piece.frames)
             start = (start + len(piece.frames)) % self.capacity
+        if self.priorities is not None:
+            slots = (self.cursor + np.arange(count)) % self.capacity
+            self.priorities.set(slots, np.full(count, self.priorities.max_seen))
         self._advance(count)
 
     def _write_columns(self, start: int, transitions: Transitions) -> None:
@@ -170,14 +184,20 @@ class ReplayMemory:
         return ok
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
-        """Uniform over valid slots, by vectorized rejection sampling."""
-        indices = self._rng.integers(0, self.size, size=batch_size)
+        """Valid slots, uniform or in proportion to their priorities, by vectorized
+        rejection sampling."""
+        indices = self._draw_slots(batch_size)
         for _ in range(_MAX_SAMPLING_ROUNDS):
             invalid = ~self.valid(indices)
             if not invalid.any():
                 return indices
-            indices[invalid] = self._rng.integers(0, self.size, size=int(invalid.sum()))
+            indices[invalid] = self._draw_slots(int(invalid.sum()))
         raise RuntimeError(f"no valid transitions to sample among {self.size} stored")
+
+    def _draw_slots(self, count: int) -> np.ndarray:
+        if self.priorities is None:
+            return self._rng.integers(0, self.size, size=count)
+        return self.priorities.find(self._rng.random(count) * self.priorities.total)
 
     def sample(self, batch_size: int, out: Batch | None = None) -> Minibatches:
         """A uniform minibatch (`sample_many` of one)."""
@@ -196,13 +216,17 @@ class ReplayMemory:
         do not depend on how many are trained per call or where their frames are gathered."""
         return np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
 
-    def batch(self, indices: np.ndarray, out: Batch | None = None) -> Minibatches:
+    def batch(self, indices: np.ndarray, out: Batch | None = None,
+              importance_exponents: np.ndarray | None = None) -> Minibatches:
         """The transitions at explicit (valid) slots, as the frame store gathers them: a
         `Batch` of states on the host (into `out`'s buffers when given), slots on the
-        device."""
-        return self.frames.gather(self.slot_batch(indices), out, self.n_step)
+        device. With priorities, `importance_exponents` (one per minibatch of the indices)
+        give the importance-sampling weights."""
+        slots = self.slot_batch(indices, importance_exponents)
+        return self.frames.gather(slots, out, self.n_step)
 
-    def slot_batch(self, indices: np.ndarray) -> SlotBatch:
+    def slot_batch(self, indices: np.ndarray,
+                   importance_exponents: np.ndarray | None = None) -> SlotBatch:
         """The transitions at explicit (valid) slots, their states as frame slots and masks."""
         indices = np.asarray(indices)
         history = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
@@ -213,7 +237,18 @@ class ReplayMemory:
             next_slots=((history + self.n_step) % self.capacity).astype(np.int32),
             next_mask=self._history_mask(next_slots),
             actions=self.columns.actions[indices].astype(np.int32),  # stored as uint8
-            returns=returns, discounts=discounts, weights=np.ones(len(indices), np.float32))
+            returns=returns, discounts=discounts,
+            weights=self._weights(indices, importance_exponents))
+
+    def _weights(self, indices: np.ndarray, exponents: np.ndarray | None) -> np.ndarray:
+        """Importance-sampling weights (1 / (N P(i)))^beta normalized by each minibatch's
+        largest, which is (min p^alpha / p_i^alpha)^beta: N and the sum cancel out."""
+        if self.priorities is None or exponents is None:
+            return np.ones(len(indices), np.float32)
+        exponents = np.asarray(exponents, np.float64)
+        drawn = self.priorities.leaves[indices].reshape(len(exponents), -1)
+        weights = (drawn.min(axis=1, keepdims=True) / drawn) ** exponents[:, None]
+        return weights.reshape(-1).astype(np.float32)
 
     def _returns(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each transition's n-step return and its bootstrap's discount (0 where a terminal
@@ -267,6 +302,8 @@ class ReplayMemory:
         """
         state = select(self.columns, slice(0, self.size))._asdict()
         state["frames"] = self.frames.saved_rows(self.size)
+        if self.priorities is not None:
+            state["priorities"] = self.priorities.leaves[:self.size]
         state.update(cursor=np.array(self.cursor), size=np.array(self.size),
                      capacity=np.array(self.capacity))
         return state
@@ -277,6 +314,8 @@ class ReplayMemory:
         reader then calls `set_extent`."""
         targets: dict[str, Any] = self.columns._asdict()
         targets["frames"] = self.frames.restore_target()
+        if self.priorities is not None:
+            targets["priorities"] = self.priorities.leaves
         return targets
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
@@ -287,6 +326,8 @@ class ReplayMemory:
         for name, stored in self.columns._asdict().items():
             if name != "frames":
                 stored[:len(state[name])] = state[name]
+        if self.priorities is not None:
+            self.priorities.leaves[:len(state["priorities"])] = state["priorities"]
         self.frames.put_rows(0, np.asarray(state["frames"]))
         self.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))
 
@@ -306,6 +347,8 @@ class ReplayMemory:
                              f"{self.capacity}")
         self.cursor = cursor
         self.size = size
+        if self.priorities is not None:
+            self.priorities.sum_up()  # the leaves were read in place
 
     def check_valid(self) -> None:
         """Raises ValueError, naming the broken rule, unless the memory keeps its invariants.
@@ -325,6 +368,64 @@ class ReplayMemory:
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
 
 
+class Priorities:
+    """Each slot's p^alpha in a sum tree: proportional draws in O(log N) per transition.
+
+        tree[1] = sum of all;  tree[k] = tree[2k] + tree[2k + 1];  leaves tree[L + slot]
+
+    Every sum is recomputed from its two children whenever a leaf below it changes, so the
+    tree is a function of its leaves alone: one restored from saved leaves is the same,
+    bit for bit. `max_seen` is the largest priority p written so far (1 at first, as
+    dqn_zoo's), which new transitions get.
+
+    Thread use: the main thread sets new slots' priorities at sync points; during an epoch
+    only the learner thread reads and writes them, and it draws the next call only after
+    writing the last call's (Schaul et al.'s order), so a run does not depend on timing.
+    """
+
+    def __init__(self, capacity: int):
+        self._first_leaf = 1 << max(0, (capacity - 1).bit_length())
+        self.tree = np.zeros(2 * self._first_leaf)
+        self.leaves = self.tree[self._first_leaf:self._first_leaf + capacity]  # a view
+        self.max_seen = 1.0
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the slots' priorities p (stored as p^alpha) and the sums above them."""
+        self.leaves[slots] = np.asarray(priorities, np.float64) ** PRIORITY_EXPONENT
+        nodes = np.unique((np.asarray(slots) + self._first_leaf) // 2)
+        while len(nodes) and nodes[-1] >= 1:
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+            nodes = np.unique(nodes[nodes > 1] // 2)
+
+    def sum_up(self) -> None:
+        """Every sum from the leaves (after the leaves were read from a checkpoint)."""
+        level = self._first_leaf
+        while level > 1:
+            self.tree[level // 2:level] = self.tree[level:2 * level:2] + self.tree[level + 1:2 * level:2]
+            level //= 2
+
+    def find(self, targets: np.ndarray) -> np.ndarray:
+        """The slot whose leaf holds each target in [0, total): a walk down from the root."""
+        nodes = np.ones(len(targets), np.int64)
+        targets = np.array(targets, np.float64)
+        while nodes[0] < self._first_leaf:
+            left = self.tree[2 * nodes]
+            right = targets >= left
+            targets -= np.where(right, left, 0.0)
+            nodes = 2 * nodes + right
+        return np.minimum(nodes - self._first_leaf, len(self.leaves) - 1)
+
+    def write_back(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """The priorities |TD error| + epsilon of the transitions just trained on."""
+        priorities = np.abs(np.asarray(td_errors, np.float64)) + PRIORITY_EPSILON
+        self.max_seen = max(self.max_seen, float(priorities.max()))
+        self.set(slots, priorities)
+
+
 class MinibatchDraws:
     """Draws a memory's minibatches K at a time into one of two reused buffers, and takes
     draws back.
@@ -339,21 +440,39 @@ class MinibatchDraws:
     same buffer.
     """
 
-    def __init__(self, memory: ReplayMemory, batch_size: int, updates_per_call: int = 1):
+    def __init__(self, memory: ReplayMemory, batch_size: int, updates_per_call: int = 1,
+                 importance_exponent: Callable[[int], float] | None = None):
         self.memory = memory
         self.batch_size = batch_size
         self.updates_per_call = updates_per_call
+        # With priorities: the next call is drawn only once the last one's are written back.
+        self.drawn_ahead = memory.priorities is None
+        self._importance_exponent = importance_exponent  # of the n-th update, from 0
         rows = batch_size * updates_per_call
         # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
         self._buffers = (memory.frames.minibatch_buffers(rows),
                          memory.frames.minibatch_buffers(rows))
         self._drawn_from: list[dict | None] = [None, None]  # the generator before each draw
+        self._slots: list[np.ndarray | None] = [None, None]  # each buffer's slots
 
-    def draw(self, count: int, buffer: int) -> Minibatches:
-        """`count` minibatches, as the memory's frame store makes them (into buffer 0 or 1,
-        where it gathers into buffers)."""
+    def draw(self, count: int, buffer: int, first_update: int = 0) -> Minibatches:
+        """`count` minibatches for updates first_update, first_update + 1, ..., as the
+        memory's frame store makes them (into buffer 0 or 1, where it gathers into
+        buffers)."""
         self._drawn_from[buffer] = self.memory.generator_state()
-        return self.memory.sample_many(count, self.batch_size, out=self._buffers[buffer])
+        slots = self.memory.many_indices(count, self.batch_size)
+        exponents = None
+        if self.memory.priorities is not None and self._importance_exponent is not None:
+            exponents = np.array([self._importance_exponent(first_update + k)
+                                  for k in range(count)])
+            self._slots[buffer] = slots
+        return self.memory.batch(slots, self._buffers[buffer], exponents)
+
+    def write_back(self, buffer: int, td_errors: Any) -> None:
+        """The priorities of the transitions in `buffer` from the TD errors of their updates
+        (a tensor; reading it waits for them); nothing without priorities."""
+        if self.memory.priorities is not None:
+            self.memory.priorities.write_back(self._slots[buffer], np.asarray(td_errors))
 
     def undo(self, buffer: int) -> None:
         """Takes back the draws of the minibatches in `buffer`."""

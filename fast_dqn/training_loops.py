@@ -32,8 +32,8 @@ from fast_dqn import saved_state
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import RunCounters
-from fast_dqn.schedule import (epoch_end, epsilon_at, learning_started, period_passed, round_up,
-                               target_sync_due)
+from fast_dqn.schedule import (epoch_end, epsilon_at, importance_exponent_at, learning_started,
+                               period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_parts import Learner, LoopParts
 from fast_dqn.replay_memory import MinibatchDraws
@@ -86,8 +86,11 @@ class Draws(Protocol):
     """Where `LearnerThread` draws its minibatches (`MinibatchDraws`; the tests' fakes)."""
 
     updates_per_call: int
+    drawn_ahead: bool  # whether a call may be drawn while the one before it updates
 
-    def draw(self, count: int, buffer: int) -> Any: ...
+    def draw(self, count: int, buffer: int, first_update: int) -> Any: ...
+
+    def write_back(self, buffer: int, td_errors: Any) -> None: ...
 
     def undo(self, buffer: int) -> None: ...
 
@@ -199,8 +202,9 @@ class LearnerThread:
                 self._done.release()
 
     def _run_epoch(self, updates: int) -> None:
-        counts = [min(self._updates_per_call, updates - done)
-                  for done in range(0, updates, self._updates_per_call)]
+        per_call = self._updates_per_call
+        counts = [min(per_call, updates - done) for done in range(0, updates, per_call)]
+        first = self._counters.updates  # only this thread changes it during the epoch
         ahead: Future | None = None
         ahead_buffer = 0
         try:
@@ -208,14 +212,15 @@ class LearnerThread:
                 if self._stop.is_set() or self._abandon.is_set():
                     return
                 if ahead is None:
-                    ahead = self._drawer.submit(self._timed_draw, count, index % 2)
+                    ahead = self._drawer.submit(self._timed_draw, count, index % 2,
+                                                first + index * per_call)
                 batches = ahead.result()
                 ahead = None
-                if index + 1 < len(counts):
+                if self._draws.drawn_ahead and index + 1 < len(counts):
                     ahead_buffer = (index + 1) % 2
                     ahead = self._drawer.submit(self._timed_draw, counts[index + 1],
-                                                  ahead_buffer)
-                self._timed_update(batches, count)
+                                                ahead_buffer, first + (index + 1) * per_call)
+                self._timed_update(batches, count, index % 2)
                 # The run's one count: during an epoch only this thread changes it, and the
                 # main thread reads it for the epoch's work only after `wait`.
                 self._counters.updates += count
@@ -225,18 +230,18 @@ class LearnerThread:
                 if ahead.exception() is None:
                     self._draws.undo(ahead_buffer)
 
-    def _timed_draw(self, count: int, buffer: int) -> Any:
+    def _timed_draw(self, count: int, buffer: int, first_update: int) -> Any:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            return self._draws.draw(count, buffer)
+            return self._draws.draw(count, buffer, first_update)
         finally:
             self.times.draw_cpu_seconds += time.thread_time() - cpu
             self.times.draw_seconds += time.perf_counter() - wall
 
-    def _timed_update(self, batches: Any, count: int) -> None:
+    def _timed_update(self, batches: Any, count: int, buffer: int) -> None:
         wall, cpu = time.perf_counter(), time.thread_time()
         try:
-            self._learner.update(batches, count)
+            self._draws.write_back(buffer, self._learner.update(batches, count))
         finally:
             self.times.update_cpu_seconds += time.thread_time() - cpu
             self.times.update_seconds += time.perf_counter() - wall
@@ -262,8 +267,9 @@ class TrainingLoop:
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        self.draws = MinibatchDraws(self.memory, self.config.batch_size,
-                                    self.config.updates_per_call)
+        self.draws = MinibatchDraws(
+            self.memory, self.config.batch_size, self.config.updates_per_call,
+            importance_exponent=lambda update: importance_exponent_at(update, self.config))
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
         self._updates_logged = 0  # the updates whose losses the logs hold
@@ -370,7 +376,8 @@ class TrainingLoop:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`; with `stoppable`, or until a stop is requested."""
         while self.counters.updates < updates and not (stoppable and self.stop_requested()):
-            self.learner.update(self.draws.draw(1, buffer=0), 1)
+            minibatch = self.draws.draw(1, buffer=0, first_update=self.counters.updates)
+            self.draws.write_back(0, self.learner.update(minibatch, 1))
             self.counters.updates += 1
 
     def start_acting(self) -> None:
@@ -531,11 +538,14 @@ class TrainingLoop:
     def state(self) -> dict:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
         unstored = self.unstored_transitions()
-        return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
-                "rng": self.rng.bit_generator.state,
-                "replay_rng": self.memory.generator_state(),
-                "unstored_transitions": 0 if unstored is None else len(unstored.frames),
-                "between_sync_points": self._between_sync_points}
+        state = {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
+                 "rng": self.rng.bit_generator.state,
+                 "replay_rng": self.memory.generator_state(),
+                 "unstored_transitions": 0 if unstored is None else len(unstored.frames),
+                 "between_sync_points": self._between_sync_points}
+        if self.memory.priorities is not None:  # the priorities are replay arrays
+            state["replay_max_priority"] = self.memory.priorities.max_seen
+        return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continues from `state`; environments start fresh games (seeded by the step).
@@ -545,6 +555,9 @@ class TrainingLoop:
         """
         rng_state = saved_state.generator_state(state, "rng")
         replay_rng_state = saved_state.generator_state(state, "replay_rng")
+        if self.memory.priorities is not None:
+            self.memory.priorities.max_seen = saved_state.number(state, "replay_max_priority",
+                                                                 low=0.0)
         self.counters.restore(saved_state.section(state, "counters"))
         self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
