@@ -36,7 +36,7 @@ from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory
+from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory, make_replay_memory
 from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
 from fast_dqn.env_pools import SERIAL
@@ -126,8 +126,7 @@ def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> Repl
     already in memory (see `touch_pages`)."""
     from fast_dqn.device_frames import make_frame_store
     frames, _ = make_frame_store(config.replay_device, capacity)
-    memory = ReplayMemory(capacity, rng, frames=frames, discount=config.discount,
-                          n_step=config.n_step, prioritized=config.prioritized)
+    memory = make_replay_memory(config.replace(replay_capacity=capacity), rng, frames)
     touch_pages(memory)
     return memory
 

@@ -48,7 +48,7 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_nam
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.replay_memory import make_replay_memory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
@@ -245,9 +245,7 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
 
     learner.on_xla_fallback = xla_fell_back
     seeds = np.random.SeedSequence(config.seed).spawn(2)
-    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
-                          frames=frames, discount=config.discount, n_step=config.n_step,
-                          prioritized=config.prioritized)
+    memory = make_replay_memory(config, np.random.default_rng(seeds[0]), frames)
 
     def save(state: dict, unstored: Transitions | None) -> None:
         arrays = None

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fast_dqn.config import Config
-from fast_dqn.direct_calls import Dispatch, DirectCalls, borrowed_tensor, run_call
+from fast_dqn.direct_calls import Dispatch, DirectCalls, run_call
 from fast_dqn.networks import build_nature_cnn, greedy
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.replay_memory import Minibatches

@@ -45,7 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fast_dqn.config import HISTORY
+from fast_dqn.config import HISTORY, Config
 from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.transitions import (TRANSITION_COLUMNS, Batch, SlotBatch, Transitions, concatenate,
                                   select)
@@ -199,21 +199,11 @@ class ReplayMemory:
             return self._rng.integers(0, self.size, size=count)
         return self.priorities.find(self._rng.random(count) * self.priorities.total)
 
-    def sample(self, batch_size: int, out: Batch | None = None) -> Minibatches:
-        """A uniform minibatch (`sample_many` of one)."""
-        return self.sample_many(1, batch_size, out)
-
-    def sample_many(self, count: int, batch_size: int,
-                    out: Batch | None = None) -> Minibatches:
-        """`count` uniform minibatches at once, minibatch k in rows k * batch_size ...
-        (k + 1) * batch_size - 1 (see `many_indices`), as the frame store's update takes
-        them (`batch`); `out`: buffers from `frames.minibatch_buffers`."""
-        return self.batch(self.many_indices(count, batch_size), out)
-
     def many_indices(self, count: int, batch_size: int) -> np.ndarray:
-        """The slots of `count` minibatches, drawn exactly as `count` calls of `sample` draw
-        them, one minibatch after another from the same generator, so a run's minibatches
-        do not depend on how many are trained per call or where their frames are gathered."""
+        """The slots of `count` minibatches, minibatch k in rows k * batch_size ...
+        (k + 1) * batch_size - 1, drawn one minibatch after another from the same generator,
+        so a run's minibatches do not depend on how many are trained per call or where their
+        frames are gathered."""
         return np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
 
     def batch(self, indices: np.ndarray, out: Batch | None = None,
@@ -366,6 +356,14 @@ class ReplayMemory:
             raise ValueError("replay memory: a stored reward is not clipped to -1, 0 or 1")
         if store.sampleable[self.size:].any():
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
+
+
+def make_replay_memory(config: Config, rng: np.random.Generator,
+                       frames: FrameStore | None = None) -> ReplayMemory:
+    """The run's replay memory as `config` describes it: its capacity, and the discount,
+    the n of the returns and the priorities its minibatches are drawn with."""
+    return ReplayMemory(config.replay_capacity, rng, frames, discount=config.discount,
+                        n_step=config.n_step, prioritized=config.prioritized)
 
 
 class Priorities:

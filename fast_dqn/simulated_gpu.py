@@ -107,7 +107,7 @@ class SimulatedDevice:
     def __init__(self, gpu: SimulatedGpu):
         self.gpu = gpu
         self.calls = SimulatedCalls()
-        self.simulated_seconds = 0.0  # the waits so far, by the learner and the acting loop
+        self.simulated_seconds = 0.0  # the updates' waits so far (the learner's threads)
 
     def dispatch(self, purpose: str, call: DirectCall,
                  tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
@@ -119,8 +119,8 @@ class SimulatedDevice:
         else:
             count = int(tensors[0].shape[0]) if purpose in MANY_UPDATES else 1
             busy = count * self.gpu.update_ms / 1000.0
+            self.simulated_seconds += busy
         time.sleep(max(0.0, dispatched + busy - time.perf_counter()))
-        self.simulated_seconds += busy
         return outputs
 
     @property

@@ -122,7 +122,9 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pieces", [[], ["--n-step=3", "--prioritized=true"]],
+                         ids=["nature", "n-step-prioritized"])
+def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch, pieces):
     """Same seed, same run; in the second, the trainer's updates and the calls of the acting
     loop's rounds (the pool's send and receive, which the fast loop makes) are slowed by
     random sleeps, so the two threads interleave differently. (Flushing the epoch's
@@ -130,9 +132,11 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it. Epochs of 200 steps
     (50 updates; the trainer, slower than the acting here even unslowed, is still drawing
-    when an epoch's last step is taken), so that 3 epochs take half the updates."""
+    when an epoch's last step is taken), so that 3 epochs take half the updates. With
+    priorities the learner thread writes them back during the epoch, and draws the next
+    call only after (the priorities are compared with the memory's other arrays)."""
     argv = RUN + ["--workers=4", "--target-update=200", "--timesteps=1000",  # 3 epochs
-                  "--updates-per-call=1"]
+                  "--updates-per-call=1", *pieces]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
     from fast_dqn.learner import Learner
@@ -157,7 +161,8 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
         assert rows_a
     replay_a = sorted((tmp_path / "a" / "checkpoint" / "replay").glob("*.npy"))
     assert {path.stem for path in replay_a} >= {"frames", "actions", "rewards", "terminals",
-                                                 "episode_ends", "cursor", "size"}
+                                                 "episode_ends", "cursor", "size",
+                                                 *(["priorities"] if pieces else [])}
     for path_a in replay_a:  # every array and counter of the memory
         saved_b = np.load(tmp_path / "b" / "checkpoint" / "replay" / path_a.name)
         np.testing.assert_array_equal(np.load(path_a), saved_b, err_msg=path_a.name)

@@ -326,7 +326,7 @@ def test_an_update_call_returns_each_transitions_td_error_in_order(xla):
     for batch in batches:
         expected.append(td_errors(reference, batch))
         reference.update(batch, 1)
-    network = Learner(N_ACTIONS, td_errors=True, **learner_settings(Config(xla=xla, seed=4)))
+    network = network_from(Config(xla=xla, prioritized=True), seed=4)  # TD errors returned
     returned = network.update(_stack(batches), 2).numpy()
     assert reference.update(batches[0], 1) is None  # not asked for
     assert returned.shape == (64,)

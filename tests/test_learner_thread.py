@@ -17,8 +17,13 @@ class Calls:
                  prepare: Callable[[int, int], Any] = lambda count, buffer: None,
                  updates_per_call: int = 1,
                  undo_draws: Callable[[int], None] = lambda buffer: None):
-        self.update, self.draw, self.undo = update, prepare, undo_draws
+        self.update, self.undo = update, undo_draws
+        self.draw = lambda count, buffer, first_update: prepare(count, buffer)
         self.updates_per_call = updates_per_call
+        self.drawn_ahead = True
+
+    def write_back(self, buffer: int, td_errors: Any) -> None:
+        pass
 
 
 class Counts:

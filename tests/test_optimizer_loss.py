@@ -20,7 +20,6 @@ import tensorflow as tf
 from fast_dqn import config as config_module, launch, update_rule
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, new_run_settings
 from fast_dqn.learner import Learner, make_learner
-from fast_dqn.transitions import Batch
 from fast_dqn.update_rule import DopamineAdam, dqn_update
 from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, run_in_process,
                             summary)

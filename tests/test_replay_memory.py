@@ -341,7 +341,7 @@ def test_sampling_uses_the_injected_rng():
 
 def test_sample_shapes_and_dtypes():
     memory = filled_memory(300, 200, seed=1)
-    batch = memory.sample(32)
+    batch = memory.batch(memory.many_indices(1, 32))
     assert batch.states.shape == batch.next_states.shape == (32, HISTORY, *FRAME_SHAPE)
     assert batch.states.dtype == batch.next_states.dtype == np.uint8
     assert all(column.shape == (32,) for column in batch[2:])
@@ -352,7 +352,7 @@ def test_sample_shapes_and_dtypes():
 def test_sampling_with_nothing_valid_raises():
     memory = memory_from("1X 2X 3", 8)
     with pytest.raises(RuntimeError, match="no valid transitions"):
-        memory.sample(4)
+        memory.batch(memory.many_indices(1, 4))
 
 
 # ----------------------------------------------------------------------------- memory cost
@@ -423,7 +423,7 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
                                       getattr(memory.columns, name))
 
 
-def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
+def test_many_indices_give_the_minibatches_of_as_many_single_draws():
     """K updates per call must see the same minibatches as K single updates."""
     from fast_dqn.transitions import empty_batch
 
@@ -437,9 +437,9 @@ def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
         return memory
 
     one_by_one, at_once = filled(7), filled(7)
-    singles = [one_by_one.sample(16) for _ in range(6)]
-    stacked = at_once.sample_many(3, 16, out=empty_batch(48))
-    stacked_again = at_once.sample_many(3, 16)
+    singles = [one_by_one.batch(one_by_one.many_indices(1, 16)) for _ in range(6)]
+    stacked = at_once.batch(at_once.many_indices(3, 16), empty_batch(48))
+    stacked_again = at_once.batch(at_once.many_indices(3, 16))
     for k, single in enumerate(singles):
         source, row = (stacked, k) if k < 3 else (stacked_again, k - 3)
         for name in single._fields:

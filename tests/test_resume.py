@@ -32,8 +32,9 @@ from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
 from tests.cli_runs import (FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY,
-                            Finished, assert_no_traceback, interrupt, read_csv,
-                            run_in_process, snapshot, start, step_of, summary, without_hours)
+                            Finished, assert_no_traceback, interrupt, read_csv, run_bytes,
+                            run_cli, run_in_process, snapshot, start, step_of, summary,
+                            without_hours)
 from tests.run_files import write_stand_in_network
 
 
@@ -189,6 +190,36 @@ def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
                       for manifest in (manifest_a, manifest_b))
     assert manifest_a["evaluator"] == manifest_b["evaluator"]
     assert without_hours([last_a]) == without_hours([last_b])  # hours: the wall clock
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, trainer_flags", [(RUN_FAST_DQN, FAST), (RUN_DQN, TINY)],
+                         ids=["fast", "serial"])
+def test_two_resumes_with_n_step_returns_and_priorities_are_identical(tmp_path, script,
+                                                                      trainer_flags):
+    """A checkpoint of a run with --n-step=3 --prioritized (at its end, step 800), resumed
+    twice side by side to 1,600: the same rows, weights, replay arrays and priorities."""
+    run_dir = tmp_path / "run"
+    first = run_cli(script, [*trainer_flags, SMALL_BATCH, "--n-step=3", "--prioritized=true",
+                             "--evaluate=400", "--eval-episodes=2",
+                             "--eval-max-episode-steps=100", "--timesteps=800",
+                             f"--logdir={run_dir}"], tmp_path / "first", timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    copies = [tmp_path / "a", tmp_path / "b"]
+    for copy in copies:
+        shutil.copytree(run_dir, copy)
+    runs = [start(script, ["--resume", str(copy), "--timesteps=1600"], tmp_path / copy.name)
+            for copy in copies]
+    for run in runs:
+        result = run.finish(timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    digests = [run_bytes(copy) for copy in copies]
+    assert "checkpoint/replay/priorities.npy" in digests[0]
+    assert digests[0] == digests[1]
+    manifests = [read_manifest(copy / CHECKPOINT) for copy in copies]
+    assert manifests[0]["counters"]["step"] == 1600
+    for key in ("rng", "replay_rng", "replay_max_priority"):
+        assert manifests[0][key] == manifests[1][key], key
 
 
 def break_a_reward(checkpoint: Path) -> None:
@@ -763,8 +794,8 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     stop = StopRequest()
 
     class StoppedAfterTwoUpdates(RecordingNetwork):
-        def update(self, batch):
-            super().update(batch)
+        def update(self, minibatches, count):
+            super().update(minibatches, count)
             if self.online_version == 2:
                 stop.signal_number = 2  # as the SIGINT handler sets it
 
