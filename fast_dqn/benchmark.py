@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop
+from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop, UpdateTimes
 from fast_dqn.atari import resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
@@ -36,11 +36,10 @@ from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory, make_replay_memory
 from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
 from fast_dqn.env_pools import SERIAL
-from fast_dqn.update_path import UpdatePath, UpdateTimes
 
 
 MODULE_COMMAND = "python -m fast_dqn.benchmark"
@@ -127,7 +126,7 @@ def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> Repl
     already in memory (see `touch_pages`)."""
     from fast_dqn.device_frames import make_frame_store
     frames, _ = make_frame_store(config.replay_device, capacity)
-    memory = ReplayMemory(capacity, rng, frames=frames)
+    memory = make_replay_memory(config.replace(replay_capacity=capacity), rng, frames)
     touch_pages(memory)
     return memory
 
@@ -162,22 +161,27 @@ def bench_config(args: argparse.Namespace, num_envs: int, concurrent: bool = Tru
     return config
 
 
-def simulated_gpu(args: argparse.Namespace):
-    """The GPU that --trainer-stub-ms/--query-stub-ms describe, or None for the real network."""
+def simulated_device(args: argparse.Namespace):
+    """The GPU that --trainer-stub-ms/--query-stub-ms describe (a `SimulatedDevice`), or
+    None for the real network."""
     if args.trainer_stub_ms is None:
         return None
-    from fast_dqn.simulated_gpu import SimulatedGpu
-    return SimulatedGpu(update_ms=args.trainer_stub_ms, query_ms=args.query_stub_ms)
+    from fast_dqn.simulated_gpu import SimulatedDevice, SimulatedGpu
+    return SimulatedDevice(SimulatedGpu(update_ms=args.trainer_stub_ms,
+                                        query_ms=args.query_stub_ms))
 
 
-def make_network(args: argparse.Namespace, n_actions: int, config: Config):
-    """The run's Q-network, on the simulated GPU where the arguments ask for one."""
-    from fast_dqn.q_network import make_q_network
-    from fast_dqn.simulated_gpu import make_simulated_q_network
-    gpu = simulated_gpu(args)
-    if gpu is None:
-        return make_q_network(config, n_actions)
-    return make_simulated_q_network(config, n_actions, gpu)
+def make_bench_learner(args: argparse.Namespace, n_actions: int, config: Config,
+                       memory: ReplayMemory):
+    """The run's learner, on the simulated GPU where the arguments ask for one; and that
+    simulated device (None for the real network)."""
+    from fast_dqn.learner import make_learner
+    from fast_dqn.simulated_gpu import make_simulated_learner
+    device = simulated_device(args)
+    frames = memory.frames.device_frames
+    if device is None:
+        return make_learner(config, n_actions, frames), None
+    return make_simulated_learner(config, n_actions, device, frames), device
 
 
 def zero_slots(rows: int) -> SlotBatch:
@@ -188,17 +192,15 @@ def zero_slots(rows: int) -> SlotBatch:
                      **minibatch_columns(rows))
 
 
-def warm_up(network, memory: ReplayMemory, num_envs: int, batch_size: int,
+def warm_up(learner, memory: ReplayMemory, num_envs: int, batch_size: int,
             updates_per_call: int) -> None:
-    """Traces the network's functions so that no compilation falls in a measured window."""
+    """Traces the learner's functions so that no compilation falls in a measured window."""
     for count in sorted({1, updates_per_call}):
-        rows = batch_size * count
-        frames = memory.frames
-        frames.update(network, frames.gather(zero_slots(rows)), count)
+        learner.update(memory.frames.gather(zero_slots(batch_size * count)), count)
     states = np.zeros((max(num_envs, 1), HISTORY, FRAME_SIZE, FRAME_SIZE), np.uint8)
-    network.greedy_actions(states, use_target=True)
-    network.greedy_actions(states, use_target=False)
-    network.take_train_stats(0)
+    learner.greedy_actions(states, use_target=True)
+    learner.greedy_actions(states, use_target=False)
+    learner.take_train_stats(0)
 
 
 class LearningWindow:
@@ -209,15 +211,16 @@ class LearningWindow:
     and the simulated GPU keep their own sums; the start's values are subtracted.
     """
 
-    def __init__(self, loop: TrainingLoop):
+    def __init__(self, loop: TrainingLoop, device=None):
         self._loop = loop
+        self._device = device  # the simulated GPU, if any
         self._started: tuple | None = None
         loop.counters.on_learning_start.append(self.start)
 
     def _readings(self) -> tuple[float, UpdateTimes, float, float]:
         thread = getattr(self._loop, "update_thread", None)
         times = dataclasses.replace(thread.times) if thread is not None else UpdateTimes()
-        simulated = getattr(self._loop.network, "simulated_seconds", 0.0)
+        simulated = 0.0 if self._device is None else self._device.simulated_seconds
         return time.thread_time(), times, simulated, time.process_time()
 
     def start(self) -> None:
@@ -250,14 +253,14 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     """
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
-    network = make_network(args, pool.n_actions, config)
     memory = make_memory(config, config.replay_capacity, np.random.default_rng(config.seed))
-    warm_up(network, memory, num_envs, config.batch_size, config.updates_per_call)
-    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+    learner, device = make_bench_learner(args, pool.n_actions, config, memory)
+    warm_up(learner, memory, num_envs, config.batch_size, config.updates_per_call)
+    parts = LoopParts(config=config, learner=learner, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=NullRunLog(),
                       rng=np.random.default_rng(config.seed + 1))
     loop: TrainingLoop = FastDQN(parts) if fast else DQN(parts)
-    window = LearningWindow(loop)  # the random start is not measured
+    window = LearningWindow(loop, device)  # the random start is not measured
     try:
         loop.act_and_learn()
         acting_cpu, times, simulated, process_cpu = window.end()
@@ -274,7 +277,7 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     if fast:
         result.update({
             "trainer_busy": times.update_seconds / wall,
-            "update_ms": 1000.0 * (times.prepare_seconds + times.update_seconds) / updates,
+            "update_ms": 1000.0 * (times.draw_seconds + times.update_seconds) / updates,
             "update_cpu_us": 1e6 * times.cpu_seconds / updates,
             "round_wall_us": 1e6 * wall / rounds,
             "round_cpu_us": 1e6 * acting_cpu / rounds})
@@ -332,21 +335,25 @@ class TrainerAlone:
             rewards=rng.normal(size=count).astype(np.float32),
             terminals=rng.random(count) < 0.01, episode_ends=rng.random(count) < 0.01,
             sampleable=np.ones(count, dtype=bool)))
-        self._network = make_network(args, n_actions, config)
+        self._learner, _ = make_bench_learner(args, n_actions, config, memory)
         self._per_call = config.updates_per_call
-        self._update_path = UpdatePath(memory, self._network, config.batch_size, self._per_call)
+        self._draws = MinibatchDraws(memory, config.batch_size, self._per_call)
         for _ in range(3):  # compile and warm up
-            self._update_path.update_now(self._per_call)
-        self._network.take_train_stats(0)
+            self._update()
+        self._learner.take_train_stats(0)
         self.windows: list[float] = []
+
+    def _update(self) -> None:
+        minibatches = self._draws.draw(self._per_call, buffer=0)
+        self._draws.write_back(0, self._learner.update(minibatches, self._per_call))
 
     def measure(self, seconds: float) -> float:
         """Updates/s over one window of about `seconds`; kept in `windows`."""
         updates, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            self._update_path.update_now(self._per_call)
+            self._update()
             updates += self._per_call
-        self._network.take_train_stats(0)  # waits for the device to finish
+        self._learner.take_train_stats(0)  # waits for the device to finish
         self.windows.append(updates / (time.perf_counter() - start))
         return self.windows[-1]
 
@@ -371,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulated = args.trainer_stub_ms is not None
     if args.switch_interval_ms is not None:
         sys.setswitchinterval(args.switch_interval_ms / 1000.0)
-    from fast_dqn.q_network import configure_device
+    from fast_dqn.learner import configure_device
     device = configure_device()
     print(f"simulated GPU ({args.trainer_stub_ms} ms per update, {args.query_stub_ms} ms per "
           "query); the host side on this machine" if simulated else device, flush=True)
@@ -442,10 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def dispatch_figures(config: Config, n_actions: int) -> dict[str, dict[str, int]]:
     """What the host dispatches per update and per query of the run's network (the real
     one, also where the GPU is simulated): framework ops one by one without XLA, one
-    compiled launch with it (`q_network.dispatched_ops`); printed in one line."""
-    from fast_dqn.q_network import dispatched_ops, make_q_network
-    network = make_q_network(config.replace(xla="off"), n_actions)
-    update, query = dispatched_ops(network, config.batch_size, config.workers)
+    compiled launch with it (`learner.dispatched_ops`); printed in one line."""
+    from fast_dqn.learner import dispatched_ops, make_learner
+    learner = make_learner(config.replace(xla="off"), n_actions)
+    update, query = dispatched_ops(learner, config.batch_size, config.workers)
     figures = {"dispatch_per_update": {"xla_off": sum(update.values()), "xla_on": 1},
                "dispatch_per_query": {"xla_off": sum(query.values()), "xla_on": 1}}
     print(f"dispatched per update: {figures['dispatch_per_update']['xla_off']} framework ops "

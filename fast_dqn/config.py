@@ -55,6 +55,9 @@ LOSSES = ("huber", "mse")
 # What `--optimizer=adam` sets unless a flag given on the command line sets it itself:
 # Dopamine's learning rate (its epsilon and moments are update_rule's constants).
 _ADAM_PRESET: dict[str, Any] = {"lr": 6.25e-5}
+# dqn_zoo's prioritized agent (dqn_zoo/prioritized/run_atari.py): Nature's learning rate
+# divided by 4 and RMSProp's epsilon by 4 squared, as Schaul et al. (2016) lower the step size.
+_PRIORITIZED_RMSPROP_PRESET: dict[str, Any] = {"lr": 2.5e-4 / 4, "rmsprop_epsilon": 0.01 / 16}
 # The flags of RMSProp only, refused beside --optimizer=adam.
 _RMSPROP_ONLY = ("rmsprop_rho", "rmsprop_epsilon")
 
@@ -73,7 +76,8 @@ NOT_SAVED = RESUME_ONLY + PROCESS_ONLY
 CONFIG_VERSION_KEY = "config_version"
 CONFIG_VERSION = 2
 SETTINGS_ADDED_AFTER = {1: ("protocol", "life_loss_terminal", "full_action_set", "double",
-                            "dueling", "replay_device", "optimizer", "loss")}
+                            "dueling", "replay_device", "optimizer", "loss", "n_step",
+                            "prioritized")}
 # The largest --timesteps: TensorBoard records the agent step as a 64-bit integer.
 MAX_TIMESTEPS = 2**63 - 1
 
@@ -148,6 +152,13 @@ class Config:
     dueling: bool = _field(False, "dueling network (Wang et al. 2016): value and advantage "
                            "streams, mean advantage subtracted, the gradient into the last "
                            "convolution scaled by 1/sqrt(2)")
+    n_step: int = _field(1, "n-step returns (Dopamine's update_horizon): the target sums n "
+                         "clipped rewards, discounted, up to the learning episode's end, and "
+                         "bootstraps from the state n steps on; 1 = Nature")
+    prioritized: bool = _field(False, "proportional prioritized replay (Schaul et al. 2016, "
+                               "as dqn_zoo runs it): priority exponent 0.6, importance-sampling "
+                               "exponent 0.4 to 1 over the run; with RMSProp a new run's "
+                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given")
 
     logdir: str = _field("", "run directory: a new or empty one, outside any other run's "
                          "(default runs/<game>-<algo>-seed<seed>-<time>)")
@@ -266,8 +277,8 @@ class Variant:
     """
 
     field: str
-    labels: Mapping[Any, str]
-    names: Mapping[Any, str]
+    labels: Mapping[Any, str] | str  # or one format string for every value ("{}-step")
+    names: Mapping[Any, str] | str
 
     @property
     def flag(self) -> str:
@@ -286,10 +297,14 @@ class Variant:
         return value != self.nature
 
     def label(self, value: Any) -> str | None:
-        return self.labels.get(value, f"{self.field} {value}") if self.departs(value) else None
+        return _named(self.labels, value, f"{self.field} {value}") if self.departs(value) else None
 
     def short_name(self, value: Any) -> str | None:
-        return self.names.get(value, str(value)) if self.departs(value) else None
+        return _named(self.names, value, str(value)) if self.departs(value) else None
+
+
+def _named(names: Mapping[Any, str] | str, value: Any, otherwise: str) -> str:
+    return names.format(value) if isinstance(names, str) else names.get(value, otherwise)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -298,6 +313,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("dueling", {True: "dueling network"}, {True: "dueling"}),
     Variant("optimizer", {"adam": "Adam (Dopamine's)"}, {"adam": "adam"}),
     Variant("loss", {"mse": "mean squared loss (Dopamine's)"}, {"mse": "mse"}),
+    Variant("n_step", "{}-step returns", "nstep{}"),
+    Variant("prioritized", {True: "prioritized replay"}, {True: "prioritized"}),
 )
 
 
@@ -483,6 +500,8 @@ def new_run_settings(given: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"{flag_name(name)} is a setting of --optimizer=rmsprop; "
                                  "this run's optimizer is adam")
     preset = _ADAM_PRESET if optimizer == "adam" else {}
+    if given.get("prioritized", Config.prioritized) and optimizer == "rmsprop":
+        preset = _PRIORITIZED_RMSPROP_PRESET
     return {**preset, **with_protocol(given)}
 
 
@@ -503,7 +522,7 @@ def validate(config: Config, algo: str,
             raise ValueError(f"{name(field)} must be a finite number; got {value}")
     positive = ("timesteps", "replay_capacity", "train_freq", "target_update", "batch_size",
                 "eval_episodes", "max_episode_steps", "eval_max_episode_steps", "workers",
-                "updates_per_call")
+                "updates_per_call", "n_step")
     for field in positive:
         if getattr(config, field) < 1:
             raise ValueError(f"{name(field)} must be at least 1; got {getattr(config, field)}")
@@ -542,6 +561,10 @@ def validate(config: Config, algo: str,
         raise ValueError(f"{name('replay_capacity')} ({config.replay_capacity}) must hold a "
                          f"minibatch and its frame history: at least "
                          f"{config.batch_size + HISTORY}")
+    if config.n_step >= config.replay_start:
+        raise ValueError(f"{name('n_step')} ({config.n_step}) must be below "
+                         f"{name('replay_start')} ({config.replay_start}): the first minibatch's "
+                         "returns are drawn from what the random start stored")
     if algo == ALGO_FAST_DQN:
         _validate_fast(config, name)
 

@@ -90,7 +90,7 @@ class RunCounters:
     `step` counts agent steps: one per environment per round (W per round in the fast
     scheme). `updates` counts minibatch updates applied to the online network, wherever
     they are made: the main thread adds its own, and during an epoch the trainer thread adds
-    each call's (`UpdateThread`); the main thread reads the epoch's only after waiting for it.
+    each call's (`training_loops.LearnerThread`); the main thread reads the epoch's only after waiting for it.
     The clock and the rates span the whole run, earlier processes of a resumed run included.
     """
 

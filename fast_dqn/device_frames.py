@@ -4,7 +4,7 @@ place of the frame store (fast_dqn/frame_store.py), and the choice between the t
 On a GPU, gathering a minibatch's 2 x 32 states of 4 frames on the host (about 900 KB) and
 copying them over is the largest host cost of an update, and it holds the interpreter lock.
 With the frames on the device the host sends only the slots and masks (`SlotBatch`, a few
-KB) and the update gathers the states itself (QNetwork.update_from_slots). The host keeps
+KB) and the learner's update gathers the states itself (`learner.gathered_batch`). The host keeps
 every other column, and draws the slots with the same generator and rules, so the
 minibatches are the same bit for bit as with the frames on the host.
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from fast_dqn.config import FRAME_SIZE
 from fast_dqn.direct_calls import borrowed_tensor
-from fast_dqn.frame_store import FrameStore, HostFrames, UpdatingNetwork
+from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
@@ -40,7 +40,7 @@ class DeviceFrames:
     """A (capacity + 1, 84, 84) uint8 variable, written at sync points and read by the update.
 
     Rows 0 .. capacity - 1 are the memory's slots; the last row stays zero, the frame that
-    a state's padding gathers (`q_network.gather_states`), which spares the update a pass
+    a state's padding gathers (`learner.gather_states`), which spares the update a pass
     that would zero the padded frames after the gather. Its minibatches are slots
     (`SlotBatch`, a few KB), which the update gathers into states on the device.
 
@@ -58,6 +58,7 @@ class DeviceFrames:
         with tf.device(device or _training_device()):
             self.variable = tf.Variable(lambda: tf.zeros(shape, tf.uint8), trainable=False,
                                         name="replay_frames")
+        self.device_frames = self.variable  # what the learner's update gathers from
 
     def write(self, start: int, frames: np.ndarray) -> None:
         """One scatter of whole rows from `start` on (around the end of the ring).
@@ -82,11 +83,8 @@ class DeviceFrames:
     def minibatch_buffers(self, rows: int) -> None:
         return None  # slots are small, made fresh per call
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> SlotBatch:
+    def gather(self, slots: SlotBatch, out: Batch | None = None, shift: int = 1) -> SlotBatch:
         return slots  # the update gathers the states on the device
-
-    def update(self, network: UpdatingNetwork, minibatches: SlotBatch, count: int) -> None:
-        network.update_from_slots(self.variable, minibatches, count)
 
     def saved_rows(self, size: int) -> "DeviceRows":
         return DeviceRows(self, size)

@@ -8,11 +8,10 @@ of (`SlotBatch`) and the update gathers them where the frames are. Everything el
 the memory (its other columns, which slots are valid, the generator that draws them) is the
 same in both places, so both draw the same minibatches and make the same updates.
 
-A frame store does four things, and nothing outside it asks where the frames live:
+A frame store stores and gathers frames, and nothing outside it asks where they live:
 
 - write rows (a flush's transitions, in ring order);
-- turn a minibatch's slots into what the network's update takes (`gather`), and hand it to
-  the network's update that takes it (`update`);
+- turn a minibatch's slots into what the learner's update takes (`gather`);
 - stream its rows out to a checkpoint and back in (`saved_rows`, `restore_target`);
 - hand out host copies of its rows (`rows`, for tests and tools).
 """
@@ -23,22 +22,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fast_dqn.config import HISTORY
 from fast_dqn.host_arrays import aligned_zeros
 from fast_dqn.transitions import FRAME_SHAPE, MINIBATCH_COLUMNS, Batch, SlotBatch, empty_batch
-
-
-class UpdatingNetwork(Protocol):
-    """The network updates a frame store hands its minibatches to (`QNetwork`'s)."""
-
-    def update_many(self, batches: Batch, count: int) -> None: ...
-
-    def update_from_slots(self, frames: Any, slots: SlotBatch, count: int) -> None: ...
 
 
 class FrameStore(Protocol):
     """Frame rows 0 .. capacity - 1 of a replay memory, one 84x84 uint8 frame per slot."""
 
     capacity: int
+    device_frames: Any  # the frames as a device variable that the update gathers from, or None
 
     def write(self, start: int, frames: np.ndarray) -> None:
         """Writes `frames` to rows start, start + 1, ... (around the end of the ring)."""
@@ -53,12 +46,10 @@ class FrameStore(Protocol):
         """Reusable buffers for `gather` to fill with `rows` transitions, or None where
         the minibatches it makes need none."""
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch | SlotBatch:
-        """The minibatches whose states are made of `slots`, as the update takes them."""
-
-    def update(self, network: UpdatingNetwork, minibatches: Batch | SlotBatch,
-               count: int) -> None:
-        """`count` updates of `network`, one per minibatch that `gather` made."""
+    def gather(self, slots: SlotBatch, out: Batch | None = None,
+               shift: int = 1) -> Batch | SlotBatch:
+        """The minibatches whose states are made of `slots`, as the update takes them; each
+        next state is the state `shift` (n) steps on."""
 
     def saved_rows(self, size: int) -> Any:
         """Rows 0 .. size - 1 as a checkpoint writes them: an array, or a source that hands
@@ -75,6 +66,8 @@ class HostFrames:
     Its minibatches are gathered into reused buffers (`Batch`): fresh megabyte-sized arrays
     per call cost page faults (docs/throughput.md).
     """
+
+    device_frames = None  # the update takes gathered states
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -96,7 +89,7 @@ class HostFrames:
     def minibatch_buffers(self, rows: int) -> Batch:
         return empty_batch(rows)
 
-    def gather(self, slots: SlotBatch, out: Batch | None = None) -> Batch:
+    def gather(self, slots: SlotBatch, out: Batch | None = None, shift: int = 1) -> Batch:
         """The states of `slots` gathered on the host: into the leading rows of `out`'s
         buffers when given (those rows are returned), else into fresh arrays."""
         rows = len(slots.actions)
@@ -105,19 +98,17 @@ class HostFrames:
         out = out._make(array[:rows] for array in out)
         np.take(self.array, slots.state_slots, axis=0, out=out.states, mode="clip")
         out.states[slots.state_mask == 0] = 0  # frames before the episode's start
-        # The next state shares three frames with the state. For a valid slot, every frame
-        # the state's mask zeroes is zeroed by the next state's mask too, so the masked
-        # frames can be copied; only the newest frame is read from the store again.
-        out.next_states[:, :-1] = out.states[:, 1:]
-        np.take(self.array, slots.next_slots[:, -1], axis=0, out=out.next_states[:, -1],
-                mode="clip")
+        # The next state `shift` steps on shares HISTORY - shift frames with the state. For a
+        # valid slot, every frame the state's mask zeroes is zeroed by the next state's mask
+        # too, so the masked frames can be copied; only the newer frames are read again.
+        shared = max(0, HISTORY - shift)
+        out.next_states[:, :shared] = out.states[:, shift:]
+        np.take(self.array, slots.next_slots[:, shared:], axis=0,
+                out=out.next_states[:, shared:], mode="clip")
         out.next_states[slots.next_mask == 0] = 0
         for name in MINIBATCH_COLUMNS:  # the columns beside the states, by name
             getattr(out, name)[...] = getattr(slots, name)
         return out
-
-    def update(self, network: UpdatingNetwork, minibatches: Batch, count: int) -> None:
-        network.update_many(minibatches, count)
 
     def saved_rows(self, size: int) -> np.ndarray:
         return self.array[:size]  # np.save streams it: no second copy

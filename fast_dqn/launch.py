@@ -49,7 +49,7 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_nam
 from fast_dqn.loop_parts import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.quiet_tensorflow import select_device
-from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.replay_memory import make_replay_memory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
@@ -224,7 +224,7 @@ def checkpoint_bytes(config: Config) -> int:
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.q_network import configure_device, make_q_network, use_xla  # TensorFlow here
+    from fast_dqn.learner import configure_device, make_learner, use_xla  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
@@ -239,18 +239,17 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
         pool = make_pool(config, config.workers, config.backend, config.seed)
     else:
         pool = make_pool(config, 1, SERIAL, config.seed)
-    network = make_q_network(config, pool.n_actions)
-    run_log.add_to_config({"xla_compiled": network.xla})
+    learner = make_learner(config, pool.n_actions, frames.device_frames)
+    run_log.add_to_config({"xla_compiled": learner.xla})
 
     def xla_fell_back(line: str) -> None:
         warn(line)
         with contextlib.suppress(WriteFailed, OSError, ValueError):  # the line said it
             run_log.add_to_config({"xla_compiled": False})
 
-    network.on_xla_fallback = xla_fell_back
+    learner.on_xla_fallback = xla_fell_back
     seeds = np.random.SeedSequence(config.seed).spawn(2)
-    memory = ReplayMemory(config.replay_capacity, np.random.default_rng(seeds[0]),
-                          frames=frames)
+    memory = make_replay_memory(config, np.random.default_rng(seeds[0]), frames)
 
     def save(state: dict, unstored: Transitions | None) -> None:
         arrays = None
@@ -258,13 +257,13 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
             arrays = memory.state_dict()
             if unstored is not None:
                 arrays.update(unstored_arrays(unstored))
-        save_checkpoint(run_log.directory, state, network.checkpoint().write, arrays)
+        save_checkpoint(run_log.directory, state, learner.checkpoint().write, arrays)
 
     progress = Progress(config.timesteps, initial_step=initial_step,
                         every_seconds=config.progress_every,
                         periods={"evaluation": config.evaluate,
                                  "checkpoint": config.checkpoint_every})
-    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+    parts = LoopParts(config=config, learner=learner, memory=memory, pool=pool,
                       make_eval_pool=lambda should_stop: make_eval_pool(config, should_stop),
                       run_log=run_log,
                       rng=np.random.default_rng(seeds[1]), progress=progress,
@@ -588,7 +587,7 @@ def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, An
             breaks an invariant.
     """
     try:
-        loop.network.restore(network_prefix(checkpoint))
+        loop.learner.restore(network_prefix(checkpoint))
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     replay_restored = replay_in(checkpoint, manifest)

@@ -13,26 +13,21 @@ import numpy as np
 
 from fast_dqn.config import Config
 from fast_dqn.evaluation import EvaluationLog
-from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.replay_memory import Minibatches, ReplayMemory
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.env_pools import EnvPool
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.transitions import Batch, SlotBatch, Transitions
+from fast_dqn.transitions import Transitions
 
 
-class QFunction(Protocol):
-    """What the loops need of a Q-network (and `fast_dqn.update_path`, through the frame store,
-    of its updates)."""
+class Learner(Protocol):
+    """What the loops need of a learner (`fast_dqn.learner.Learner`; the tests' fakes)."""
 
     n_actions: int
 
     def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray: ...
 
-    def update(self, batch: Batch) -> None: ...
-
-    def update_many(self, batches: Batch, count: int) -> None: ...
-
-    def update_from_slots(self, frames: object, slots: SlotBatch, count: int) -> None: ...
+    def update(self, minibatches: Minibatches, count: int) -> Any: ...
 
     def sync_target(self) -> None: ...
 
@@ -51,7 +46,7 @@ class LoopParts(NamedTuple):
     """Everything a training loop is built from; the entry points wire these up."""
 
     config: Config
-    network: QFunction
+    learner: Learner
     memory: ReplayMemory
     pool: EnvPool
     make_eval_pool: Callable[[Callable[[], bool]], EnvPool] | None  # (should_stop)
@@ -59,6 +54,6 @@ class LoopParts(NamedTuple):
     rng: np.random.Generator
     progress: object | None = None  # fast_dqn.progress.Progress
     # Saves the loop's state (JSON-able) and the transitions it holds apart from the memory,
-    # with the networks and the memory the entry point built.
+    # with the learner and the memory the entry point built.
     save_checkpoint: Callable[[dict[str, Any], Transitions | None], None] | None = None
     stop: StopRequest | None = None  # installed by the entry point before the run is built

@@ -70,7 +70,7 @@ from fast_dqn.env_pools import SerialEnvPool
 from fast_dqn.stop_request import StopRequest
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
 
 EVAL_EPSILON = 0.05  # Mnih et al. (2015): the evaluation policy's epsilon
 ATARI_HZ = 60  # emulator frames per second of the real console
@@ -242,16 +242,16 @@ def _screen_rgb(index: int, env: AtariEnv) -> np.ndarray:
     return env.screen_rgb()
 
 
-def load_network(config: Config, n_actions: int, checkpoint: Path) -> "QNetwork":
+def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
     """Builds the run's Q-network and restores its online weights from `checkpoint`.
 
     Raises:
         ValueError: the checkpoint is unreadable or does not fit the network (e.g. another
             game's action count).
     """
-    from fast_dqn.q_network import make_q_network
+    from fast_dqn.learner import make_learner
 
-    network = make_q_network(config, n_actions)
+    network = make_learner(config, n_actions)
     network.restore_online(network_prefix(checkpoint))
     return network
 
@@ -586,7 +586,7 @@ def _open_recorder(target: VideoTarget | None, pool: SerialEnvPool,
 
 def _load_greedy(run: RunToPlay, n_actions: int) -> GreedyFn:
     """The greedy actions of the run's online network."""
-    from fast_dqn.q_network import configure_device
+    from fast_dqn.learner import configure_device
 
     print(configure_device(activity="playing"), flush=True)
     network = load_network(run.config, n_actions, run.checkpoint)

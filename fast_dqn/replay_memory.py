@@ -23,21 +23,38 @@ same step are identical.
     slots:     ... | f5 | f6 | f7 | f8 | f9 | ...
                          end        ^ i
     state(i) = [0, f7, f8, f9]     (f6 ended the previous episode: zero padding)
-    next(i)  = [f7, f8, f9, f10]   (slot i + 1)
+    next(i)  = [f7, f8, f9, f10]   (slot i + n, here n = 1)
+
+A transition drawn is an n-step one (`n_step`; Dopamine's `update_horizon`, 1 for Nature): its
+return sums the clipped rewards of slots i .. i + n - 1 discounted by gamma^k, and stops at the
+first terminal among them (a lost life under Nature's protocol), where its discount is 0;
+otherwise its discount is gamma^n and it bootstraps from the state of slot i + n. Nothing more
+is stored for it: the sums are made when a minibatch is drawn.
+
+With prioritized replay (Schaul et al. 2016, the proportional variant) a slot is drawn with
+probability p^alpha / sum p^alpha (`Priorities`, a sum tree), its loss weighted by
+(min p^alpha / p^alpha)^beta over its minibatch (the importance-sampling weights normalized
+by their maximum), and the priorities p = |TD error| + epsilon are written back by the learner
+thread from its updates (`MinibatchDraws.write_back`); new transitions enter with the largest
+priority seen so far.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from fast_dqn.config import HISTORY
+from fast_dqn.config import HISTORY, Config
 from fast_dqn.frame_store import FrameStore, HostFrames
 from fast_dqn.transitions import (TRANSITION_COLUMNS, Batch, SlotBatch, Transitions, concatenate,
                                   select)
 
+Minibatches = Batch | SlotBatch  # states gathered on the host, or the slots to gather them
+
 _MAX_SAMPLING_ROUNDS = 1000
+PRIORITY_EXPONENT = 0.6  # alpha: Schaul et al. (2016), proportional; dqn_zoo's
+PRIORITY_EPSILON = 1e-6  # added to |TD error|, so that no transition stops being drawn
 
 
 def clip_reward(reward: np.ndarray | float) -> np.ndarray:
@@ -57,12 +74,20 @@ class ReplayMemory:
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
-                 frames: FrameStore | None = None):
+                 frames: FrameStore | None = None, discount: float = 0.99, n_step: int = 1,
+                 prioritized: bool = False):
         if capacity < HISTORY + 1:
             raise ValueError(f"replay capacity must be at least {HISTORY + 1}; got {capacity}")
         if frames is not None and frames.capacity != capacity:
             raise ValueError(f"the frame store holds {frames.capacity} slots, not {capacity}")
+        if not 1 <= n_step <= capacity - HISTORY:  # a state and its n steps fit
+            raise ValueError(f"n-step returns need 1 <= n <= {capacity - HISTORY}; got {n_step}")
         self.capacity = capacity
+        self.n_step = n_step
+        # gamma^k for k < n (the returns' terms) and gamma^n (the bootstrap's), in float32 as
+        # the minibatches carry them
+        self._term_discounts = (discount ** np.arange(n_step)).astype(np.float32)
+        self._discount_n = np.float32(discount ** n_step)
         self._rng = rng
         self.frames: FrameStore = HostFrames(capacity) if frames is None else frames
         # Every column but the frames, which `frames` holds (`store.frames` stays empty).
@@ -71,6 +96,7 @@ class ReplayMemory:
             for name, (shape, dtype) in TRANSITION_COLUMNS.items()})
         self.cursor = 0  # the slot the next transition goes to
         self.size = 0
+        self.priorities = Priorities(capacity) if prioritized else None
 
     def __len__(self) -> int:
         return self.size
@@ -103,6 +129,9 @@ class ReplayMemory:
             self._write_columns(start, piece)
             self.frames.write(start, piece.frames)
             start = (start + len(piece.frames)) % self.capacity
+        if self.priorities is not None:
+            slots = (self.cursor + np.arange(count)) % self.capacity
+            self.priorities.set(slots, np.full(count, self.priorities.max_seen))
         self._advance(count)
 
     def _write_columns(self, start: int, transitions: Transitions) -> None:
@@ -126,68 +155,105 @@ class ReplayMemory:
         """0 for the newest slot, size - 1 for the oldest."""
         return (self.cursor - 1 - slots) % self.capacity
 
-    def valid(self, slots: np.ndarray) -> np.ndarray:
-        """Whether each slot can be sampled as a transition.
+    def _window(self, slots: np.ndarray) -> np.ndarray:
+        """(B, n): the slots i .. i + n - 1 of each transition's return."""
+        return (slots[:, None] + np.arange(self.n_step)) % self.capacity
 
-        A slot needs its next frame stored (not the newest slot, unless terminal), must not
-        be cut off by the episode cap (no next state exists), must not be a context-only
-        copy (see `EnvBuffer`), and, once the memory has
-        wrapped, must not reach back into overwritten frames (the oldest HISTORY - 1 slots).
+    def valid(self, slots: np.ndarray) -> np.ndarray:
+        """Whether each slot can be sampled as an n-step transition.
+
+        Its return's slots must all be stored, up to the first terminal among them; without
+        a terminal, the state n steps on too (the newest n slots wait for their steps). No
+        episode may end before them without a terminal (cut off by the episode cap, or where
+        a flushed piece stops: no state follows in the episode). The slot must not be a copy
+        kept only as context or a transition carried to the next flush (`sampleable`, see
+        `EnvBuffer`), and, once the memory has wrapped, must not reach back into overwritten
+        frames (the oldest HISTORY - 1 slots).
         """
         slots = np.asarray(slots)
         ages = self._ages(slots)
-        written = ages < self.size
-        has_next = (ages >= 1) | self.columns.terminals[slots]
-        truncated = self.columns.episode_ends[slots] & ~self.columns.terminals[slots]
-        ok = written & has_next & ~truncated & self.columns.sampleable[slots]
+        window = self._window(slots)
+        terminals = self.columns.terminals[window]
+        ends_at = np.where(terminals.any(axis=1), terminals.argmax(axis=1), self.n_step)
+        # The slots before the return's last one, or all n without a terminal, continue it.
+        crossed = self.columns.episode_ends[window] & (np.arange(self.n_step) < ends_at[:, None])
+        ok = ((ages < self.size) & (ages >= ends_at) & ~crossed.any(axis=1)
+              & self.columns.sampleable[slots])
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
-        """Uniform over valid slots, by vectorized rejection sampling."""
-        indices = self._rng.integers(0, self.size, size=batch_size)
+        """Valid slots, uniform or in proportion to their priorities, by vectorized
+        rejection sampling."""
+        indices = self._draw_slots(batch_size)
         for _ in range(_MAX_SAMPLING_ROUNDS):
             invalid = ~self.valid(indices)
             if not invalid.any():
                 return indices
-            indices[invalid] = self._rng.integers(0, self.size, size=int(invalid.sum()))
+            indices[invalid] = self._draw_slots(int(invalid.sum()))
         raise RuntimeError(f"no valid transitions to sample among {self.size} stored")
 
-    def sample(self, batch_size: int, out: Batch | None = None) -> Batch | SlotBatch:
-        """A uniform minibatch (`sample_many` of one)."""
-        return self.sample_many(1, batch_size, out)
-
-    def sample_many(self, count: int, batch_size: int,
-                    out: Batch | None = None) -> Batch | SlotBatch:
-        """`count` uniform minibatches at once, minibatch k in rows k * batch_size ...
-        (k + 1) * batch_size - 1 (see `many_indices`), as the frame store's update takes
-        them (`batch`); `out`: buffers from `frames.minibatch_buffers`."""
-        return self.batch(self.many_indices(count, batch_size), out)
+    def _draw_slots(self, count: int) -> np.ndarray:
+        if self.priorities is None:
+            return self._rng.integers(0, self.size, size=count)
+        return self.priorities.find(self._rng.random(count) * self.priorities.total)
 
     def many_indices(self, count: int, batch_size: int) -> np.ndarray:
-        """The slots of `count` minibatches, drawn exactly as `count` calls of `sample` draw
-        them, one minibatch after another from the same generator, so a run's minibatches
-        do not depend on how many are trained per call or where their frames are gathered."""
+        """The slots of `count` minibatches, minibatch k in rows k * batch_size ...
+        (k + 1) * batch_size - 1, drawn one minibatch after another from the same generator,
+        so a run's minibatches do not depend on how many are trained per call or where their
+        frames are gathered."""
         return np.concatenate([self.sample_indices(batch_size) for _ in range(count)])
 
-    def batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch | SlotBatch:
+    def batch(self, indices: np.ndarray, out: Batch | None = None,
+              importance_exponents: np.ndarray | None = None) -> Minibatches:
         """The transitions at explicit (valid) slots, as the frame store gathers them: a
         `Batch` of states on the host (into `out`'s buffers when given), slots on the
-        device."""
-        return self.frames.gather(self.slot_batch(indices), out)
+        device. With priorities, `importance_exponents` (one per minibatch of the indices)
+        give the importance-sampling weights."""
+        slots = self.slot_batch(indices, importance_exponents)
+        return self.frames.gather(slots, out, self.n_step)
 
-    def slot_batch(self, indices: np.ndarray) -> SlotBatch:
+    def slot_batch(self, indices: np.ndarray,
+                   importance_exponents: np.ndarray | None = None) -> SlotBatch:
         """The transitions at explicit (valid) slots, their states as frame slots and masks."""
         indices = np.asarray(indices)
-        window = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
-        next_slots = (indices + 1) % self.capacity
+        history = (indices[:, None] + np.arange(-(HISTORY - 1), 1)) % self.capacity
+        next_slots = (indices + self.n_step) % self.capacity
+        returns, discounts = self._returns(indices)
         return SlotBatch(
-            state_slots=window.astype(np.int32), state_mask=self._history_mask(indices),
-            next_slots=((window + 1) % self.capacity).astype(np.int32),
+            state_slots=history.astype(np.int32), state_mask=self._history_mask(indices),
+            next_slots=((history + self.n_step) % self.capacity).astype(np.int32),
             next_mask=self._history_mask(next_slots),
             actions=self.columns.actions[indices].astype(np.int32),  # stored as uint8
-            rewards=self.columns.rewards[indices], terminals=self.columns.terminals[indices])
+            returns=returns, discounts=discounts,
+            weights=self._weights(indices, importance_exponents))
+
+    def _weights(self, indices: np.ndarray, exponents: np.ndarray | None) -> np.ndarray:
+        """Importance-sampling weights (1 / (N P(i)))^beta normalized by each minibatch's
+        largest, which is (min p^alpha / p_i^alpha)^beta: N and the sum cancel out."""
+        if self.priorities is None or exponents is None:
+            return np.ones(len(indices), np.float32)
+        exponents = np.asarray(exponents, np.float64)
+        drawn = self.priorities.leaves[indices].reshape(len(exponents), -1)
+        weights = (drawn.min(axis=1, keepdims=True) / drawn) ** exponents[:, None]
+        return weights.reshape(-1).astype(np.float32)
+
+    def _returns(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each transition's n-step return and its bootstrap's discount (0 where a terminal
+        ends the return), float32."""
+        if self.n_step == 1:  # the stored reward itself, as the 1-step rule reads it
+            terminals = self.columns.terminals[indices]
+            return (self.columns.rewards[indices],
+                    np.where(terminals, np.float32(0), self._discount_n))
+        window = self._window(indices)
+        terminals = self.columns.terminals[window]
+        # a term counts up to the first terminal, that one included
+        before_end = np.cumsum(terminals, axis=1) - terminals == 0
+        returns = (self.columns.rewards[window] * self._term_discounts * before_end).sum(axis=1)
+        discounts = np.where(terminals.any(axis=1), np.float32(0), self._discount_n)
+        return returns.astype(np.float32), discounts
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
         """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
@@ -226,6 +292,8 @@ class ReplayMemory:
         """
         state = select(self.columns, slice(0, self.size))._asdict()
         state["frames"] = self.frames.saved_rows(self.size)
+        if self.priorities is not None:
+            state["priorities"] = self.priorities.leaves[:self.size]
         state.update(cursor=np.array(self.cursor), size=np.array(self.size),
                      capacity=np.array(self.capacity))
         return state
@@ -236,6 +304,8 @@ class ReplayMemory:
         reader then calls `set_extent`."""
         targets: dict[str, Any] = self.columns._asdict()
         targets["frames"] = self.frames.restore_target()
+        if self.priorities is not None:
+            targets["priorities"] = self.priorities.leaves
         return targets
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
@@ -246,6 +316,8 @@ class ReplayMemory:
         for name, stored in self.columns._asdict().items():
             if name != "frames":
                 stored[:len(state[name])] = state[name]
+        if self.priorities is not None:
+            self.priorities.leaves[:len(state["priorities"])] = state["priorities"]
         self.frames.put_rows(0, np.asarray(state["frames"]))
         self.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))
 
@@ -265,6 +337,8 @@ class ReplayMemory:
                              f"{self.capacity}")
         self.cursor = cursor
         self.size = size
+        if self.priorities is not None:
+            self.priorities.sum_up()  # the leaves were read in place
 
     def check_valid(self) -> None:
         """Raises ValueError, naming the broken rule, unless the memory keeps its invariants.
@@ -282,3 +356,125 @@ class ReplayMemory:
             raise ValueError("replay memory: a stored reward is not clipped to -1, 0 or 1")
         if store.sampleable[self.size:].any():
             raise ValueError("replay memory: an unfilled slot is marked sampleable")
+
+
+def make_replay_memory(config: Config, rng: np.random.Generator,
+                       frames: FrameStore | None = None) -> ReplayMemory:
+    """The run's replay memory as `config` describes it: its capacity, and the discount,
+    the n of the returns and the priorities its minibatches are drawn with."""
+    return ReplayMemory(config.replay_capacity, rng, frames, discount=config.discount,
+                        n_step=config.n_step, prioritized=config.prioritized)
+
+
+class Priorities:
+    """Each slot's p^alpha in a sum tree: proportional draws in O(log N) per transition.
+
+        tree[1] = sum of all;  tree[k] = tree[2k] + tree[2k + 1];  leaves tree[L + slot]
+
+    Every sum is recomputed from its two children whenever a leaf below it changes, so the
+    tree is a function of its leaves alone: one restored from saved leaves is the same,
+    bit for bit. `max_seen` is the largest priority p written so far (1 at first, as
+    dqn_zoo's), which new transitions get.
+
+    Thread use: the main thread sets new slots' priorities at sync points; during an epoch
+    only the learner thread reads and writes them, and it draws the next call only after
+    writing the last call's (Schaul et al.'s order), so a run does not depend on timing.
+    """
+
+    def __init__(self, capacity: int):
+        self._first_leaf = 1 << max(0, (capacity - 1).bit_length())
+        self.tree = np.zeros(2 * self._first_leaf)
+        self.leaves = self.tree[self._first_leaf:self._first_leaf + capacity]  # a view
+        self.max_seen = 1.0
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets the slots' priorities p (stored as p^alpha) and the sums above them."""
+        self.leaves[slots] = np.asarray(priorities, np.float64) ** PRIORITY_EXPONENT
+        nodes = np.unique((np.asarray(slots) + self._first_leaf) // 2)
+        while len(nodes) and nodes[-1] >= 1:
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+            nodes = np.unique(nodes[nodes > 1] // 2)
+
+    def sum_up(self) -> None:
+        """Every sum from the leaves (after the leaves were read from a checkpoint)."""
+        level = self._first_leaf
+        while level > 1:
+            self.tree[level // 2:level] = self.tree[level:2 * level:2] + self.tree[level + 1:2 * level:2]
+            level //= 2
+
+    def find(self, targets: np.ndarray) -> np.ndarray:
+        """The slot whose leaf holds each target in [0, total): a walk down from the root."""
+        nodes = np.ones(len(targets), np.int64)
+        targets = np.array(targets, np.float64)
+        while nodes[0] < self._first_leaf:
+            left = self.tree[2 * nodes]
+            right = targets >= left
+            targets -= np.where(right, left, 0.0)
+            nodes = 2 * nodes + right
+        return np.minimum(nodes - self._first_leaf, len(self.leaves) - 1)
+
+    def write_back(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """The priorities |TD error| + epsilon of the transitions just trained on."""
+        priorities = np.abs(np.asarray(td_errors, np.float64)) + PRIORITY_EPSILON
+        self.max_seen = max(self.max_seen, float(priorities.max()))
+        self.set(slots, priorities)
+
+
+class MinibatchDraws:
+    """Draws a memory's minibatches K at a time into one of two reused buffers, and takes
+    draws back.
+
+    Two buffers, so that the fast scheme's learner thread can draw the next call's
+    minibatches while it trains on the current call's (`learner.LearnerThread`). Draws
+    taken back (a call drawn but never trained on, when an epoch is abandoned) leave the
+    memory's generator where they began, so a checkpoint holds the state of the updates made
+    and a resumed run draws those minibatches for its next updates.
+
+    Thread use: `draw` and `undo` on one buffer never run at once with another call on the
+    same buffer.
+    """
+
+    def __init__(self, memory: ReplayMemory, batch_size: int, updates_per_call: int = 1,
+                 importance_exponent: Callable[[int], float] | None = None):
+        self.memory = memory
+        self.batch_size = batch_size
+        self.updates_per_call = updates_per_call
+        # With priorities: the next call is drawn only once the last one's are written back.
+        self.drawn_ahead = memory.priorities is None
+        self._importance_exponent = importance_exponent  # of the n-th update, from 0
+        rows = batch_size * updates_per_call
+        # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
+        self._buffers = (memory.frames.minibatch_buffers(rows),
+                         memory.frames.minibatch_buffers(rows))
+        self._drawn_from: list[dict | None] = [None, None]  # the generator before each draw
+        self._slots: list[np.ndarray | None] = [None, None]  # each buffer's slots
+
+    def draw(self, count: int, buffer: int, first_update: int = 0) -> Minibatches:
+        """`count` minibatches for updates first_update, first_update + 1, ..., as the
+        memory's frame store makes them (into buffer 0 or 1, where it gathers into
+        buffers)."""
+        self._drawn_from[buffer] = self.memory.generator_state()
+        slots = self.memory.many_indices(count, self.batch_size)
+        exponents = None
+        if self.memory.priorities is not None and self._importance_exponent is not None:
+            exponents = np.array([self._importance_exponent(first_update + k)
+                                  for k in range(count)])
+            self._slots[buffer] = slots
+        return self.memory.batch(slots, self._buffers[buffer], exponents)
+
+    def write_back(self, buffer: int, td_errors: Any) -> None:
+        """The priorities of the transitions in `buffer` from the TD errors of their updates
+        (a tensor; reading it waits for them); nothing without priorities."""
+        if self.memory.priorities is not None:
+            self.memory.priorities.write_back(self._slots[buffer], np.asarray(td_errors))
+
+    def undo(self, buffer: int) -> None:
+        """Takes back the draws of the minibatches in `buffer`."""
+        state = self._drawn_from[buffer]
+        if state is not None:
+            self.memory.restore_generator(state)
+            self._drawn_from[buffer] = None

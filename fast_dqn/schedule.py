@@ -63,6 +63,18 @@ def updates_due(step: int, config: Config) -> int:
     return max(0, step - config.replay_start) // config.train_freq
 
 
+# Prioritized replay's importance-sampling exponent, linear over the run's updates from its
+# first to its last (Schaul et al. 2016; dqn_zoo's prioritized agent anneals it so).
+IMPORTANCE_EXPONENT_START, IMPORTANCE_EXPONENT_END = 0.4, 1.0
+
+
+def importance_exponent_at(update: int, config: Config) -> float:
+    """The importance-sampling exponent of the `update`-th minibatch update (from 0)."""
+    total = updates_due(config.timesteps, config)
+    done = min(1.0, update / max(1, total - 1))
+    return IMPORTANCE_EXPONENT_START + (IMPORTANCE_EXPONENT_END - IMPORTANCE_EXPONENT_START) * done
+
+
 def target_sync_due(step: int, config: Config) -> bool:
     """Whether the target network takes the online weights on reaching `step`: every
     `target_update` agent steps counted from the replay start."""

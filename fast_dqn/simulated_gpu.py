@@ -1,6 +1,6 @@
-"""The benchmark's simulated GPU: a QNetwork whose arithmetic takes a GPU's time and no more.
+"""The benchmark's simulated GPU: a learner whose arithmetic takes a GPU's time and no more.
 
-No GPU is at hand on the machines this project is measured on; `SimulatedQNetwork` lets the
+No GPU is at hand on the machines this project is measured on; `SimulatedDevice` lets the
 benchmark measure everything the host does around a GPU's work (docs/design.md §6).
 """
 
@@ -10,16 +10,16 @@ import dataclasses
 import time
 from typing import Any, Sequence
 
-import numpy as np
-
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
-from fast_dqn.q_network import SLOT_UPDATES, QNetwork, gathered_batch, q_network_settings
+from fast_dqn.learner import SLOT_UPDATES, Learner, gathered_batch, learner_settings
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
 with quiet_tensorflow_start():
     import tensorflow as tf
+
+MANY_UPDATES = ("update_many", SLOT_UPDATES[1])  # the calls of K updates, stacked along axis 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +31,8 @@ class SimulatedGpu:
 
 
 class SimulatedCalls:
-    """The simulated GPU's traced calls, one for each of the network's (`CALL_PURPOSES`), in
-    place of the network's own (`QNetwork`'s `traced_calls`): the host work of a call is the
+    """The simulated GPU's traced calls, one for each of the learner's (`CALL_PURPOSES`), in
+    place of the learner's own (`Learner`'s `traced_calls`): the host work of a call is the
     real one's, the arithmetic is gone.
 
     Each call, whatever its K, is one uncompiled function dispatched once, as a real call of
@@ -66,94 +66,74 @@ class SimulatedCalls:
                 SLOT_UPDATES[0]: uncompiled(self._gather_and_count),
                 SLOT_UPDATES[1]: uncompiled(self._gather_and_count)}
 
-    def _count_updates(self, *columns: tf.Tensor) -> None:
-        """A host minibatch's update, or K stacked (actions (K, B)): counted, nothing more."""
+    def _count_updates(self, *columns: tf.Tensor) -> tf.Tensor:
+        """A host minibatch's update, or K stacked (actions (K, B)): counted, its TD errors
+        all 0."""
         actions = Batch(*columns).actions
         stacked = len(actions.shape) == 2
         count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
         self.updates_on_device.assign_add(count)
+        return tf.zeros_like(tf.reshape(actions, [-1]), dtype=tf.float32)
 
-    def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> None:
+    def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
         """The real gather of the states of the call's minibatches (one or K stacked) from
         the frames on the device, then counted."""
         batch = gathered_batch(frames, SlotBatch(*columns))
         self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
                                           _last_pixel(batch.next_states)))
-        self._count_updates(*batch)
+        return self._count_updates(*batch)
 
     @staticmethod
     def _no_actions(states: tf.Tensor) -> tf.Tensor:
         return tf.zeros(tf.shape(states)[:1], dtype=tf.int32)
 
 
-class SimulatedQNetwork(QNetwork):
-    """A QNetwork on a simulated GPU, for the benchmark where no GPU is at hand.
+class SimulatedDevice:
+    """A learner's device on a simulated GPU: its traced calls (`calls`, in place of the
+    learner's own) and their dispatch (`dispatch`), both handed to the `Learner` when it is
+    built.
 
-    Everything the host does for the network's work runs for real: the arguments become
-    tensors (the copies a GPU needs), each call is dispatched once as the real network's is
+    Everything the host does for the learner's work runs for real: the arguments become
+    tensors (the copies a GPU needs), each call is dispatched once as the real learner's is
     (one host call per K updates, with XLA or without), and a query's actions are copied
-    back. Only the arithmetic is replaced, by substitution: the network is built with
-    `SimulatedCalls` in place of its own traced calls (from frames on the device they still
-    gather the states), and the call then waits, releasing the interpreter lock as a GPU's
-    kernels would. Its actions are all 0 and its weights never change.
-
-    A query waits `gpu.query_ms` after its call. An update call lasts `gpu.update_ms` per
-    update counted from its dispatch: the gather of the states is device work, part of a
-    GPU's time per update, which here runs on the CPU during that time (it takes longer
-    only when the CPU's gather does).
+    back. Only the arithmetic is gone: each call then waits until the simulated GPU would
+    be done with it, counted from its dispatch (`gpu.update_ms` per update, `gpu.query_ms`
+    per query), releasing the interpreter lock as a GPU's kernels would. The gather of the
+    states from frames on the device is part of a GPU's time per update; here it runs on the
+    CPU within that time (a call lasts longer only when the CPU's gather does). Its actions
+    are all 0 and the weights never change.
     """
 
-    def __init__(self, n_actions: int, gpu: SimulatedGpu,
-                 calls: SimulatedCalls | None = None, **settings: Any):
+    def __init__(self, gpu: SimulatedGpu):
         self.gpu = gpu
-        self.simulated_seconds = 0.0  # the waits so far (only the trainer thread updates)
-        self._dispatched_at: float | None = None  # the current update call's first dispatch
-        self.simulated_calls = calls or SimulatedCalls()
-        super().__init__(n_actions, traced_calls=self.simulated_calls,
-                         dispatch=self._timed_dispatch, **settings)
+        self.calls = SimulatedCalls()
+        self.simulated_seconds = 0.0  # the updates' waits so far (the learner's threads)
 
-    def greedy_actions(self, states: np.ndarray, use_target: bool = True) -> np.ndarray:
-        actions = super().greedy_actions(states, use_target)
-        time.sleep(self.gpu.query_ms / 1000.0)
-        return actions
-
-    def update_many(self, batches: Batch, count: int) -> None:
-        super().update_many(batches, count)
-        self._wait(count * self.gpu.update_ms / 1000.0)
-
-    def update(self, batch: Batch) -> None:
-        super().update(batch)
-        self._wait(self.gpu.update_ms / 1000.0)
-
-    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
-        self._dispatched_at = None
-        super().update_from_slots(frames, slots, count)
-        busy = count * self.gpu.update_ms / 1000.0
-        time.sleep(max(0.0, self._dispatched_at + busy - time.perf_counter()))
-        self.simulated_seconds += busy
-
-    def _timed_dispatch(self, purpose: str, call: DirectCall,
-                        tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
-        """Runs a hot call, noting when the current slot update's device work began.
-        Only the trainer's thread makes slot updates; queries come from the acting loop."""
-        if purpose in SLOT_UPDATES and self._dispatched_at is None:
-            self._dispatched_at = time.perf_counter()
-        return call(*tensors)
+    def dispatch(self, purpose: str, call: DirectCall,
+                 tensors: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+        """Runs a hot call, then waits out the simulated GPU's time for it."""
+        dispatched = time.perf_counter()
+        outputs = call(*tensors)
+        if purpose in ("query", "online_query"):
+            busy = self.gpu.query_ms / 1000.0
+        else:
+            count = int(tensors[0].shape[0]) if purpose in MANY_UPDATES else 1
+            busy = count * self.gpu.update_ms / 1000.0
+            self.simulated_seconds += busy
+        time.sleep(max(0.0, dispatched + busy - time.perf_counter()))
+        return outputs
 
     @property
     def updates_on_device(self) -> int:
-        return int(self.simulated_calls.updates_on_device.numpy())
-
-    def _wait(self, seconds: float) -> None:
-        time.sleep(seconds)
-        self.simulated_seconds += seconds
+        return int(self.calls.updates_on_device.numpy())
 
 
 def _last_pixel(states: tf.Tensor) -> tf.Tensor:
     return tf.reshape(states, [-1])[-1]  # a reshape is a view: no pass over the states
 
 
-def make_simulated_q_network(config: Config, n_actions: int,
-                             gpu: SimulatedGpu) -> SimulatedQNetwork:
-    """The run's Q-network (`q_network.make_q_network`) on the simulated `gpu`."""
-    return SimulatedQNetwork(n_actions, gpu, **q_network_settings(config))
+def make_simulated_learner(config: Config, n_actions: int, device: SimulatedDevice,
+                           replay_frames: tf.Variable | None = None) -> Learner:
+    """The run's learner (`learner.make_learner`) on the simulated `device`."""
+    return Learner(n_actions, replay_frames=replay_frames, traced_calls=device.calls,
+                   dispatch=device.dispatch, **learner_settings(config))

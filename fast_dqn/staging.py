@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from fast_dqn.config import FRAME_SIZE, HISTORY
 from fast_dqn.schedule import round_up
 from fast_dqn.host_arrays import TENSOR_ALIGNMENT
@@ -26,18 +28,21 @@ class EnvBuffer:
     contents do not depend on thread timing. A learning episode still running at a sync point
     is flushed in pieces without stitching it to its neighbours in the memory:
 
-    - a flushed piece that stops mid-episode ends with its last transition marked as an
-      episode end that cannot be sampled (its next frame is not stored yet), which also keeps
-      the next sampler's states from reaching back into this piece;
-    - the next piece starts with that transition again, preceded by copies of the HISTORY - 1
-      transitions before it, stored as context that states reach back into but that is
-      never sampled itself.
+    - a flushed piece that stops mid-episode ends with the unfinished episode's last
+      transitions, at most `carried` (n, the return's steps), marked as not to be sampled
+      there, since the steps their returns need are not stored yet, and its last one marked
+      as an episode end, which also keeps the next sampler's states from reaching back into
+      this piece;
+    - the next piece starts with those transitions again, preceded by copies of the
+      HISTORY - 1 transitions before them, stored as context that states reach back into
+      but that is never sampled itself.
 
-        flush k:      | a1 a2 a3 a4 a5 [a6: end, not sampled] |
+        flush k:      | a1 a2 a3 a4 a5 [a6: end, not sampled] |      (n = 1)
         flush k + 1:  | (a3 a4 a5: context) a6 a7 a8 ...      |
     """
 
-    def __init__(self):
+    def __init__(self, carried: int = 1):
+        self._carried_count = carried
         self._chunks: list[Transitions] = []
         # The rows carried from the last flush: the context, then the unfinished transition.
         self._carried: Transitions | None = None
@@ -70,14 +75,22 @@ class EnvBuffer:
         return pieces
 
     def _carry_unfinished(self, pieces: list[Transitions]) -> None:
-        """Keeps the unfinished episode's last transition (and its context) for next time,
-        and marks it in the last piece as an unsampleable end."""
-        tail = _last_rows(pieces, HISTORY)
+        """Keeps the unfinished episode's last transitions, at most `carried`, and their
+        context for next time, and marks them in the pieces as not sampled, the last as an
+        end."""
+        ends = _last_rows(pieces, self._carried_count).episode_ends
+        count = len(ends) - int(np.flatnonzero(ends).max(initial=-1)) - 1  # after the last end
+        tail = _last_rows(pieces, HISTORY - 1 + count)
         self._carried = tail
-        tail.sampleable[:-1] = False  # the context
-        last = pieces[-1]
-        last.episode_ends[-1] = True  # a stop for states reaching back, no next frame
-        last.sampleable[-1] = False
+        tail.sampleable[:-count] = False  # the context
+        left = count
+        for piece in reversed(pieces):  # the carried rows, over the last pieces
+            rows = min(left, len(piece.frames))
+            piece.sampleable[len(piece.frames) - rows:] = False
+            left -= rows
+            if left == 0:
+                break
+        pieces[-1].episode_ends[-1] = True  # a stop for states reaching back, no next frame
 
 
 def _last_rows(pieces: list[Transitions], count: int) -> Transitions:

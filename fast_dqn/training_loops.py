@@ -8,7 +8,7 @@ the epoch's updates on the memory as it stood at the boundary, and at each sync 
 buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
 
 Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `fast_dqn.update_path` (on the main thread for DQN, on the trainer thread for FastDQN); the
+in `fast_dqn.learner` (on the main thread for DQN, on the learner thread for FastDQN); the
 sync-point sequence in `TrainingLoop.at_sync_point`; the counters in `fast_dqn.counters`
 and the schedule in `fast_dqn.schedule`. Acting itself (frame stacks, epsilon-greedy, game
 scores) is in `fast_dqn.acting`; what a loop is built from, in `fast_dqn.loop_parts`; a
@@ -18,8 +18,13 @@ resume, in `fast_dqn.launch.restore_loop`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import queue
+import threading
 import time
-from typing import Any, ContextManager, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
+from typing import Any, Callable, ContextManager, Mapping, Protocol
 
 import numpy as np
 
@@ -27,16 +32,16 @@ from fast_dqn import saved_state
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import RunCounters
-from fast_dqn.schedule import (epoch_end, epsilon_at, learning_started, period_passed, round_up,
-                               target_sync_due)
+from fast_dqn.schedule import (epoch_end, epsilon_at, importance_exponent_at, learning_started,
+                               period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
-from fast_dqn.loop_parts import LoopParts
+from fast_dqn.loop_parts import Learner, LoopParts
+from fast_dqn.replay_memory import MinibatchDraws
 from fast_dqn.transitions import Transitions, concatenate, replay_bytes
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.saved_state import StateError
 from fast_dqn.staging import EnvBuffer, StagingArea
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.update_path import UpdatePath, UpdateThread
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -66,6 +71,182 @@ def _bytes_text(size: int) -> str:
     return f"{size / 1e6:.0f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"
 
 
+_POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
+
+_STOP = None  # sentinel that ends the thread
+
+
+class UpdateCount(Protocol):
+    """Where the updates made are counted (the run's `RunCounters`)."""
+
+    updates: int
+
+
+class Draws(Protocol):
+    """Where `LearnerThread` draws its minibatches (`MinibatchDraws`; the tests' fakes)."""
+
+    updates_per_call: int
+    drawn_ahead: bool  # whether a call may be drawn while the one before it updates
+
+    def draw(self, count: int, buffer: int, first_update: int) -> Any: ...
+
+    def write_back(self, buffer: int, td_errors: Any) -> None: ...
+
+    def undo(self, buffer: int) -> None: ...
+
+
+@dataclasses.dataclass
+class UpdateTimes:
+    """Where the learner's two threads spent their time, summed since they started.
+
+    Wall time in the two kinds of call, and the threads' own CPU time (`time.thread_time`):
+    the host work of the learner, most of it under the interpreter lock. A wait that
+    releases the lock (a GPU's kernels, the benchmark's simulated ones) costs wall time but
+    no CPU time.
+    """
+
+    draw_seconds: float = 0.0
+    update_seconds: float = 0.0
+    draw_cpu_seconds: float = 0.0
+    update_cpu_seconds: float = 0.0
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.draw_cpu_seconds + self.update_cpu_seconds
+
+
+class LearnerThread:
+    """Runs an epoch's n minibatch updates on a named background thread: the design's
+    trainer thread (docs/design.md §2). The main thread hands it a number of updates per
+    epoch and, at the next sync point, waits until they are done.
+
+    The work of one call is split in two: `draws.draw(k, buffer)` draws k minibatches from
+    the replay memory into buffer 0 or 1 (alternating), and `learner.update(batches, k)` makes
+    the k updates. A second thread draws the next call while this thread runs the current
+    one, so sampling overlaps the learner's update (on a GPU, its kernels; in the benchmark's
+    simulation, its wait); the two threads never use the same buffer at once. The calls are
+    drawn one after another in the epoch's order, so the minibatches do not depend on
+    timing. A call drawn but never made (the epoch was abandoned) is handed to
+    `draws.undo(buffer)`, so that its draws are taken back: the next update, after a resume,
+    draws the minibatch this one would have. The first exception raised on either thread is
+    stored and re-raised in the main thread by `wait` (or `check`), so a failing learner
+    stops the run instead of hanging it.
+
+    Ownership: during an epoch only these two threads touch the replay memory (reading) and
+    the online network; the main thread touches neither until `wait` returns, and `wait`
+    returns only when no draw is in flight.
+    """
+
+    def __init__(self, learner: Learner, draws: Draws, counters: UpdateCount,
+                 name: str = "learner"):
+        self._learner = learner
+        self._draws = draws
+        self._counters = counters
+        self._updates_per_call = draws.updates_per_call
+        self._drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-draw")
+        self._work: queue.Queue[int | None] = queue.Queue()
+        self._done = threading.Semaphore(0)
+        self._stop = threading.Event()
+        self._abandon = threading.Event()  # ends the running epoch early
+        self._error: BaseException | None = None
+        self._pending = 0
+        self.times = UpdateTimes()  # each field written by one thread only
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def start_epoch(self, updates: int) -> None:
+        self.check()
+        self._abandon.clear()
+        self._pending += 1
+        self._work.put(updates)
+
+    def wait(self, abandon_if: Callable[[], bool] | None = None) -> None:
+        """Blocks until every started epoch is done; re-raises the learner's exception.
+
+        If `abandon_if()` becomes true while waiting (a stop was requested), the running
+        epoch ends after its current update; the updates made are those counted.
+        """
+        while self._pending:
+            if self._done.acquire(timeout=_POLL_SECONDS):
+                self._pending -= 1
+            elif abandon_if is not None and abandon_if():
+                self._abandon.set()
+        self.check()
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def close(self) -> None:
+        """Stops the thread, abandoning unfinished updates; safe to call twice."""
+        self._stop.set()
+        self._work.put(_STOP)
+        self._thread.join()
+        self._drawer.shutdown(wait=True)
+
+    def _run(self) -> None:
+        while True:
+            updates = self._work.get()
+            if updates is _STOP:
+                return
+            try:
+                self._run_epoch(updates)
+            except BaseException as error:  # noqa: BLE001 - re-raised on the main thread
+                if self._error is None:
+                    self._error = error
+            finally:
+                self._done.release()
+
+    def _run_epoch(self, updates: int) -> None:
+        per_call = self._updates_per_call
+        counts = [min(per_call, updates - done) for done in range(0, updates, per_call)]
+        first = self._counters.updates  # only this thread changes it during the epoch
+        ahead: Future | None = None
+        ahead_buffer = 0
+        try:
+            for index, count in enumerate(counts):
+                if self._stop.is_set() or self._abandon.is_set():
+                    return
+                if ahead is None:
+                    ahead = self._drawer.submit(self._timed_draw, count, index % 2,
+                                                first + index * per_call)
+                batches = ahead.result()
+                ahead = None
+                if self._draws.drawn_ahead and index + 1 < len(counts):
+                    ahead_buffer = (index + 1) % 2
+                    ahead = self._drawer.submit(self._timed_draw, counts[index + 1],
+                                                ahead_buffer, first + (index + 1) * per_call)
+                self._timed_update(batches, count, index % 2)
+                # The run's one count: during an epoch only this thread changes it, and the
+                # main thread reads it for the epoch's work only after `wait`.
+                self._counters.updates += count
+        finally:
+            if ahead is not None:
+                wait_for_futures([ahead])  # nothing may read the memory after the epoch
+                if ahead.exception() is None:
+                    self._draws.undo(ahead_buffer)
+
+    def _timed_draw(self, count: int, buffer: int, first_update: int) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return self._draws.draw(count, buffer, first_update)
+        finally:
+            self.times.draw_cpu_seconds += time.thread_time() - cpu
+            self.times.draw_seconds += time.perf_counter() - wall
+
+    def _timed_update(self, batches: Any, count: int, buffer: int) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            self._draws.write_back(buffer, self._learner.update(batches, count))
+        finally:
+            self.times.update_cpu_seconds += time.thread_time() - cpu
+            self.times.update_seconds += time.perf_counter() - wall
+
+
 class TrainingLoop:
     """What DQN and FastDQN share: acting, score keeping and the sync-point sequence."""
 
@@ -74,20 +255,21 @@ class TrainingLoop:
 
     def __init__(self, parts: LoopParts):
         self.config = parts.config
-        self.network = parts.network
+        self.learner = parts.learner
         self.memory = parts.memory
         self.actor = Actor(parts.pool)
         self.run_log = parts.run_log
         self.rng = parts.rng  # the epsilon-greedy draws'; a checkpoint saves its state
         self.epsilon_greedy = EpsilonGreedy(self.config, parts.pool.num_envs,
-                                            self.network.n_actions, self.rng)
+                                            self.learner.n_actions, self.rng)
         self.progress = parts.progress
         self._save_checkpoint = parts.save_checkpoint
         self.counters = RunCounters(self.config)
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
-        self.update_path = UpdatePath(self.memory, self.network, self.config.batch_size,
-                               self.config.updates_per_call)
+        self.draws = MinibatchDraws(
+            self.memory, self.config.batch_size, self.config.updates_per_call,
+            importance_exponent=lambda update: importance_exponent_at(update, self.config))
         self.stop = StopRequest() if parts.stop is None else parts.stop
         self._progress_shown_at = time.monotonic()
         self._updates_logged = 0  # the updates whose losses the logs hold
@@ -173,11 +355,11 @@ class TrainingLoop:
 
     def greedy_of_target(self, states: np.ndarray) -> np.ndarray:
         """The target network's greedy actions (the fast trainer's samplers act on it)."""
-        return self.network.greedy_actions(states, use_target=True)
+        return self.learner.greedy_actions(states, use_target=True)
 
     def greedy_of_online(self, states: np.ndarray) -> np.ndarray:
         """The online network's greedy actions (the serial loop and evaluations)."""
-        return self.network.greedy_actions(states, use_target=False)
+        return self.learner.greedy_actions(states, use_target=False)
 
     def log_games(self, games: list[FinishedGame]) -> None:
         step, stats = self.counters.step, self.counters.games
@@ -194,7 +376,8 @@ class TrainingLoop:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
         the run has made `updates`; with `stoppable`, or until a stop is requested."""
         while self.counters.updates < updates and not (stoppable and self.stop_requested()):
-            self.update_path.update_now()
+            minibatch = self.draws.draw(1, buffer=0, first_update=self.counters.updates)
+            self.draws.write_back(0, self.learner.update(minibatch, 1))
             self.counters.updates += 1
 
     def start_acting(self) -> None:
@@ -233,7 +416,7 @@ class TrainingLoop:
         if sync_target:
             if self.progress is not None:
                 self.progress.epoch_ended(self.counters.step)  # the rate is over whole epochs
-            self.network.sync_target()
+            self.learner.sync_target()
             if learned:
                 self.log_training()
                 logged = True
@@ -247,7 +430,7 @@ class TrainingLoop:
     def log_training(self) -> None:
         """Training scalars over the updates since the last call, after the NaN guard."""
         count = self.counters.updates - self._updates_logged
-        loss, mean_q = self.network.take_train_stats(count)
+        loss, mean_q = self.learner.take_train_stats(count)
         self._updates_logged = self.counters.updates
         step = self.counters.step
         check_loss_finite(loss, count, step)
@@ -355,11 +538,14 @@ class TrainingLoop:
     def state(self) -> dict:
         """The loop's own state as JSON-able data (networks and memory are saved apart)."""
         unstored = self.unstored_transitions()
-        return {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
-                "rng": self.rng.bit_generator.state,
-                "replay_rng": self.memory.generator_state(),
-                "unstored_transitions": 0 if unstored is None else len(unstored.frames),
-                "between_sync_points": self._between_sync_points}
+        state = {"counters": self.counters.state(), "evaluator": self.evaluator.state(),
+                 "rng": self.rng.bit_generator.state,
+                 "replay_rng": self.memory.generator_state(),
+                 "unstored_transitions": 0 if unstored is None else len(unstored.frames),
+                 "between_sync_points": self._between_sync_points}
+        if self.memory.priorities is not None:  # the priorities are replay arrays
+            state["replay_max_priority"] = self.memory.priorities.max_seen
+        return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Continues from `state`; environments start fresh games (seeded by the step).
@@ -369,6 +555,9 @@ class TrainingLoop:
         """
         rng_state = saved_state.generator_state(state, "rng")
         replay_rng_state = saved_state.generator_state(state, "replay_rng")
+        if self.memory.priorities is not None:
+            self.memory.priorities.max_seen = saved_state.number(state, "replay_max_priority",
+                                                                 low=0.0)
         self.counters.restore(saved_state.section(state, "counters"))
         self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
@@ -458,10 +647,10 @@ class FastDQN(TrainingLoop):
         super().__init__(parts)
         self.one_query = self.config.synchronize
         num_envs = self.actor.pool.num_envs
-        self.buffers = [EnvBuffer() for _ in range(num_envs)]
-        self.update_thread: UpdateThread | None = None
+        self.buffers = [EnvBuffer(self.config.n_step) for _ in range(num_envs)]
+        self.update_thread: LearnerThread | None = None
         if self.config.concurrent:
-            self.update_thread = UpdateThread(self.update_path, self.counters)
+            self.update_thread = LearnerThread(self.learner, self.draws, self.counters)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one

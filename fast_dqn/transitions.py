@@ -80,13 +80,16 @@ def replay_bytes(capacity: int) -> int:
 
 # What a minibatch carries beside its two states, one value per transition (its shape and
 # dtype), declared once: `Batch`, `SlotBatch`, the host store's buffers and gathers, the
-# network's traced update inputs and the benchmark's stand-in minibatches are all made from
+# learner's traced update inputs and the benchmark's stand-in minibatches are all made from
 # it by name, so a column added here (and filled by `ReplayMemory.slot_batch`) reaches the
-# learning rule (fast_dqn/update_rule.py) from either frame store.
+# learning rule (fast_dqn/update_rule.py) from either frame store. The target of a
+# transition is `returns + discounts * max_a Q_target(next_state, a)`, which serves 1-step
+# and n-step returns alike (dqn_zoo's `discount_t`).
 MINIBATCH_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
     "actions": ((), np.int32),
-    "rewards": ((), np.float32),  # clipped to their sign
-    "terminals": ((), np.bool_),  # no bootstrap from the next state
+    "returns": ((), np.float32),  # the discounted sum of the clipped rewards
+    "discounts": ((), np.float32),  # gamma^n, or 0 where the learning episode ends first
+    "weights": ((), np.float32),  # importance-sampling weights of the loss terms (1: uniform)
 }
 STATE_SHAPE = (HISTORY, *FRAME_SHAPE)
 

@@ -4,9 +4,9 @@
 (Mnih et al. 2015, or van Hasselt et al. 2016's Double DQN), the Huber loss on the TD error
 summed over the minibatch, and one step of the optimizer on the online network. It is a
 function of (online network, target network, optimizer, minibatch) and nothing else: the
-network (fast_dqn/q_network.py) traces it, compiles it, loops it K times in one call and
-dispatches it; a caller may hand the network another function of the same signature
-(`QNetwork`'s `update_function`). TensorFlow's closest form of a pure update: it writes the
+learner (fast_dqn/learner.py) traces it, compiles it, loops it K times in one call and
+dispatches it; a caller may hand the learner another function of the same signature
+(`Learner`'s `update_function`). TensorFlow's closest form of a pure update: it writes the
 new weights and optimizer slots into their variables instead of returning them.
 
 Nature's loss and optimizer (Mnih et al. 2015): the TD error is clipped to [-1, 1] in the
@@ -42,12 +42,13 @@ keras = tf.keras
 
 
 class UpdateStats(NamedTuple):
-    """What one update reports (scalars): the loss per transition, as other tools plot it
-    (the gradient of the Huber loss is of the sum), and the mean Q(s, a) of the actions
-    taken."""
+    """What one update reports: the loss per transition, as other tools plot it (the
+    gradient of the Huber loss is of the sum), the mean Q(s, a) of the actions taken, and
+    each transition's TD error (what prioritized replay turns into priorities)."""
 
     loss: tf.Tensor
     mean_q: tf.Tensor
+    td_errors: tf.Tensor
 
 
 # (online, target, optimizer, minibatch) -> stats: what the network's traced calls run.
@@ -148,11 +149,11 @@ LOSSES: dict[str, Loss] = {
 }
 
 
-def td_targets(online: Any, target: Any, batch: Batch, *, discount: float,
-               double: bool) -> tf.Tensor:
-    """r + discount * max_a' Q_target(s', a'), with no bootstrap from terminal transitions.
+def td_targets(online: Any, target: Any, batch: Batch, *, double: bool) -> tf.Tensor:
+    """returns + discounts * max_a' Q_target(s', a'): the minibatch's discounts are 0 where
+    the learning episode ended, so a terminal transition is never bootstrapped.
 
-    With `double` (van Hasselt et al. 2016): r + discount * Q_target(s', a*), where
+    With `double` (van Hasselt et al. 2016): returns + discounts * Q_target(s', a*), where
     a* = argmax_a' Q_online(s', a').
     """
     target_q = target(batch.next_states, training=False)
@@ -162,23 +163,24 @@ def td_targets(online: Any, target: Any, batch: Batch, *, discount: float,
         next_q = tf.gather(target_q, chosen, axis=1, batch_dims=1)
     else:
         next_q = tf.reduce_max(target_q, axis=1)
-    not_terminal = 1.0 - tf.cast(batch.terminals, tf.float32)
-    return batch.rewards + discount * not_terminal * next_q
+    return batch.returns + batch.discounts * next_q
 
 
-def dqn_update(online: Any, target: Any, optimizer: Any, batch: Batch, *, discount: float,
-               double: bool = False, loss: str = "huber") -> UpdateStats:
+def dqn_update(online: Any, target: Any, optimizer: Any, batch: Batch, *, double: bool = False,
+               loss: str = "huber") -> UpdateStats:
     """One minibatch update of `online`: the loss `loss` names (LOSSES; Nature's summed
-    Huber loss by default) of its Q(s, a) against the TD targets, and one step of
-    `optimizer` on its gradient."""
+    Huber loss by default) of its Q(s, a) against the TD targets, each transition's term
+    weighted by the minibatch's importance-sampling weight, and one step of `optimizer` on
+    its gradient."""
     chosen_loss = LOSSES[loss]
-    targets = tf.stop_gradient(td_targets(online, target, batch, discount=discount,
-                                          double=double))
+    targets = tf.stop_gradient(td_targets(online, target, batch, double=double))
     with tf.GradientTape() as tape:
         q = online(batch.states, training=True)
         q_taken = tf.gather(q, batch.actions, axis=1, batch_dims=1)
-        per_transition = chosen_loss.per_transition(targets - q_taken)
-        total = chosen_loss.reduce(per_transition)
+        td_errors = targets - q_taken
+        per_transition = chosen_loss.per_transition(td_errors)
+        total = chosen_loss.reduce(batch.weights * per_transition)
     gradients = tape.gradient(total, online.trainable_variables)
     optimizer.apply_gradients(zip(gradients, online.trainable_variables))
-    return UpdateStats(loss=tf.reduce_mean(per_transition), mean_q=tf.reduce_mean(q_taken))
+    return UpdateStats(loss=tf.reduce_mean(per_transition), mean_q=tf.reduce_mean(q_taken),
+                       td_errors=td_errors)

@@ -82,15 +82,12 @@ class RecordingNetwork:
         cells = states[:, -1, 40, :].argmax(axis=1) // 14
         return ((cells + version // 7) % 2).astype(np.int64)
 
-    def update(self, batch: Batch) -> None:
-        self.tape.record("train", self.online_version)
-        self.online_version += 1
-        self._updates_since_stats += 1
-
-    def update_many(self, batches: Batch, count: int) -> None:
-        assert len(batches.actions) % count == 0
+    def update(self, minibatches: Batch, count: int) -> None:
+        assert len(minibatches.actions) % count == 0
         for _ in range(count):
-            self.update(batches)
+            self.tape.record("train", self.online_version)
+            self.online_version += 1
+            self._updates_since_stats += 1
 
     def sync_target(self) -> None:
         self.tape.record("sync", self.online_version)
@@ -167,16 +164,26 @@ class FakeClock:
 
 
 def random_batch(seed: int | np.random.Generator, size: int = 32, n_actions: int = 6,
-                 terminal_every: int = 4) -> Batch:
-    """A minibatch of random frames, actions and clipped rewards; every `terminal_every`-th
-    transition ends its game. `seed` may be a generator, which is drawn on."""
+                 terminal_every: int = 4, discount: float = 0.99) -> Batch:
+    """A minibatch of random frames, actions and clipped rewards as 1-step returns; every
+    `terminal_every`-th transition ends its game (discount 0), the others are discounted
+    by `discount`; weights 1. `seed` may be a generator, which is drawn on."""
     rng = np.random.default_rng(seed)  # a Generator is used as it is
     terminals = np.arange(size) % terminal_every == 0
     return Batch(states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
                  actions=rng.integers(0, n_actions, size).astype(np.int32),
-                 rewards=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
+                 returns=rng.choice([-1.0, 0.0, 1.0], size).astype(np.float32),
                  next_states=rng.integers(0, 256, (size, 4, 84, 84), dtype=np.uint8),
-                 terminals=terminals)
+                 discounts=np.where(terminals, 0.0, discount).astype(np.float32),
+                 weights=np.ones(size, np.float32))
+
+
+def q_values(learner, states: np.ndarray, use_target: bool = False) -> np.ndarray:
+    """Q(s, .) of a learner's online (or target) network for a batch of uint8 states."""
+    import tensorflow as tf
+
+    network = learner.target if use_target else learner.online
+    return network(tf.constant(states), training=False).numpy()
 
 
 def flip_byte(file: Path, offset: int | None = None, fraction: float = 0.5) -> None:
@@ -283,6 +290,42 @@ def naive_transitions(stream: Stream) -> list[Reference]:
     return out
 
 
+class NStep(NamedTuple):
+    """An n-step transition as a naive reference works it out from whole transitions."""
+
+    returns: float
+    discount: float  # 0 where a terminal ends the return
+    next_state: np.ndarray | None  # the state n steps on (None after a terminal)
+
+
+def naive_n_step(reference: list[Reference], n: int, discount: float,
+                 capacity: int | None = None) -> dict[int, NStep]:
+    """The transitions a memory of `capacity` holding `reference` must let be drawn, by
+    number, as n-step transitions worked out step by step: the clipped rewards discounted
+    by discount^k up to the first terminal (then no bootstrap), else the state after the
+    n-th step with discount^n. Not drawn: a return that meets an episode's end without a
+    terminal (no state follows in the episode), one whose steps (and bootstrap state) are not
+    all stored yet, and, once the memory has wrapped, the oldest HISTORY - 1 transitions."""
+    count = len(reference)
+    oldest = count - capacity + HISTORY - 1 if capacity and count >= capacity else 0
+    out = {}
+    for t in range(oldest, count):
+        total = 0.0
+        for k in range(n):
+            if t + k >= count:
+                break  # not stored yet
+            step = reference[t + k]
+            total += discount ** k * step.reward
+            if step.terminal:
+                out[t] = NStep(total, 0.0, None)
+                break
+            if step.truncated:
+                break
+            if k == n - 1 and t + n < count:  # the state n steps on is stored as well
+                out[t] = NStep(total, discount ** n, step.next_state)
+    return out
+
+
 def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
     """(state, state after the step) as the actors' `FrameHistory` sees them."""
     history = FrameHistory(1)
@@ -385,3 +428,20 @@ HAND_MADE = dict(
     states=[[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [2.0, 2.0, 0.0], [0.5, 0.0, 0.5]],
     next_states=[[0.0, 1.0, 0.0], [1.0, 0.0, 1.0], [9.0, 9.0, 9.0], [0.0, 0.5, 1.0]],
     actions=[1, 0, 0, 1], rewards=[1.0, 0.0, -1.0, 0.5], terminals=[False, False, True, False])
+
+
+def hand_made_batch(discount: float, weights: list[float] | None = None):
+    """HAND_MADE as the learning rule takes it (tensors): 1-step returns, discounts 0 at
+    the terminal row, importance-sampling weights 1 unless given."""
+    import tensorflow as tf
+
+    from fast_dqn.transitions import Batch
+
+    size = len(HAND_MADE["actions"])
+    columns = dict(
+        states=HAND_MADE["states"], next_states=HAND_MADE["next_states"],
+        actions=HAND_MADE["actions"], returns=HAND_MADE["rewards"],
+        discounts=[0.0 if end else discount for end in HAND_MADE["terminals"]],
+        weights=[1.0] * size if weights is None else weights)
+    return Batch(**{name: tf.constant(value, tf.int32 if name == "actions" else tf.float32)
+                    for name, value in columns.items()})

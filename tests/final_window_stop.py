@@ -25,20 +25,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from fast_dqn import update_path  # noqa: E402
+from fast_dqn import learner, training_loops  # noqa: E402
 from fast_dqn.config import ALGO_FAST_DQN  # noqa: E402
 from fast_dqn.launch import main  # noqa: E402
 
 
 def hold_the_trainer_until_a_stop(signum: int) -> None:
     released = threading.Event()
-    update, wait = update_path.UpdatePath.update, update_path.UpdateThread.wait
+    update, wait = learner.Learner.update, training_loops.LearnerThread.wait
 
-    def held_update(self, minibatches, count: int) -> None:
+    def held_update(self, minibatches, count: int):
         released.wait()
-        update(self, minibatches, count)
+        return update(self, minibatches, count)
 
-    def release_once_abandoned(thread: update_path.UpdateThread) -> None:
+    def release_once_abandoned(thread: training_loops.LearnerThread) -> None:
         thread._abandon.wait()  # set by `wait` once it sees the stop request
         released.set()
 
@@ -48,8 +48,8 @@ def hold_the_trainer_until_a_stop(signum: int) -> None:
             threading.Thread(target=release_once_abandoned, args=(self,), daemon=True).start()
         wait(self, abandon_if)
 
-    update_path.UpdatePath.update = held_update
-    update_path.UpdateThread.wait = stopping_wait
+    learner.Learner.update = held_update
+    training_loops.LearnerThread.wait = stopping_wait
 
 
 if __name__ == "__main__":

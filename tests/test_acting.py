@@ -66,7 +66,7 @@ def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypat
     from fast_dqn.replay_memory import ReplayMemory
 
     config = Config(replay_start=0, exploration_steps=8, workers=4, concurrent=False)
-    parts = LoopParts(config=config, network=_Network(),
+    parts = LoopParts(config=config, learner=_Network(),
                       memory=ReplayMemory(100, np.random.default_rng(0)),
                       pool=ScriptedPool([50] * 4), make_eval_pool=None, run_log=FakeRunLog(),
                       rng=np.random.default_rng(0))

@@ -113,6 +113,7 @@ def test_config_is_frozen_and_round_trips_through_json():
 # Settings a flag refuses, with its message (a regular expression).
 REFUSED_SETTINGS = [
     ({"workers": 0}, ALGO_FAST_DQN, "--workers must be at least 1"),
+    ({"updates_per_call": 0}, ALGO_FAST_DQN, "--updates-per-call must be at least 1"),
     ({"workers": 3}, ALGO_FAST_DQN, "--workers \\(3\\) must divide --target-update"),
     ({"timesteps": -5}, ALGO_DQN, "--timesteps must be at least 1"),
     ({"replay_capacity": 0}, ALGO_DQN, "--replay-capacity must be at least 1"),

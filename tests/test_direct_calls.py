@@ -12,7 +12,7 @@ import tensorflow as tf
 from fast_dqn.config import Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.direct_calls import DirectCall, borrowed_tensor
-from fast_dqn.q_network import make_q_network
+from fast_dqn.learner import make_learner
 from fast_dqn.device_frames import DeviceFrames
 from fast_dqn.transitions import SlotBatch
 from tests.fakes import N_ACTIONS, random_batch
@@ -59,11 +59,11 @@ def test_the_networks_calls_equal_the_ordinary_calls_bit_for_bit(xla):
     same tf.functions called the ordinary way on a twin network."""
     rng = np.random.default_rng(0)
     config = Config(xla=xla, seed=4)
-    direct, ordinary = make_q_network(config, N_ACTIONS), make_q_network(config, N_ACTIONS)
+    direct, ordinary = make_learner(config, N_ACTIONS), make_learner(config, N_ACTIONS)
     one, many = random_batch(rng, 32), random_batch(rng, 3 * 32)
-    direct.update(one)
+    direct.update(one, 1)
     ordinary._update_fn(*(tf.constant(array) for array in one))
-    direct.update_many(many, 3)
+    direct.update(many, 3)
     if xla == "on":  # with XLA, one call of K updates gives the floats of K compiled calls
         for k in range(3):
             ordinary._update_fn(*(tf.constant(array[32 * k:32 * (k + 1)]) for array in many))
@@ -88,11 +88,14 @@ def test_updates_from_device_slots_equal_the_ordinary_calls_bit_for_bit():
     minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
                             next_mask=mask,
                             actions=rng.integers(0, N_ACTIONS, 4 * 32).astype(np.int32),
-                            rewards=rng.normal(size=4 * 32).astype(np.float32),
-                            terminals=rng.random(4 * 32) < 0.1)
+                            returns=rng.normal(size=4 * 32).astype(np.float32),
+                            discounts=np.where(rng.random(4 * 32) < 0.1, 0.0, 0.99
+                                               ).astype(np.float32),
+                            weights=np.ones(4 * 32, np.float32))
     config = Config(xla="off", seed=4)
-    direct, ordinary = make_q_network(config, N_ACTIONS), make_q_network(config, N_ACTIONS)
-    direct.update_from_slots(frames.variable, minibatches, 4)
+    direct = make_learner(config, N_ACTIONS, frames.variable)
+    ordinary = make_learner(config, N_ACTIONS)
+    direct.update(minibatches, 4)
     ordinary._update_many_slots_fn(frames.variable, *(
         tf.constant(column.reshape(4, 32, *column.shape[1:])) for column in minibatches))
     assert_same_networks(direct, ordinary)
@@ -125,7 +128,7 @@ def query_network():
 
     def network(xla: str):
         if xla not in networks:
-            networks[xla] = make_q_network(Config(xla=xla, seed=5), N_ACTIONS)
+            networks[xla] = make_learner(Config(xla=xla, seed=5), N_ACTIONS)
         return networks[xla]
 
     return network

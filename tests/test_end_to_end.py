@@ -100,17 +100,17 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
                                                                    capsys):
     """XLA declining to compile on the device (faked: every compiled call is refused) costs
     one line on stderr; the run finishes uncompiled and config.json records it."""
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
     from tests.fakes import refusing_xla
 
-    build = QNetwork._build_functions
+    build = Learner._build_functions
 
     def build_refused(self, xla):
         build(self, xla)
         if xla:
             refusing_xla(self, "XLA compilation requires a fixed tensor list size")
 
-    monkeypatch.setattr(QNetwork, "_build_functions", build_refused)
+    monkeypatch.setattr(Learner, "_build_functions", build_refused)
     run_dir = tmp_path / "refused"
     argv = RUN + ["--workers=2", "--evaluate=0", "--timesteps=1200", f"--logdir={run_dir}"]
     assert main(argv, ALGO_FAST_DQN) == 0
@@ -122,7 +122,9 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pieces", [[], ["--n-step=3", "--prioritized=true"]],
+                         ids=["nature", "n-step-prioritized"])
+def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypatch, pieces):
     """Same seed, same run; in the second, the trainer's updates and the calls of the acting
     loop's rounds (the pool's send and receive, which the fast loop makes) are slowed by
     random sleeps, so the two threads interleave differently. (Flushing the epoch's
@@ -130,12 +132,14 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it. Epochs of 200 steps
     (50 updates; the trainer, slower than the acting here even unslowed, is still drawing
-    when an epoch's last step is taken), so that 3 epochs take half the updates."""
+    when an epoch's last step is taken), so that 3 epochs take half the updates. With
+    priorities the learner thread writes them back during the epoch, and draws the next
+    call only after (the priorities are compared with the memory's other arrays)."""
     argv = RUN + ["--workers=4", "--target-update=200", "--timesteps=1000",  # 3 epochs
-                  "--updates-per-call=1"]
+                  "--updates-per-call=1", *pieces]
     assert main(argv + [f"--logdir={tmp_path / 'a'}"], ALGO_FAST_DQN) == 0
 
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
     from fast_dqn.env_pools import VectorEnvPool
     jitter = random.Random()  # deliberately unseeded: the timing differs on every run
 
@@ -145,7 +149,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
             return method(self, *args)
         return slow
 
-    monkeypatch.setattr(QNetwork, "update_many", slowed(QNetwork.update_many, 0.02))
+    monkeypatch.setattr(Learner, "update", slowed(Learner.update, 0.02))
     monkeypatch.setattr(VectorEnvPool, "send", slowed(VectorEnvPool.send, 0.002))
     monkeypatch.setattr(VectorEnvPool, "receive", slowed(VectorEnvPool.receive, 0.002))
     assert main(argv + [f"--logdir={tmp_path / 'b'}"], ALGO_FAST_DQN) == 0
@@ -157,7 +161,8 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
         assert rows_a
     replay_a = sorted((tmp_path / "a" / "checkpoint" / "replay").glob("*.npy"))
     assert {path.stem for path in replay_a} >= {"frames", "actions", "rewards", "terminals",
-                                                 "episode_ends", "cursor", "size"}
+                                                 "episode_ends", "cursor", "size",
+                                                 *(["priorities"] if pieces else [])}
     for path_a in replay_a:  # every array and counter of the memory
         saved_b = np.load(tmp_path / "b" / "checkpoint" / "replay" / path_a.name)
         np.testing.assert_array_equal(np.load(path_a), saved_b, err_msg=path_a.name)
@@ -202,7 +207,7 @@ FAULT_DRIVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("module,owner,method,after,backend,message", [
     ("fast_dqn.atari", "AtariEnv", "step", 700, "threads", "injected sampler failure"),
-    ("fast_dqn.q_network", "QNetwork", "update_many", 2, "vector", "injected trainer failure"),
+    ("fast_dqn.learner", "Learner", "update", 2, "vector", "injected trainer failure"),
 ])
 @pytest.mark.slow
 def test_a_failing_thread_stops_the_run(tmp_path, module, owner, method, after, backend,

@@ -64,7 +64,7 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
         return evaluate(pool, greedy, epsilon=epsilon, seed=seed, rng=rng)
 
     monkeypatch.setattr("fast_dqn.evaluation.evaluate", recording_evaluate)
-    parts = LoopParts(config=config, network=network, memory=ReplayMemory(100, np.random.default_rng(0)),
+    parts = LoopParts(config=config, learner=network, memory=ReplayMemory(100, np.random.default_rng(0)),
                       pool=ScriptedPool([10]), make_eval_pool=make_pool, run_log=FakeRunLog(),
                       rng=np.random.default_rng(0))
     loop = DQN(parts)

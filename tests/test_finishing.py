@@ -39,6 +39,9 @@ FINAL_EVALUATION = ["--game=freeway", "--replay-capacity=2000", "--replay-start=
                     "--target-update=400", "--timesteps=600", "--evaluate=600",
                     "--eval-episodes=4", "--eval-max-episode-steps=100", "--seed=0",
                     "--xla=off", "--progress-every=0.05"]
+# Rainbow's two strongest pieces (Hessel et al. 2018): the runs above are made with them too,
+# as "fast-pieces" and "serial-pieces".
+PIECES = ["--n-step=3", "--prioritized=true"]
 # `python EVALUATION_STOP SIGNAL run_*.py ARGS...`: the run stopped by SIGNAL once its first
 # evaluation has made its first group of games (see the file).
 EVALUATION_STOP = REPO / "tests" / "evaluation_stop.py"
@@ -60,9 +63,11 @@ def resume(script: Path, run_dir: Path, log: str, *extra: str) -> Finished:
 
 @pytest.fixture(scope="module")
 def never_stopped(tmp_path_factory) -> dict[str, Path]:
-    """The two runs of this file, each run to its end without a stop."""
+    """The runs of this file, each run to its end without a stop, with and without PIECES."""
     root = tmp_path_factory.mktemp("never-stopped")
-    runs = {"fast": (RUN_FAST_DQN, FINAL_EPOCH), "serial": (RUN_DQN, FINAL_EVALUATION)}
+    runs = {"fast": (RUN_FAST_DQN, FINAL_EPOCH), "serial": (RUN_DQN, FINAL_EVALUATION),
+            "fast-pieces": (RUN_FAST_DQN, [*FINAL_EPOCH, *PIECES]),
+            "serial-pieces": (RUN_DQN, [*FINAL_EVALUATION, *PIECES])}
     started = {name: start(script, [*args, f"--logdir={root / name}"], root / f"{name}-log")
                for name, (script, args) in runs.items()}
     for name, run in started.items():
@@ -72,14 +77,16 @@ def never_stopped(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pieces", [[], PIECES], ids=["nature", "pieces"])
 def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_bytes(
-        never_stopped, tmp_path, capfd):
+        never_stopped, tmp_path, capfd, pieces):
     """Regression: the checkpoint at step == --timesteps with updates owed was refused by
-    every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever."""
+    every resume ("a resume only extends a run"), so sweeps reported the run FAILED forever.
+    With n-step returns and priorities, the priorities are in the bytes compared."""
     run_dir = tmp_path / "run"
     # The run stops itself once its acting is over, its trainer held (a SIGTERM sent from
     # here at its "waiting for the trainer" line could come after the trainer was done).
-    stopped = start(FINAL_WINDOW_STOP, ["TERM", RUN_FAST_DQN.name, *FINAL_EPOCH,
+    stopped = start(FINAL_WINDOW_STOP, ["TERM", RUN_FAST_DQN.name, *FINAL_EPOCH, *pieces,
                                         f"--logdir={run_dir}"],
                     tmp_path / "run-1").finish(timeout=300)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
@@ -87,8 +94,10 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     assert step_of(manifest) == 1200
     assert manifest["counters"]["updates"] < (1200 - 400) // 4  # stopped inside the window
     # The epoch's 800, after the rows each of the 4 samplers carried from the last flush (the
-    # last transition of a game still running, and its 3 frames of context).
-    assert 800 <= manifest["unstored_transitions"] <= 800 + 4 * 4
+    # last n transitions of a game still running, and their 3 frames of context).
+    n_step = 3 if pieces else 1
+    assert 800 <= manifest["unstored_transitions"] <= 800 + 4 * (3 + n_step)
+    assert any("priorities" in name for name in run_bytes(never_stopped["fast-pieces"]))
     assert summary(run_dir)["finished"] is False
 
     resumed = resume(RUN_FAST_DQN, run_dir, "resume")
@@ -96,7 +105,7 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     assert_no_traceback(resumed)
     assert summary(run_dir)["finished"] is True
     assert summary(run_dir)["updates"] == (1200 - 400) // 4
-    assert run_bytes(run_dir) == run_bytes(never_stopped["fast"])
+    assert run_bytes(run_dir) == run_bytes(never_stopped["fast-pieces" if pieces else "fast"])
 
     before = snapshot(run_dir)
     again = resume_here(RUN_FAST_DQN, run_dir, capfd)
@@ -106,11 +115,12 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
 
 
 @pytest.mark.slow
-def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_path):
+@pytest.mark.parametrize("pieces", [[], PIECES], ids=["nature", "pieces"])
+def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_path, pieces):
     """Regression: a stop in the last evaluation left a checkpoint at the last step that no
     resume would take; the serial trainer's run, here."""
     run_dir = tmp_path / "run"
-    stopped = start(EVALUATION_STOP, ["INT", RUN_DQN.name, *FINAL_EVALUATION,
+    stopped = start(EVALUATION_STOP, ["INT", RUN_DQN.name, *FINAL_EVALUATION, *pieces,
                                       f"--logdir={run_dir}"], tmp_path / "run-1").finish(60)
     assert stopped.returncode == 128 + signal.SIGINT, stopped.stderr[-3000:]
     assert "evaluation at step 600\n" in stopped.stdout  # the final one, under way
@@ -120,7 +130,7 @@ def test_a_stop_in_the_final_evaluation_resumes_to_play_it(never_stopped, tmp_pa
     resumed = resume(RUN_DQN, run_dir, "resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert summary(run_dir)["finished"] is True
-    assert run_bytes(run_dir) == run_bytes(never_stopped["serial"])
+    assert run_bytes(run_dir) == run_bytes(never_stopped["serial-pieces" if pieces else "serial"])
 
 
 @pytest.mark.slow

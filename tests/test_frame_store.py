@@ -15,10 +15,12 @@ from fast_dqn.config import Config
 from fast_dqn.device_frames import (DEVICE_HEADROOM_BYTES, DeviceFrames, choose_replay_device,
                                     frames_bytes)
 from fast_dqn.frame_store import HostFrames
-from fast_dqn.q_network import gather_states, make_q_network
+from fast_dqn.learner import gather_states, make_learner
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.transitions import (Batch, SlotBatch, Transitions, acted_transitions,
                                   zero_transitions)
+
+from tests.fakes import naive_n_step, naive_transitions, random_stream
 
 MEMORY_CAPACITY = 64
 
@@ -52,6 +54,44 @@ def test_a_write_goes_around_the_end_of_the_ring(store_class):
     np.testing.assert_array_equal(store.rows(0, 10), expected)
 
 
+@pytest.mark.parametrize("store", ["host", "device"])
+@pytest.mark.parametrize("n", [1, 3, 5])
+@pytest.mark.parametrize("capacity, transitions, seed", [
+    (1000, 300, 0),  # no wrap
+    (64, 300, 1),  # wraps several times, cursor mid-way
+    (37, 37, 4),  # exactly full
+])
+def test_n_step_returns_and_discounts_are_the_naive_references(store, n, capacity,
+                                                               transitions, seed):
+    """Episodes ending in lost lives (terminals) or cut off, rewards clipped, a memory that
+    wraps: each slot the memory lets be drawn, and its return, discount and bootstrap state,
+    are what a naive reference works out step by step (tests/fakes.py: naive_n_step)."""
+    from fast_dqn.learner import gathered_batch
+    stream = random_stream(np.random.default_rng(seed), transitions)
+    expected = naive_n_step(naive_transitions(stream), n, 0.9, capacity)
+    frames = DeviceFrames(capacity) if store == "device" else None
+    memory = ReplayMemory(capacity, np.random.default_rng(seed), frames=frames, discount=0.9,
+                          n_step=n)
+    for step in stream.steps:
+        memory.add_many(acted_transitions(step.frame[None], np.array([step.action]),
+                                          np.array([step.reward]), np.array([step.terminal]),
+                                          np.array([step.episode_end])))
+    valid = np.flatnonzero(memory.valid(np.arange(capacity)))
+    assert set(valid.tolist()) == {t % capacity for t in expected}
+    assert any(e.discount == 0 for e in expected.values()) and any(
+        e.discount > 0 for e in expected.values()), "the stream should have both kinds"
+    order = sorted(expected)
+    batch = memory.batch(np.array([t % capacity for t in order]))
+    if store == "device":
+        batch = Batch(*(np.asarray(column) for column in gathered_batch(frames.variable, batch)))
+    for row, t in enumerate(order):
+        assert batch.returns[row] == pytest.approx(expected[t].returns, abs=1e-6), t  # float32
+        assert batch.discounts[row] == pytest.approx(expected[t].discount, rel=1e-6), t
+        if expected[t].next_state is not None:
+            np.testing.assert_array_equal(batch.next_states[row], expected[t].next_state,
+                                          err_msg=f"next state {t}")
+
+
 def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
     host = with_random_transitions(ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(seed)))
     device = with_random_transitions(ReplayMemory(MEMORY_CAPACITY, np.random.default_rng(seed),
@@ -62,8 +102,8 @@ def host_and_device(seed: int = 7) -> tuple[ReplayMemory, ReplayMemory]:
 def test_slots_gathered_on_the_device_are_the_host_minibatches():
     host, device = host_and_device()
     for _ in range(3):
-        batches = host.sample_many(3, 16)
-        slots = device.sample_many(3, 16)
+        batches = host.batch(host.many_indices(3, 16))
+        slots = device.batch(device.many_indices(3, 16))
         assert isinstance(batches, Batch) and isinstance(slots, SlotBatch)
         frames = device.frames.variable
         np.testing.assert_array_equal(
@@ -71,7 +111,7 @@ def test_slots_gathered_on_the_device_are_the_host_minibatches():
         np.testing.assert_array_equal(
             gather_states(frames, slots.next_slots, slots.next_mask).numpy(),
             batches.next_states)
-        for name in ("actions", "rewards", "terminals"):
+        for name in ("actions", "returns", "discounts", "weights"):
             np.testing.assert_array_equal(getattr(slots, name), getattr(batches, name))
             assert getattr(slots, name).dtype == getattr(batches, name).dtype
     assert host.rng.random() == device.rng.random()  # the same draws were made
@@ -82,10 +122,15 @@ def test_slots_gathered_on_the_device_are_the_host_minibatches():
 def test_updates_from_device_slots_equal_updates_from_host_minibatches(xla, count):
     config = Config(xla=xla, seed=5)
     host, device = host_and_device()
-    on_host, on_device = make_q_network(config, 6), make_q_network(config, 6)
+    config = config.replace(prioritized=count > 1)  # then the updates return TD errors
+    on_host = make_learner(config, 6)
+    on_device = make_learner(config, 6, device.frames.device_frames)
     for _ in range(2):
-        host.frames.update(on_host, host.sample_many(count, 32), count)
-        device.frames.update(on_device, device.sample_many(count, 32), count)
+        from_host = on_host.update(host.batch(host.many_indices(count, 32)), count)
+        from_device = on_device.update(device.batch(device.many_indices(count, 32)), count)
+        assert (from_host is None) == (from_device is None) == (count == 1)
+        if count > 1:
+            np.testing.assert_array_equal(from_host.numpy(), from_device.numpy())
     for a, b in zip(on_host.optimizer.variables + on_host.online.variables,
                     on_device.optimizer.variables + on_device.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)  # bit for bit

@@ -14,7 +14,7 @@ unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -23,22 +23,22 @@ from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop
 from fast_dqn.schedule import epsilon_at, updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
 from fast_dqn.loop_parts import LoopParts
-from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.replay_memory import ReplayMemory, make_replay_memory
 from fast_dqn.transitions import Batch, acted_transitions
 from fast_dqn.staging import EnvBuffer
 from fast_dqn.env_pools import PoolStep
-from tests.fakes import FakeRunLog, RecordingNetwork, Tape
+from tests.fakes import FakeRunLog, RecordingNetwork, Tape, q_values
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
                                  CorridorPool, draw, optimal_q)
 
 
 def make_loop(loop_class: type[TrainingLoop], config: Config, pool: Any, network: Any,
-              memory_class: type[ReplayMemory] = ReplayMemory) -> TrainingLoop:
+              make_memory: Callable[..., ReplayMemory] = make_replay_memory) -> TrainingLoop:
     """Wires the parts as fast_dqn.launch.build_loop does (same seeding), minus the files."""
     validate(config, ALGO_FAST_DQN if loop_class is FastDQN else ALGO_DQN)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
-    memory = memory_class(config.replay_capacity, np.random.default_rng(seeds[0]))
-    parts = LoopParts(config=config, network=network, memory=memory, pool=pool,
+    memory = make_memory(config, np.random.default_rng(seeds[0]))
+    parts = LoopParts(config=config, learner=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=FakeRunLog(),
                       rng=np.random.default_rng(seeds[1]))
     return loop_class(parts)
@@ -73,11 +73,11 @@ def on_path_states(discount: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_learned(loop: TrainingLoop) -> None:
-    from fast_dqn.q_network import QNetwork
-    network = loop.network
-    assert isinstance(network, QNetwork)
+    from fast_dqn.learner import Learner
+    learner = loop.learner
+    assert isinstance(learner, Learner)
     states, q_star = on_path_states(loop.config.discount)
-    q = network.q_values(states)
+    q = q_values(learner, states)
     error = np.abs(q - q_star)
     assert error.max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{np.round(q_star, 3)}"
     assert (q.argmax(axis=1) == RIGHT).all()  # the greedy policy is optimal everywhere
@@ -94,9 +94,9 @@ def check_learned(loop: TrainingLoop) -> None:
 
 def real_network(config: Config, n_actions: int):
     """The network a run builds (on the CPU: XLA, by --xla=auto)."""
-    from fast_dqn.q_network import configure_device, make_q_network
+    from fast_dqn.learner import configure_device, make_learner
     configure_device()
-    return make_q_network(config, n_actions)
+    return make_learner(config, n_actions)
 
 
 def test_dqn_learns_the_optimal_q_values():
@@ -121,7 +121,7 @@ def test_dqn_learns_with_natures_learning_rate_and_discount():
     loop = make_loop(DQN, config, pool, real_network(config, pool.n_actions))
     loop.run()
     states, q_star = on_path_states(config.discount)
-    q = loop.network.q_values(states)
+    q = q_values(loop.learner, states)
     assert np.abs(q - q_star).max() < TOLERANCE, f"learned Q\n{np.round(q, 3)}\nvs Q*\n{q_star}"
     next_to_pit = np.flatnonzero(q_star[:, 0] < 0)  # Q*(1, left) = -1 against 0.97
     assert len(next_to_pit) == 1 and q[next_to_pit[0]].argmax() == RIGHT
@@ -135,10 +135,10 @@ def test_fast_dqn_learns_the_optimal_q_values():
     check_learned(loop)
 
 
-def device_memory(capacity: int, rng: np.random.Generator) -> ReplayMemory:
+def device_memory(config: Config, rng: np.random.Generator) -> ReplayMemory:
     """A replay memory whose frames live in a TensorFlow variable (--replay-device=device)."""
     from fast_dqn.device_frames import DeviceFrames
-    return ReplayMemory(capacity, rng, frames=DeviceFrames(capacity))
+    return make_replay_memory(config, rng, DeviceFrames(config.replay_capacity))
 
 
 def memory_arrays(memory: ReplayMemory) -> dict[str, np.ndarray]:
@@ -150,11 +150,11 @@ def memory_arrays(memory: ReplayMemory) -> dict[str, np.ndarray]:
     return state
 
 
-def deterministic_run(memory_class) -> TrainingLoop:
+def deterministic_run(make_memory) -> TrainingLoop:
     """A short FastDQN run with the real network, for the tests that compare two of them."""
     config = TAPE.replace(timesteps=500, lr=1e-3, batch_size=4)  # small: only equality counts
     pool = CorridorPool(config.workers, max_steps=8)
-    loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions), memory_class)
+    loop = make_loop(FastDQN, config, pool, real_network(config, pool.n_actions), make_memory)
     loop.run()
     return loop
 
@@ -162,7 +162,7 @@ def deterministic_run(memory_class) -> TrainingLoop:
 @pytest.fixture(scope="module")
 def run_with_host_memory() -> TrainingLoop:
     """The run both determinism cases compare with, made once: they only read it."""
-    return deterministic_run(ReplayMemory)
+    return deterministic_run(make_replay_memory)
 
 
 @pytest.mark.parametrize("replay_device", ["host", "device"])
@@ -171,8 +171,8 @@ def test_fast_dqn_with_the_real_network_is_deterministic(run_with_host_memory, r
     of the trainer thread, and wherever the replay memory's frames are gathered (a run with
     them on the host against one with them in `replay_device`)."""
     first = run_with_host_memory
-    second = deterministic_run(ReplayMemory if replay_device == "host" else device_memory)
-    for a, b in zip(first.network.online.variables, second.network.online.variables):
+    second = deterministic_run(make_replay_memory if replay_device == "host" else device_memory)
+    for a, b in zip(first.learner.online.variables, second.learner.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     second_arrays = memory_arrays(second.memory)
     for name, array in memory_arrays(first.memory).items():
@@ -209,13 +209,9 @@ def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:
             super().add_in_order(pieces)
             tape.record(store_kind, self.size)
 
-        def sample(self, batch_size: int, out: Batch | None = None) -> Batch:
+        def many_indices(self, count: int, batch_size: int):
             tape.record("sample", self.size)
-            return super().sample(batch_size, out)
-
-        def sample_many(self, count: int, batch_size: int, out: Batch | None = None) -> Batch:
-            tape.record("sample", self.size)
-            return super().sample_many(count, batch_size, out)
+            return super().many_indices(count, batch_size)
 
     return RecordingMemory
 
@@ -279,7 +275,7 @@ def stack_frames(frames: list[np.ndarray]) -> np.ndarray:
 def check_queried_states(loop: TrainingLoop, tape: Tape) -> None:
     """The states the network was asked about are the states the memory rebuilds (the same
     padding rule; tests/test_replay_memory.py checks the memory against the same rule)."""
-    pool, network = loop.actor.pool, loop.network
+    pool, network = loop.actor.pool, loop.learner
     truncations = sum(end and not terminal for env in pool.transitions
                       for _, _, _, terminal, end in env)
     assert truncations > 0
@@ -352,11 +348,11 @@ def test_the_loops_generator_draws_for_the_rounds_taken_and_no_more(concurrent):
 
 def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
     """The loop reads the trainer's failure before each round it draws; without that it
-    would act to the epoch's end (100 rounds here) before `UpdateThread.wait` raised it."""
+    would act to the epoch's end (100 rounds here) before `LearnerThread.wait` raised it."""
     import time
 
     class FailingNetwork(RecordingNetwork):
-        def update(self, batch: Batch) -> None:
+        def update(self, minibatches: Batch, count: int) -> None:
             raise RuntimeError("boom in the trainer")
 
     # epochs of 200 rounds of 2 envs; one minibatch per call, so the first call comes soon
@@ -406,7 +402,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
     trains = [e for e in tape.events if e[1] == "train"]
     assert len(trains) == (config.timesteps - start) // config.train_freq == loop.counters.updates
     if concurrent:
-        assert {e[0] for e in trains} == {"trainer"}
+        assert {e[0] for e in trains} == {"learner"}
 
     # trainer drained -> buffers flushed in sampler order -> target synced, every epoch;
     # during an epoch the trainer samples the memory as it stood at the last boundary
@@ -485,11 +481,10 @@ def test_dqn_orchestration_tape():
 
 
 
-def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
-    """What `UpdateThread` relies on to take back the draws of a call it never made: after
-    `discard`, the memory draws again the minibatches that were discarded."""
-    from fast_dqn.update_path import UpdatePath
-    from fast_dqn.replay_memory import ReplayMemory
+def test_undo_puts_the_generator_back_where_the_buffers_draws_began():
+    """What `LearnerThread` relies on to take back the draws of a call it never made: after
+    `undo`, the memory draws again the minibatches that were taken back."""
+    from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory
     from fast_dqn.transitions import acted_transitions
 
     memory = ReplayMemory(200, np.random.default_rng(5))
@@ -497,10 +492,10 @@ def test_discard_puts_the_generator_back_where_the_buffers_draws_began():
     memory.add_many(acted_transitions(frames, np.zeros(150, np.uint8),
                                       np.zeros(150, np.float32), np.zeros(150, bool),
                                       np.zeros(150, bool)))
-    update_path = UpdatePath(memory, network=None, batch_size=4, updates_per_call=2)
-    update_path.prepare(2, buffer=0)
-    discarded = update_path.prepare(2, buffer=1).states.copy()
-    update_path.undo_draws(1)
-    np.testing.assert_array_equal(update_path.prepare(2, buffer=1).states, discarded)
-    # Without a discard the next draws are others (frames tell the slots apart).
-    assert not np.array_equal(update_path.prepare(2, buffer=1).states, discarded)
+    draws = MinibatchDraws(memory, batch_size=4, updates_per_call=2)
+    draws.draw(2, buffer=0)
+    discarded = draws.draw(2, buffer=1).states.copy()
+    draws.undo(1)
+    np.testing.assert_array_equal(draws.draw(2, buffer=1).states, discarded)
+    # Without an undo the next draws are others (frames tell the slots apart).
+    assert not np.array_equal(draws.draw(2, buffer=1).states, discarded)

@@ -19,12 +19,12 @@ import tensorflow as tf
 
 from fast_dqn import config as config_module, launch, update_rule
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, new_run_settings
-from fast_dqn.q_network import QNetwork, make_q_network
-from fast_dqn.transitions import Batch
+from fast_dqn.learner import Learner, make_learner
 from fast_dqn.update_rule import DopamineAdam, dqn_update
 from tests.cli_runs import (FAST, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY, run_in_process,
                             summary)
-from tests.fakes import HAND_MADE, N_ACTIONS, ONLINE_W, TARGET_W, LinearQ, random_batch
+from tests.fakes import (HAND_MADE, N_ACTIONS, ONLINE_W, TARGET_W, LinearQ, hand_made_batch,
+                         random_batch)
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
@@ -92,7 +92,7 @@ def test_adam_keeps_its_moments_and_step_count_as_optimizer_variables():
 
 
 def test_adam_network_has_dopamines_settings_and_the_configs_learning_rate():
-    network = make_q_network(Config(optimizer="adam", lr=3e-5), N_ACTIONS)
+    network = make_learner(Config(optimizer="adam", lr=3e-5), N_ACTIONS)
     assert isinstance(network.optimizer, DopamineAdam)
     assert float(network.optimizer.learning_rate.numpy()) == pytest.approx(3e-5)
     # dopamine/jax/agents/dqn/configs/dqn.gin and create_optimizer's defaults
@@ -122,11 +122,9 @@ def naive_mse_update(discount: float, lr: float) -> tuple[np.ndarray, float]:
 
 
 def test_mse_loss_is_the_mean_squared_td_error_of_a_hand_made_minibatch():
-    minibatch = Batch(**{name: tf.constant(value, tf.int32 if name == "actions" else None)
-                         for name, value in HAND_MADE.items()})
     online, target = LinearQ(ONLINE_W), LinearQ(TARGET_W)
-    stats = dqn_update(online, target, keras.optimizers.SGD(learning_rate=0.1), minibatch,
-                       discount=0.9, loss="mse")
+    stats = dqn_update(online, target, keras.optimizers.SGD(learning_rate=0.1),
+                       hand_made_batch(0.9), loss="mse")
     weights, loss = naive_mse_update(discount=0.9, lr=0.1)
     np.testing.assert_allclose(online.weights.numpy(), weights, rtol=1e-6, atol=1e-6)
     assert float(stats.loss) == pytest.approx(loss, rel=1e-6)
@@ -142,7 +140,7 @@ def test_mse_loss_is_the_mean_squared_td_error_of_a_hand_made_minibatch():
 def test_the_defaults_are_natures_rmsprop_and_huber():
     config = Config()
     assert (config.optimizer, config.loss, config.lr) == ("rmsprop", "huber", 2.5e-4)
-    network = make_q_network(config, N_ACTIONS)
+    network = make_learner(config, N_ACTIONS)
     assert isinstance(network.optimizer, keras.optimizers.RMSprop)
     assert network.optimizer.centered is True
     assert "lr" not in new_run_settings({})  # no optimizer preset
@@ -196,12 +194,12 @@ def test_a_flag_of_the_other_optimizer_is_refused_in_one_line(tmp_path, capsys, 
 # ------------------------------------------------------------------------ checkpoints
 
 
-def adam_network(seed: int = 3) -> QNetwork:
-    return make_q_network(Config(optimizer="adam", lr=1e-3, loss="mse", seed=seed,
+def adam_network(seed: int = 3) -> Learner:
+    return make_learner(Config(optimizer="adam", lr=1e-3, loss="mse", seed=seed,
                                  xla="off"), N_ACTIONS)
 
 
-def all_variables(network: QNetwork) -> list[np.ndarray]:
+def all_variables(network: Learner) -> list[np.ndarray]:
     return [np.array(v.numpy()) for v in
             [*network.online.variables, *network.target.variables,
              *network.optimizer.variables]]
@@ -214,18 +212,18 @@ def test_an_adam_network_restored_from_its_checkpoint_continues_as_if_never_stop
     batches = [random_batch(seed, size=8, n_actions=N_ACTIONS) for seed in range(4)]
     straight = adam_network()
     for batch in batches:
-        straight.update(batch)
+        straight.update(batch, 1)
 
     stopped = adam_network()
     for batch in batches[:2]:
-        stopped.update(batch)
+        stopped.update(batch, 1)
     prefix = str(tmp_path / "ckpt")
     stopped.checkpoint().write(prefix)
     resumed = adam_network(seed=4)  # other initial weights: all must come from the file
     resumed.restore(prefix)
     assert int(resumed.optimizer.iterations.numpy()) == 2
     for batch in batches[2:]:
-        resumed.update(batch)
+        resumed.update(batch, 1)
     for got, wanted in zip(all_variables(resumed), all_variables(straight), strict=True):
         np.testing.assert_array_equal(got, wanted)
 
@@ -233,8 +231,8 @@ def test_an_adam_network_restored_from_its_checkpoint_continues_as_if_never_stop
 @pytest.mark.parametrize("saved, restored", [("rmsprop", "adam"), ("adam", "rmsprop")])
 def test_a_checkpoint_of_one_optimizer_is_refused_by_the_other(tmp_path, saved, restored):
     prefix = str(tmp_path / "ckpt")
-    make_q_network(Config(optimizer=saved, xla="off"), N_ACTIONS).checkpoint().write(prefix)
-    other = make_q_network(Config(optimizer=restored, xla="off"), N_ACTIONS)
+    make_learner(Config(optimizer=saved, xla="off"), N_ACTIONS).checkpoint().write(prefix)
+    other = make_learner(Config(optimizer=restored, xla="off"), N_ACTIONS)
     with pytest.raises(ValueError) as error:
         other.restore(prefix)
     assert str(error.value) == (f"cannot restore the networks from {prefix}: it holds the "

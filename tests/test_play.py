@@ -38,10 +38,10 @@ def write_fake_checkpoint(checkpoint: Path, manifest: dict | None = None) -> Non
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
     """A run directory with a real pong checkpoint; returns it and the saved online weights."""
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
 
     run_dir = write_run_dir(tmp_path_factory.mktemp("run"))
-    network = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
+    network = Learner(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01,
                        seed=SAVED_SEED)
     write_checkpoint(run_dir, 1234, network.checkpoint().write)
     return run_dir, [variable.numpy() for variable in network.online.variables]
@@ -85,12 +85,12 @@ def test_play_prints_scores_and_writes_a_readable_video(trained_run, tmp_path, c
 
 
 def test_restores_the_online_weights_that_were_saved(trained_run):
-    from fast_dqn.q_network import QNetwork
+    from fast_dqn.learner import Learner
 
     run_dir, saved = trained_run
     run = play.load_run(run_dir)
     network = play.load_network(run.config, PONG_ACTIONS, run.checkpoint)
-    fresh = QNetwork(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01, discount=0.99,
+    fresh = Learner(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01,
                      seed=RUN_SEED)
     restored = [variable.numpy() for variable in network.online.variables]
     assert len(restored) == len(saved) == 10

@@ -529,18 +529,18 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
     the machine's load cannot move it: the ETA printed at the halfway point is compared with
     the time the run then took to finish on that clock. Evaluations and checkpoints are
     about half of the time left, so an ETA that left them out would fail."""
-    from fast_dqn import launch, update_path
+    from fast_dqn import launch, learner
     from fast_dqn.config import ALGO_FAST_DQN
     from tests.cli_runs import FAST, SMALL_BATCH
 
     clock = WorkClock()
     lines = TimedLines(clock)
     make_pool, save_checkpoint = launch.make_pool, launch.save_checkpoint
-    update = update_path.UpdatePath.update
+    update = learner.Learner.update
 
     def timed_update(self, minibatches, count):
         clock.advance(count * WorkClock.UPDATE)
-        update(self, minibatches, count)
+        return update(self, minibatches, count)
 
     def timed_save(*args, **kwargs):
         clock.advance(WorkClock.CHECKPOINT)
@@ -548,7 +548,7 @@ def test_the_eta_at_halfway_is_within_a_factor_of_1_5_of_the_time_left(tmp_path,
 
     monkeypatch.setattr(launch, "make_pool", lambda *a, **k: TimedPool(make_pool(*a, **k), clock))
     monkeypatch.setattr(launch, "save_checkpoint", timed_save)
-    monkeypatch.setattr(update_path.UpdatePath, "update", timed_update)
+    monkeypatch.setattr(learner.Learner, "update", timed_update)
     monkeypatch.setattr(launch, "Progress", lambda *a, **k: Progress(
         *a, **{**k, "clock": clock, "stream": lines}))
     # Every evaluation game is cut at 100 steps (an untrained player rarely ends one sooner),

@@ -160,7 +160,7 @@ def test_rebuilt_next_states(case: Case):
     for frame_id, expected in case.next_states.items():
         assert frame_id in case.valid
         batch = memory.batch(np.array([slot_of(frame_id, case.capacity)]))
-        assert not batch.terminals[0]
+        assert batch.discounts[0] > 0  # bootstraps from the next state
         assert ids_of(batch.next_states[0]) == expected, f"next state of id {frame_id}"
 
 
@@ -206,8 +206,9 @@ def test_batch_at_explicit_indices_in_the_given_order():
     assert [ids_of(s) for s in batch.states] == [
         [0, 0, 4, 5], [0, 0, 1, 2], [0, 0, 4, 5], [0, 1, 2, 3]]
     assert batch.actions.tolist() == [5 % 3, 2 % 3, 5 % 3, 3 % 3]
-    assert batch.rewards.tolist() == [1.0, 1.0, 1.0, 1.0]
-    assert batch.terminals.tolist() == [False, False, False, True]
+    assert batch.returns.tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert batch.discounts.tolist() == [np.float32(0.99)] * 3 + [0.0]  # 3T is terminal
+    assert batch.weights.tolist() == [1.0] * 4
     assert ids_of(batch.next_states[1]) == [0, 1, 2, 3]
 
 
@@ -223,7 +224,7 @@ def test_rewards_are_clipped_to_their_sign(raw, clipped):
     memory.add_many(acted_transitions(id_frame(2)[None], np.array([1]), np.array([raw]),
                                       np.array([True]), np.array([True])))
     assert memory.columns.rewards[:2].tolist() == [clipped, clipped]
-    assert memory.batch(np.array([0, 1])).rewards.tolist() == [clipped, clipped]
+    assert memory.batch(np.array([0, 1])).returns.tolist() == [clipped, clipped]
     assert memory.columns.rewards.dtype == np.float32
 
 
@@ -288,8 +289,8 @@ def test_memory_matches_naive_reference(capacity, transitions, seed):
         ref = reference[t]
         np.testing.assert_array_equal(batch.states[row], ref.state, err_msg=f"state {t}")
         assert batch.actions[row] == ref.action
-        assert batch.rewards[row] == ref.reward
-        assert batch.terminals[row] == ref.terminal
+        assert batch.returns[row] == ref.reward
+        assert (batch.discounts[row] == 0) == ref.terminal
         if not ref.terminal:
             np.testing.assert_array_equal(batch.next_states[row], ref.next_state,
                                           err_msg=f"next state {t}")
@@ -340,19 +341,18 @@ def test_sampling_uses_the_injected_rng():
 
 def test_sample_shapes_and_dtypes():
     memory = filled_memory(300, 200, seed=1)
-    batch = memory.sample(32)
+    batch = memory.batch(memory.many_indices(1, 32))
     assert batch.states.shape == batch.next_states.shape == (32, HISTORY, *FRAME_SHAPE)
     assert batch.states.dtype == batch.next_states.dtype == np.uint8
-    assert batch.actions.shape == batch.rewards.shape == batch.terminals.shape == (32,)
+    assert all(column.shape == (32,) for column in batch[2:])
     assert batch.actions.dtype == np.int32
-    assert batch.rewards.dtype == np.float32
-    assert batch.terminals.dtype == np.bool_
+    assert batch.returns.dtype == batch.discounts.dtype == batch.weights.dtype == np.float32
 
 
 def test_sampling_with_nothing_valid_raises():
     memory = memory_from("1X 2X 3", 8)
     with pytest.raises(RuntimeError, match="no valid transitions"):
-        memory.sample(4)
+        memory.batch(memory.many_indices(1, 4))
 
 
 # ----------------------------------------------------------------------------- memory cost
@@ -423,7 +423,7 @@ def test_checkpoint_of_a_memory_that_has_not_wrapped_holds_only_its_filled_slots
                                       getattr(memory.columns, name))
 
 
-def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
+def test_many_indices_give_the_minibatches_of_as_many_single_draws():
     """K updates per call must see the same minibatches as K single updates."""
     from fast_dqn.transitions import empty_batch
 
@@ -437,9 +437,9 @@ def test_sample_many_gives_the_minibatches_of_as_many_sample_calls():
         return memory
 
     one_by_one, at_once = filled(7), filled(7)
-    singles = [one_by_one.sample(16) for _ in range(6)]
-    stacked = at_once.sample_many(3, 16, out=empty_batch(48))
-    stacked_again = at_once.sample_many(3, 16)
+    singles = [one_by_one.batch(one_by_one.many_indices(1, 16)) for _ in range(6)]
+    stacked = at_once.batch(at_once.many_indices(3, 16), empty_batch(48))
+    stacked_again = at_once.batch(at_once.many_indices(3, 16))
     for k, single in enumerate(singles):
         source, row = (stacked, k) if k < 3 else (stacked_again, k - 3)
         for name in single._fields:

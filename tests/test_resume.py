@@ -32,8 +32,9 @@ from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
 
 from tests.cli_runs import (FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY,
-                            Finished, assert_no_traceback, interrupt, read_csv,
-                            run_in_process, snapshot, start, step_of, summary, without_hours)
+                            Finished, assert_no_traceback, interrupt, read_csv, run_bytes,
+                            run_cli, run_in_process, snapshot, start, step_of, summary,
+                            without_hours)
 from tests.run_files import path_of_length, write_stand_in_network
 
 
@@ -189,6 +190,36 @@ def test_two_resumes_of_one_checkpoint_are_identical(resumed_twice):
                       for manifest in (manifest_a, manifest_b))
     assert manifest_a["evaluator"] == manifest_b["evaluator"]
     assert without_hours([last_a]) == without_hours([last_b])  # hours: the wall clock
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, trainer_flags", [(RUN_FAST_DQN, FAST), (RUN_DQN, TINY)],
+                         ids=["fast", "serial"])
+def test_two_resumes_with_n_step_returns_and_priorities_are_identical(tmp_path, script,
+                                                                      trainer_flags):
+    """A checkpoint of a run with --n-step=3 --prioritized (at its end, step 800), resumed
+    twice side by side to 1,600: the same rows, weights, replay arrays and priorities."""
+    run_dir = tmp_path / "run"
+    first = run_cli(script, [*trainer_flags, SMALL_BATCH, "--n-step=3", "--prioritized=true",
+                             "--evaluate=400", "--eval-episodes=2",
+                             "--eval-max-episode-steps=100", "--timesteps=800",
+                             f"--logdir={run_dir}"], tmp_path / "first", timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    copies = [tmp_path / "a", tmp_path / "b"]
+    for copy in copies:
+        shutil.copytree(run_dir, copy)
+    runs = [start(script, ["--resume", str(copy), "--timesteps=1600"], tmp_path / copy.name)
+            for copy in copies]
+    for run in runs:
+        result = run.finish(timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    digests = [run_bytes(copy) for copy in copies]
+    assert "checkpoint/replay/priorities.npy" in digests[0]
+    assert digests[0] == digests[1]
+    manifests = [read_manifest(copy / CHECKPOINT) for copy in copies]
+    assert manifests[0]["counters"]["step"] == 1600
+    for key in ("rng", "replay_rng", "replay_max_priority"):
+        assert manifests[0][key] == manifests[1][key], key
 
 
 def break_a_reward(checkpoint: Path) -> None:
@@ -525,13 +556,14 @@ def stop_when(loop, step: int, updates: int, done: threading.Event) -> threading
     trainer has made `updates` minibatch updates since the last target sync."""
     per_epoch = loop.config.target_update // loop.config.train_freq
     made = [0]  # the trainer's updates, counted as it makes them
-    update_many = loop.network.update_many
+    update = loop.learner.update
 
-    def counted_update_many(batches, count: int) -> None:
-        update_many(batches, count)
+    def counted_update(batches, count: int):
+        td_errors = update(batches, count)
         made[0] += count
+        return td_errors
 
-    loop.network.update_many = counted_update_many
+    loop.learner.update = counted_update
 
     def watch() -> None:
         while not done.is_set():
@@ -602,7 +634,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert "resumed from" in capsys.readouterr().out
 
     # Networks and every optimizer variable (slots and the iteration count).
-    net, net2 = original.network, restored.network
+    net, net2 = original.learner, restored.learner
     online, target = variables(net.online.variables), variables(net.target.variables)
     assert any((o != t).any() for o, t in zip(online, target)), "test needs target != online"
     assert_all_equal(variables(net2.online.variables), online, "online")
@@ -651,7 +683,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_unin
 
     def make_loop(pool):
         return FastDQN(LoopParts(
-            config=config, network=RecordingNetwork(Tape()),
+            config=config, learner=RecordingNetwork(Tape()),
             memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)), pool=pool,
             make_eval_pool=lambda should_stop: CorridorPool(2), run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
@@ -761,7 +793,7 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
 
     def make_loop():
         return DQN(LoopParts(
-            config=config, network=RecordingNetwork(Tape()),
+            config=config, learner=RecordingNetwork(Tape()),
             memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
             pool=CorridorPool(1), make_eval_pool=None, run_log=FakeRunLog(),
             rng=np.random.default_rng(1)))
@@ -793,7 +825,7 @@ def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoin
     config = Config(timesteps=timesteps, replay_start=100, target_update=100, evaluate=0,
                     replay_capacity=2000, workers=2, exploration_steps=100)
     return FastDQN(LoopParts(
-        config=config, network=network or RecordingNetwork(tape),
+        config=config, learner=network or RecordingNetwork(tape),
         memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
         pool=CorridorPool(2), make_eval_pool=None, run_log=FakeRunLog(),
         rng=np.random.default_rng(1), save_checkpoint=save_checkpoint, stop=stop))
@@ -848,8 +880,8 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     stop = StopRequest()
 
     class StoppedAfterTwoUpdates(RecordingNetwork):
-        def update(self, batch):
-            super().update(batch)
+        def update(self, minibatches, count):
+            super().update(minibatches, count)
             if self.online_version == 2:
                 stop.signal_number = 2  # as the SIGINT handler sets it
 

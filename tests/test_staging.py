@@ -15,8 +15,10 @@ from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.staging import EnvBuffer, StagingArea
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions, concatenate
 
-from tests.fakes import (Stream, actor_states, expected_valid, id_frame,
-                         naive_transitions, random_frame, random_stream)
+from tests.fakes import (Stream, actor_states, id_frame, naive_n_step, naive_transitions,
+                         random_frame, random_stream)
+
+DISCOUNT = 0.9
 
 
 def tagged_frame(rng: np.random.Generator, env: int, obs: int) -> np.ndarray:
@@ -46,7 +48,7 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
                  rng: np.random.Generator) -> None:
     """Feeds W buffers round by round (in random-sized chunks, as an epoch's staging area
     would) and flushes them in sampler order at the sync rounds and at the end."""
-    buffers = [EnvBuffer() for _ in streams]
+    buffers = [EnvBuffer(memory.n_step) for _ in streams]
     rounds = len(streams[0].steps)
     pending = [[] for _ in streams]
 
@@ -82,8 +84,9 @@ def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool
     slots = np.flatnonzero(memory.valid(np.arange(memory.capacity)))
     tags = [tag_of(memory.frames.array[slot]) for slot in slots]
     assert len(set(tags)) == len(tags), "a transition is sampleable twice"
-    expected = {(env, t) for env, reference in enumerate(references)
-                for t in expected_valid(reference, capacity=10**9)}
+    n_step = {env: naive_n_step(reference, memory.n_step, DISCOUNT)
+              for env, reference in enumerate(references)}
+    expected = {(env, t) for env in n_step for t in n_step[env]}
     if wrapped:
         assert set(tags) <= expected
     else:
@@ -92,10 +95,12 @@ def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool
     for row, (env, t) in enumerate(tags):
         ref = references[env][t]
         np.testing.assert_array_equal(batch.states[row], ref.state, err_msg=f"{env}, {t}")
-        assert (batch.actions[row], batch.rewards[row], batch.terminals[row]) == (
-            ref.action, ref.reward, ref.terminal)
-        if not ref.terminal:
-            np.testing.assert_array_equal(batch.next_states[row], ref.next_state,
+        drawn = n_step[env][t]
+        assert batch.actions[row] == ref.action
+        assert batch.returns[row] == pytest.approx(drawn.returns, abs=1e-6)  # float32
+        assert batch.discounts[row] == pytest.approx(drawn.discount, rel=1e-6)
+        if drawn.next_state is not None:
+            np.testing.assert_array_equal(batch.next_states[row], drawn.next_state,
                                           err_msg=f"next state {env}, {t}")
 
 
@@ -106,14 +111,18 @@ def check_fast_memory(memory: ReplayMemory, streams: list[Stream], wrapped: bool
     (4, 100, (25, 26), 3),
     (1, 90, (1, 20), 4),
 ])
-def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, sync_every, seed):
+@pytest.mark.parametrize("n", [1, 3])
+def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, sync_every, seed,
+                                                           n):
+    """With n-step returns the last n transitions of an unfinished episode wait for the next
+    flush; at the end every transition whose n steps were all acted is drawable once."""
     rng = np.random.default_rng(seed)
     streams = sampler_streams(rng, num_envs, rounds)
     syncs, r = set(), 0
     while r < rounds:
         r += int(rng.integers(*sync_every))
         syncs.add(r)
-    memory = ReplayMemory(10_000, np.random.default_rng(seed))
+    memory = ReplayMemory(10_000, np.random.default_rng(seed), discount=DISCOUNT, n_step=n)
     run_samplers(streams, memory, syncs, rng)
     check_fast_memory(memory, streams, wrapped=False)
     # context copies (and the first copy of a carried row) are stored but never sampleable
@@ -125,12 +134,15 @@ def test_sampler_buffers_flushed_in_order_match_the_actors(num_envs, rounds, syn
         assert valid[copies].sum() <= 1
 
 
-@pytest.mark.parametrize("capacity, seed", [(97, 0), (150, 1), (HISTORY + 1, 2), (40, 3)])
-def test_sampler_buffers_with_wrap_around(capacity, seed):
+@pytest.mark.parametrize("capacity, seed, n", [
+    (97, 0, 1), (150, 1, 1), (HISTORY + 1, 2, 1), (40, 3, 1),
+    (97, 0, 3), (150, 1, 3), (HISTORY + 3, 2, 3), (40, 3, 3),  # the smallest memory for n
+])
+def test_sampler_buffers_with_wrap_around(capacity, seed, n):
     rng = np.random.default_rng(seed)
     streams = sampler_streams(rng, 3, 120)
     syncs = set(np.cumsum(rng.integers(1, 15, size=40)).tolist())
-    memory = ReplayMemory(capacity, np.random.default_rng(seed))
+    memory = ReplayMemory(capacity, np.random.default_rng(seed), discount=DISCOUNT, n_step=n)
     run_samplers(streams, memory, syncs, rng)
     assert memory.size == capacity
     check_fast_memory(memory, streams, wrapped=True)

@@ -29,6 +29,8 @@ EXPECTED = [
     ("dueling", "--dueling", False, True, "dueling network", "dueling"),
     ("optimizer", "--optimizer", "rmsprop", "adam", "Adam (Dopamine's)", "adam"),
     ("loss", "--loss", "huber", "mse", "mean squared loss (Dopamine's)", "mse"),
+    ("n_step", "--n-step", 1, 3, "3-step returns", "nstep3"),
+    ("prioritized", "--prioritized", False, True, "prioritized replay", "prioritized"),
 ]
 
 

@@ -6,7 +6,8 @@ Runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, 
 temporary directory) and records, with a profiler hook on the calling thread, the calls into
 fast_dqn modules during one round taken after the replay start (`FastDQN._act_round`, from
 its call to its return), one round in which a game ends, and one call of the update thread
-(`UpdatePath.prepare` and `UpdatePath.update`, on the threads that run them). It prints each
+(`LearnerThread._timed_draw` and `LearnerThread._timed_update`, on the threads that run them:
+the draw of its minibatches and the learner's update). It prints each
 walk as the modules in the order they are entered (each call from one module into another is
 an entry; a call within a module is none), with the count of entries and of distinct
 modules. docs/design.md's walks are this output; tests/test_docs.py checks that they agree.
@@ -133,8 +134,7 @@ def walks(extra_flags: list[str]) -> list[Walk]:
     """Runs the tiny run and returns the walks of one round and one update call."""
     from fast_dqn import launch
     from fast_dqn.config import ALGO_FAST_DQN
-    from fast_dqn.training_loops import FastDQN
-    from fast_dqn.update_path import UpdatePath
+    from fast_dqn.training_loops import FastDQN, LearnerThread
 
     round_walk: tuple[list[str], list[str]] = ([], [])
     game_end_walk: tuple[list[str], list[str]] = ([], [])
@@ -147,10 +147,10 @@ def walks(extra_flags: list[str]) -> list[Walk]:
         (FastDQN, "_act_round"): traced_once(
             act_round, game_end_walk, learning, seen[1],
             keep=lambda modules: "run_logs" in modules),  # the round in which a game ends
-        (UpdatePath, "prepare"): traced_once(UpdatePath.prepare, prepare_walk,
-                                             after_calls(TRACED_CALLS), seen[2]),
-        (UpdatePath, "update"): traced_once(UpdatePath.update, update_walk,
-                                            after_calls(TRACED_CALLS), seen[3]),
+        (LearnerThread, "_timed_draw"): traced_once(
+            LearnerThread._timed_draw, prepare_walk, after_calls(TRACED_CALLS), seen[2]),
+        (LearnerThread, "_timed_update"): traced_once(
+            LearnerThread._timed_update, update_walk, after_calls(TRACED_CALLS), seen[3]),
     }
     originals = {key: getattr(*key) for key in patched}
     for (owner, name), wrapper in patched.items():
@@ -169,8 +169,8 @@ def walks(extra_flags: list[str]) -> list[Walk]:
                          f"({[event.is_set() for event in seen]})")
     return [Walk("one round (FastDQN._act_round)", *round_walk),
             Walk("one round in which a game ends", *game_end_walk),
-            Walk("one update call, drawing (UpdatePath.prepare)", *prepare_walk),
-            Walk("one update call, updating (UpdatePath.update)", *update_walk)]
+            Walk("one update call, drawing (LearnerThread._timed_draw)", *prepare_walk),
+            Walk("one update call, updating (LearnerThread._timed_update)", *update_walk)]
 
 
 def main(argv: list[str] | None = None) -> int:

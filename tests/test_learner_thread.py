@@ -1,4 +1,5 @@
-"""The background trainer thread: epochs, errors re-raised, stopping without hanging."""
+"""The learner thread (the design's trainer thread): epochs, errors re-raised, stopping
+without hanging."""
 
 import threading
 import time
@@ -6,32 +7,37 @@ from typing import Any, Callable
 
 import pytest
 
-from fast_dqn.update_path import UpdateThread
+from fast_dqn.training_loops import LearnerThread
 
 
 class Calls:
-    """The update path an `UpdateThread` runs, as plain functions."""
+    """The learner and the draws a `LearnerThread` runs, as plain functions."""
 
     def __init__(self, update: Callable[[Any, int], None],
                  prepare: Callable[[int, int], Any] = lambda count, buffer: None,
                  updates_per_call: int = 1,
                  undo_draws: Callable[[int], None] = lambda buffer: None):
-        self.update, self.prepare, self.undo_draws = update, prepare, undo_draws
+        self.update, self.undo = update, undo_draws
+        self.draw = lambda count, buffer, first_update: prepare(count, buffer)
         self.updates_per_call = updates_per_call
+        self.drawn_ahead = True
+
+    def write_back(self, buffer: int, td_errors: Any) -> None:
+        pass
 
 
 class Counts:
     updates = 0
 
 
-class CountedThread(UpdateThread):
-    """An UpdateThread counting into its own `Counts`; `wait` returns the updates the
+class CountedThread(LearnerThread):
+    """A LearnerThread counting into its own `Counts`; `wait` returns the updates the
     thread counted since the last `wait`."""
 
     def __init__(self, calls: Calls, name: str):
         self.counts = Counts()
         self._seen = 0
-        super().__init__(calls, self.counts, name=name)
+        super().__init__(calls, calls, self.counts, name=name)
 
     def wait(self, abandon_if=None) -> int:
         super().wait(abandon_if)
@@ -159,11 +165,6 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     assert (first, second) == (10, 8)
 
 
-def test_updates_per_call_below_one_is_refused():
-    with pytest.raises(ValueError, match="at least 1"):
-        update_thread(lambda _, count: None, updates_per_call=0)
-
-
 def test_wait_returns_the_updates_made_since_the_last_wait():
     trainer = update_thread(lambda _, count: None, updates_per_call=3)
     trainer.start_epoch(7)
@@ -208,7 +209,7 @@ def test_the_next_call_is_prepared_while_the_current_one_updates():
     updates = [event[1:] for event in events if event[0] == "update"]
     assert prepares == [(3, 0), (3, 1), (1, 0)]
     assert updates == [((3, 0), 3), ((3, 1), 3), ((1, 0), 1)]
-    assert all(event[3].startswith("trainer-prepare") for event in events
+    assert all(event[3].startswith("trainer-draw") for event in events
                if event[0] == "prepare")
     assert waited_for == [True, True]
 
@@ -271,9 +272,9 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
     times = trainer.times
     assert 0.1 <= times.update_cpu_seconds < 0.13  # 10 x 10 ms spun; the sleeps add ~nothing
     assert times.update_seconds >= 0.3  # 10 x (20 ms asleep + 10 ms spun)
-    assert 0.05 <= times.prepare_cpu_seconds < 0.08
-    assert times.prepare_seconds >= 0.05
-    assert times.cpu_seconds == times.update_cpu_seconds + times.prepare_cpu_seconds
+    assert 0.05 <= times.draw_cpu_seconds < 0.08
+    assert times.draw_seconds >= 0.05
+    assert times.cpu_seconds == times.update_cpu_seconds + times.draw_cpu_seconds
 
 
 def test_a_call_prepared_but_never_made_is_handed_back_to_undo_draws():

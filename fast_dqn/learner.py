@@ -1,28 +1,18 @@
-"""The Nature-DQN Q-network and the target network, and the traced calls that run the
-learning rule and the greedy query on them (TensorFlow 2).
-
-This, the learning rule (update_rule.py), the calls it makes (direct_calls.py), the replay
-frames on the device (device_frames.py), the benchmark's simulated GPU (simulated_gpu.py) and
-the TensorBoard writer are the only modules that import TensorFlow; this one is imported
-first in a run, quietly (fast_dqn/quiet_tensorflow.py).
-The architecture follows Mnih et al. (2015): three convolutions and two dense layers on
-84x84x4 frames scaled by 1/255 (or Wang et al.'s dueling streams).
+"""The learner: the online and target networks and the optimizer, and the traced calls that
+run the learning rule and the greedy queries on them (TensorFlow 2).
 
 The update itself (TD targets, the loss, the optimizer's step) is one function,
-`update_rule.dqn_update`, which this module does not reimplement: `QNetwork` traces it (one
-update from a host minibatch, or from slots whose states it gathers from the frames on the
-device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
-(`direct_calls`). Each of those paths calls `QNetwork.update_function`, which a caller may
-replace. The benchmark's simulated GPU replaces the traced calls themselves (`traced_calls`):
-its host cost per call must be the real calls', which a stand-in of the update run through
-these paths does not keep (see `QNetwork`).
+`update_rule.dqn_update`, which this module does not reimplement: `Learner` traces it (one
+update from a host minibatch, or from slots whose states it gathers from the replay frames on
+the device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
+(`direct_calls`). Each call returns every transition's TD error. The benchmark's simulated GPU
+replaces the traced calls and their dispatch at construction (`traced_calls`, `dispatch`).
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import math
 import os
 import random
 import sys
@@ -32,8 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fast_dqn.config import Config
-from fast_dqn.direct_calls import Dispatch, DirectCalls, borrowed_tensor, run_call
+from fast_dqn.direct_calls import Dispatch, DirectCalls, run_call
+from fast_dqn.networks import build_nature_cnn, greedy
 from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.replay_memory import Minibatches
 from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
 from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer
 
@@ -54,7 +46,7 @@ CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES
 # mismatch was refused only as "incompatible tensor with shape (512, 4)").
 OPTIMIZER_CHECKPOINT_KEYS = {"rmsprop": "optimizer", "adam": "adam_optimizer"}
 
-# xla -> the traced function of each of CALL_PURPOSES: what a network's calls run.
+# xla -> the traced function of each of CALL_PURPOSES: what a learner's calls run.
 TracedCalls = Callable[[bool], Mapping[str, Any]]
 
 
@@ -78,73 +70,6 @@ def configure_device(deterministic_cpu: bool = True, activity: str = "training")
     return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
-class ScaleGradient(keras.layers.Layer):
-    """The identity going forward; scales the gradient flowing back through it."""
-
-    def __init__(self, scale: float, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.scale = scale
-
-    def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        @tf.custom_gradient
-        def identity(x: tf.Tensor):
-            def gradient(upstream: tf.Tensor) -> tf.Tensor:
-                return upstream * self.scale
-            return tf.identity(x), gradient
-
-        return identity(inputs)
-
-
-def dueling_q_values(value: tf.Tensor, advantages: tf.Tensor) -> tf.Tensor:
-    """Q = V + (A - mean over actions of A): Wang et al. (2016), equation (9)."""
-    return value + advantages - tf.reduce_mean(advantages, axis=1, keepdims=True)
-
-
-def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
-                     dueling: bool = False) -> keras.Model:
-    """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
-
-    Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
-    Each layer's Glorot-uniform kernel gets its own seed from `seeds`, in layer order.
-
-    `dueling` replaces the two dense layers by Wang et al.'s (2016) two streams, each a dense
-    layer of 512 then one of 1 (the state value) or `n_actions` (the advantages), combined by
-    `dueling_q_values`; the gradient the two streams send into the last convolution is
-    scaled by 1/sqrt(2), as in the paper.
-    """
-
-    def glorot() -> keras.initializers.Initializer:
-        # The draw Keras makes for an unseeded initializer, from our generator instead of
-        # Python's global one: weights are the same as when the global one was seeded.
-        return keras.initializers.GlorotUniform(seed=seeds.randint(1, int(1e9)))
-
-    states = keras.Input(STATE_SHAPE, dtype="uint8", name="states")
-    x = keras.layers.Rescaling(1.0 / 255.0)(states)
-    x = keras.layers.Permute((2, 3, 1))(x)  # to channels-last, which CPU convolutions need
-    x = keras.layers.Conv2D(32, 8, strides=4, activation="relu", kernel_initializer=glorot())(x)
-    x = keras.layers.Conv2D(64, 4, strides=2, activation="relu", kernel_initializer=glorot())(x)
-    x = keras.layers.Conv2D(64, 3, strides=1, activation="relu", kernel_initializer=glorot())(x)
-    x = keras.layers.Flatten()(x)
-    if not dueling:
-        x = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
-        q_values = keras.layers.Dense(n_actions, kernel_initializer=glorot())(x)
-        return keras.Model(states, q_values, name=name)
-    x = ScaleGradient(1.0 / math.sqrt(2.0), name="scale_gradient")(x)
-    value = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
-    value = keras.layers.Dense(1, kernel_initializer=glorot(), name="value")(value)
-    advantages = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
-    advantages = keras.layers.Dense(n_actions, kernel_initializer=glorot(),
-                                    name="advantages")(advantages)
-    q_values = keras.layers.Lambda(lambda streams: dueling_q_values(*streams),
-                                   name="dueling")([value, advantages])
-    return keras.Model(states, q_values, name=name)
-
-
-def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
-    """argmax_a Q(s, a) of `network` for a batch of uint8 states."""
-    return tf.argmax(network(states, training=False), axis=1, output_type=tf.int32)
-
-
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """frames[slots] with the masked frames zero: the states `HostFrames.gather` makes on
     the host, made where the frames are. The masked frames are gathered from `frames`' last
@@ -154,18 +79,30 @@ def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Te
     return tf.gather(frames, tf.where(tf.cast(mask, tf.bool), slots, zero_slot))
 
 
-def in_order(step: Any, count: tf.Tensor) -> None:
-    """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another.
+def in_order(step: Any, count: tf.Tensor, collect: bool = False) -> tf.Tensor | None:
+    """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another;
+    with `collect`, returns their outputs (each a minibatch's TD errors) one after another,
+    flat.
 
     A loop rather than `count` copies of the step: one trace serves every count and tracing
     costs the same for any count (unrolled copies take several times longer to trace).
     One iteration at a time, so each update reads the weights the one before it wrote.
     """
-    def body(k: tf.Tensor) -> tuple[tf.Tensor]:
-        step(k)
-        return (k + 1,)
+    if not collect:
+        def body(k: tf.Tensor) -> tuple[tf.Tensor]:
+            step(k)
+            return (k + 1,)
 
-    tf.while_loop(lambda k: k < count, body, (tf.constant(0),), parallel_iterations=1)
+        tf.while_loop(lambda k: k < count, body, (tf.constant(0),), parallel_iterations=1)
+        return None
+
+    def collecting(k: tf.Tensor, outputs: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
+        return k + 1, outputs.write(k, step(k))
+
+    _, outputs = tf.while_loop(lambda k, _: k < count, collecting,
+                               (tf.constant(0), tf.TensorArray(tf.float32, size=count)),
+                               parallel_iterations=1)
+    return tf.reshape(outputs.stack(), [-1])
 
 
 def gathered_batch(frames: tf.Tensor, slots: SlotBatch) -> Batch:
@@ -176,35 +113,38 @@ def gathered_batch(frames: tf.Tensor, slots: SlotBatch) -> Batch:
                  **{name: getattr(slots, name) for name in MINIBATCH_COLUMNS})
 
 
-class QNetwork:
-    """Online and target Nature CNNs, the learning rule's traced calls and the greedy query.
+class Learner:
+    """The online and target networks, the optimizer, and the traced calls on them: K
+    updates from K minibatches in one call, and the greedy queries the actors make.
 
-    Thread use: in the fast scheme the trainer thread calls `update_many`, the sampler loop
-    calls `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
-    trainer is drained. The target network is frozen in between, so the two never race.
+    Thread use: in the fast scheme the learner thread calls `update`, the acting loop calls
+    `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
+    learner thread is drained. The target network is frozen in between, so the two never race.
 
-    `seed` fixes the initial weights; no global random generator is touched.
+    `seed` fixes the initial weights; no global random generator is touched. `replay_frames`
+    is the replay memory's frames on the device (`FrameStore.device_frames`), which the
+    updates from slots gather their states from. With `td_errors` an update call returns
+    each transition's TD error (prioritized replay turns them into priorities); without, it
+    returns none: a traced update with that output is arranged otherwise by TensorFlow's
+    graph optimizer, and its weights differ in their last bits.
 
-    Substitutions: `update_function` replaces the learning rule (default:
-    `update_rule.dqn_update` with this discount and target); every traced path calls the one
+    Substitutions at construction: `update_function` replaces the learning rule (default:
+    `update_rule.dqn_update` with this loss and target); every traced path calls the one
     given. For the benchmark's simulated GPU (fast_dqn/simulated_gpu.py), `traced_calls`
     replaces the traced calls of every purpose in `CALL_PURPOSES` (a table that lacks one is
-    refused, so no call of this class escapes the simulation), and `dispatch` runs each hot
-    call (`direct_calls.DirectCalls`). The simulation replaces whole calls rather than the
-    update inside them: its host cost must be the real calls' per call (one dispatch per K
-    updates, the states of all K gathered), and a stand-in run K times in this class's loop
-    costs a loop iteration and a gather per update, or with XLA keeps none of the gather.
+    refused, so no call escapes the simulation), and `dispatch` runs each hot call
+    (`direct_calls.DirectCalls`). The simulation replaces whole calls rather than the update
+    inside them: its host cost must be the real calls' per call (one dispatch per K updates,
+    the states of all K gathered).
     """
 
-    def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float,
-                 discount: float, seed: int, xla: bool = False, double: bool = False,
-                 dueling: bool = False, optimizer: str = Config.optimizer,
-                 loss: str = Config.loss,
+    def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float, seed: int,
+                 xla: bool = False, double: bool = False, dueling: bool = False,
+                 optimizer: str = Config.optimizer, loss: str = Config.loss,
+                 replay_frames: tf.Variable | None = None, td_errors: bool = False,
                  update_function: UpdateFunction | None = None,
                  traced_calls: TracedCalls | None = None, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
-        self.discount = discount
-        self.double = double
         seeds = random.Random(seed)
         self.online = build_nature_cnn(n_actions, "online", seeds, dueling)
         self.target = build_nature_cnn(n_actions, "target", seeds, dueling)
@@ -212,8 +152,10 @@ class QNetwork:
         self.optimizer = make_optimizer(optimizer, lr=lr, rmsprop_rho=rho,
                                         rmsprop_epsilon=epsilon)
         self.optimizer.build(self.online.trainable_variables)
+        self.replay_frames = replay_frames
+        self.returns_td_errors = td_errors
         self.update_function: UpdateFunction = update_function or functools.partial(
-            dqn_update, discount=discount, double=double, loss=loss)
+            dqn_update, double=double, loss=loss)
         self._traced_calls = traced_calls or self._own_calls
         self._dispatch = dispatch
         # Sums over the updates since the last `take_train_stats`, kept on the device so
@@ -227,7 +169,7 @@ class QNetwork:
         self._build_functions(xla)
 
     def _build_functions(self, xla: bool) -> None:
-        """The traced calls (this network's own, or the ones substituted), called directly."""
+        """The traced calls (this learner's own, or the ones substituted), called directly."""
         self.xla = xla
         functions = dict(self._traced_calls(xla))
         if set(functions) != set(CALL_PURPOSES):
@@ -276,13 +218,14 @@ class QNetwork:
         if use_target:
             outputs = self._call_directly("query", [states], borrow=True)
             return outputs[0].numpy()
-        return self._functions["online_query"](borrowed_tensor(states)).numpy()
+        return self._call_directly("online_query", [states], any_count=True,
+                                   borrow=True)[0].numpy()
 
     def _call_directly(self, purpose: str, arrays: list[np.ndarray],
                        variables: tuple[tf.Variable, ...] = (),
                        any_count: bool = False, borrow: bool = False) -> Sequence[tf.Tensor]:
         """The traced function of `purpose` on `arrays`, called directly (`DirectCalls`).
-        Where XLA cannot compile it on this device, the network goes on uncompiled and the
+        Where XLA cannot compile it on this device, the learner goes on uncompiled and the
         call is made again: a call that failed to compile has changed nothing."""
         try:
             return self.direct_calls.call(purpose, self._functions[purpose], arrays,
@@ -309,65 +252,55 @@ class QNetwork:
         else:
             print(line, file=sys.stderr, flush=True)
 
-    def q_values(self, states: np.ndarray, use_target: bool = False) -> np.ndarray:
-        """Q(s, .) for a batch of uint8 states. The loops act on `greedy_actions` alone; this
-        is for reading a trained network (a notebook, an analysis of values) and the tests."""
-        network = self.target if use_target else self.online
-        return network(tf.constant(states), training=False).numpy()
-
     # The traced bodies. A minibatch arrives column by column, in the order of its named
     # tuple (`Batch`, `SlotBatch`, made from `transitions.MINIBATCH_COLUMNS`), and is
     # rebuilt by name before the learning rule reads it.
 
-    def _update(self, *columns: tf.Tensor) -> None:
-        """One update: the learning rule on the minibatch, its stats summed on the device."""
+    def _update(self, *columns: tf.Tensor) -> tf.Tensor | None:
+        """One update: the learning rule on the minibatch, its stats summed on the device;
+        returns its TD errors where they are asked for."""
         stats = self.update_function(self.online, self.target, self.optimizer, Batch(*columns))
         self._loss_sum.assign_add(stats.loss)
         self._q_sum.assign_add(stats.mean_q)
+        return stats.td_errors if self.returns_td_errors else None
 
-    def _update_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> None:
-        self._update(*gathered_batch(frames, SlotBatch(*columns)))
+    def _update_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor | None:
+        return self._update(*gathered_batch(frames, SlotBatch(*columns)))
 
-    def _updates(self, *stacked: tf.Tensor) -> None:
+    def _updates(self, *stacked: tf.Tensor) -> tf.Tensor | None:
         # With XLA each iteration calls the compiled single update: one launch per update,
         # the same floats as K single calls (a compiled loop of K gives other floats).
         step = self._update_fn if self.xla else self._update
-        in_order(lambda k: step(*(column[k] for column in stacked)), tf.shape(stacked[0])[0])
+        return in_order(lambda k: step(*(column[k] for column in stacked)),
+                        tf.shape(stacked[0])[0], self.returns_td_errors)
 
-    def _updates_from_slots(self, frames: tf.Tensor, *stacked: tf.Tensor) -> None:
+    def _updates_from_slots(self, frames: tf.Tensor, *stacked: tf.Tensor) -> tf.Tensor | None:
         step = self._update_slots_fn if self.xla else self._update_from_slots
-        in_order(lambda k: step(frames, *(column[k] for column in stacked)),
-                 tf.shape(stacked[0])[0])
+        return in_order(lambda k: step(frames, *(column[k] for column in stacked)),
+                        tf.shape(stacked[0])[0], self.returns_td_errors)
 
     # The host's calls.
 
-    def update(self, batch: Batch) -> None:
-        """One minibatch update of the online network."""
-        self._call_directly("update", list(batch))
+    def update(self, minibatches: Minibatches, count: int) -> tf.Tensor | None:
+        """`count` updates one after another in one call: update k on rows k * B ...
+        (k + 1) * B - 1 of `minibatches` (as `ReplayMemory.sample_many` stacks them), their
+        states gathered on the host (`Batch`) or gathered here from `replay_frames`
+        (`SlotBatch`). Returns the TD errors of the count * B rows (with `td_errors`; reading
+        the tensor waits for the updates), else None.
 
-    def update_many(self, batches: Batch, count: int) -> None:
-        """`count` updates one after another in one compiled call: update k on rows
-        k * B ... (k + 1) * B - 1 of `batches` (as `ReplayMemory.sample_many` stacks them).
-
-        The same updates as `count` calls of `update` on those minibatches; one call pays the
-        per-call host cost (dispatch, argument conversion) once.
+        The same updates as `count` calls of one update each; one call pays the per-call
+        host cost (dispatch, argument conversion) once.
         """
+        slots = isinstance(minibatches, SlotBatch)
+        variables = (self.replay_frames,) if slots else ()
+        purposes = SLOT_UPDATES if slots else ("update", "update_many")
         if count == 1:
-            self._call_directly("update", list(batches))
-            return
-        size = len(batches.actions) // count
-        stacked = [array.reshape(count, size, *array.shape[1:]) for array in batches]
-        self._call_directly("update_many", stacked, any_count=True)
-
-    def update_from_slots(self, frames: tf.Variable, slots: SlotBatch, count: int) -> None:
-        """`update_many` with the states gathered from `frames` (the replay memory's frames
-        on the device) inside the compiled step: the host sends only slots and masks."""
-        size = len(slots.actions) // count
-        if count == 1:
-            self._call_directly(SLOT_UPDATES[0], list(slots), (frames,))
-            return
-        stacked = [column.reshape(count, size, *column.shape[1:]) for column in slots]
-        self._call_directly(SLOT_UPDATES[1], stacked, (frames,), any_count=True)
+            outputs = self._call_directly(purposes[0], list(minibatches), variables)
+        else:
+            size = len(minibatches.actions) // count
+            stacked = [column.reshape(count, size, *column.shape[1:]) for column in minibatches]
+            outputs = self._call_directly(purposes[1], stacked, variables, any_count=True)
+        return outputs[0] if outputs else None
 
     def take_train_stats(self, updates: int) -> tuple[float, float]:
         """Mean loss per transition and mean Q(s, a) over the `updates` updates made
@@ -419,12 +352,11 @@ class QNetwork:
         return tf.train.Checkpoint(online=self.online, target=self.target, **{
             OPTIMIZER_CHECKPOINT_KEYS[self.optimizer_name]: self.optimizer})
 
-
 # Graph nodes the runtime does not dispatch as work: constants and the function's inputs.
 _NOT_DISPATCHED = frozenset({"Const", "Placeholder", "NoOp"})
 
 
-def dispatched_ops(network: QNetwork, batch_size: int,
+def dispatched_ops(learner: Learner, batch_size: int,
                    num_envs: int) -> tuple[collections.Counter, collections.Counter]:
     """The framework ops, by type, that the host dispatches one by one for one minibatch
     update and for one batched query of `num_envs` states when they are not compiled: the
@@ -434,8 +366,8 @@ def dispatched_ops(network: QNetwork, batch_size: int,
     minibatch = Batch(states=states, next_states=states, **{
         name: tf.TensorSpec((batch_size, *shape), tf.as_dtype(dtype))
         for name, (shape, dtype) in MINIBATCH_COLUMNS.items()})
-    update = network._update_fn.get_concrete_function(*minibatch)
-    query = network._greedy_fns[True].get_concrete_function(
+    update = learner._update_fn.get_concrete_function(*minibatch)
+    query = learner._greedy_fns[True].get_concrete_function(
         tf.TensorSpec((num_envs, *STATE_SHAPE), tf.uint8))
     return _op_types(update), _op_types(query)
 
@@ -449,7 +381,7 @@ def use_xla(mode: str) -> bool:
     """`--xla`: "on" and "auto" compile the update and the samplers' query with XLA on every
     device; "off" does not. Dispatched op by op, an H200's update cost five times its
     arithmetic (docs/throughput.md). A device that cannot compile runs uncompiled
-    (`QNetwork._run_uncompiled`)."""
+    (`Learner._run_uncompiled`)."""
     return mode != "off"
 
 
@@ -459,16 +391,17 @@ def _xla_refused(error: Exception) -> bool:
     return "XLA" in text or "jit_compile" in text or "compil" in text.lower()
 
 
-def q_network_settings(config: Config) -> dict[str, Any]:
-    """QNetwork's keyword arguments from `config`: its optimizer, loss and discount, and the
-    Double DQN target or the dueling architecture where it asks for them (the learning rule,
+def learner_settings(config: Config) -> dict[str, Any]:
+    """Learner's keyword arguments from `config`: its optimizer and loss, and the Double DQN
+    target or the dueling architecture where it asks for them (the learning rule,
     `update_rule.dqn_update`, is the default)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
-                discount=config.discount, seed=config.seed, xla=use_xla(config.xla),
-                double=config.double, dueling=config.dueling, optimizer=config.optimizer,
-                loss=config.loss)
+                seed=config.seed, xla=use_xla(config.xla), double=config.double,
+                dueling=config.dueling, optimizer=config.optimizer, loss=config.loss,
+                td_errors=config.prioritized)
 
 
-def make_q_network(config: Config, n_actions: int) -> QNetwork:
-    """The run's Q-network, as `config` describes it (`q_network_settings`)."""
-    return QNetwork(n_actions, **q_network_settings(config))
+def make_learner(config: Config, n_actions: int,
+                 replay_frames: tf.Variable | None = None) -> Learner:
+    """The run's learner, as `config` describes it (`learner_settings`)."""
+    return Learner(n_actions, replay_frames=replay_frames, **learner_settings(config))

@@ -1,6 +1,8 @@
-"""Tests of fast_dqn.q_network and fast_dqn.update_rule on the CPU: the Nature CNN, the
-optimizer, the DQN update (against a naive NumPy reference on a hand-made minibatch), and the
-substitutions of the update function and of the traced calls (the simulated GPU's).
+"""Tests of fast_dqn.learner, fast_dqn.networks and fast_dqn.update_rule on the CPU: the Nature
+CNN, the optimizer, the DQN update (against a naive NumPy reference on a hand-made minibatch),
+the TD errors an update returns, and the substitutions of the update function and of the
+traced calls (the simulated GPU's).
+traced calls (the simulated GPU's).
 
 Networks are expensive to build and trace on a 2-core CPU, so a few are shared per module;
 a test that trains a network builds its own, so the order of tests never matters.
@@ -19,46 +21,54 @@ import tensorflow as tf
 
 from fast_dqn.config import Config  # noqa: E402
 from fast_dqn.direct_calls import DirectCall  # noqa: E402
-from fast_dqn.q_network import (QNetwork, ScaleGradient, build_nature_cnn,  # noqa: E402
-                                dueling_q_values, make_q_network, q_network_settings)
-from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedGpu,  # noqa: E402
-                                    make_simulated_q_network)
-from fast_dqn.transitions import MINIBATCH_COLUMNS, Batch, SlotBatch  # noqa: E402
+from fast_dqn.learner import Learner, learner_settings, make_learner  # noqa: E402
+from fast_dqn.networks import ScaleGradient, build_nature_cnn, dueling_q_values  # noqa: E402
+from fast_dqn.simulated_gpu import (SimulatedCalls, SimulatedDevice, SimulatedGpu,  # noqa: E402
+                                    make_simulated_learner)
+from fast_dqn.transitions import (MINIBATCH_COLUMNS, Batch, SlotBatch,  # noqa: E402
+                                  minibatch_columns)
 from fast_dqn.update_rule import UpdateStats, dqn_update, huber, td_targets  # noqa: E402
 from tests.fakes import (HAND_MADE, N_ACTIONS, ONLINE_W, TARGET_W, FakeClock, LinearQ,
-                         random_batch, refusing_xla)
+                         hand_made_batch, q_values, random_batch, refusing_xla)
 
 pytestmark = pytest.mark.usefixtures("cpu_device")  # deterministic ops, as in a real run
 
 keras = tf.keras
 
 
-def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = None) -> QNetwork:
-    """A QNetwork built the way the entry points build it (fast_dqn.q_network.make_q_network)."""
+def network_from(config: Config, n_actions: int = N_ACTIONS, seed: int | None = None) -> Learner:
+    """A Learner built the way the entry points build it (fast_dqn.learner.make_learner)."""
     if seed is not None:
         config = config.replace(seed=seed)
-    return make_q_network(config, n_actions)
+    return make_learner(config, n_actions)
+
+
+def zero_columns(rows: int, *leave_out: str) -> dict[str, np.ndarray]:
+    """The MINIBATCH_COLUMNS for `rows` transitions, zero, but for those left out."""
+    return {name: value for name, value in minibatch_columns(rows).items()
+            if name not in leave_out}
 
 
 def as_tensors(batch: Batch) -> Batch:
     return Batch(*(tf.constant(column) for column in batch))
 
 
-def td_errors(network: QNetwork, batch: Batch) -> np.ndarray:
-    """r + discount * max Q_target(s') (no bootstrap at terminals) - Q_online(s, a)."""
-    targets = td_targets(network.online, network.target, as_tensors(batch),
-                         discount=network.discount, double=network.double).numpy()
-    q_taken = network.q_values(batch.states)[np.arange(len(batch.actions)), batch.actions]
+def td_errors(network: Learner, batch: Batch) -> np.ndarray:
+    """returns + discounts * max Q_target(s') - Q_online(s, a), in NumPy (the discounts are
+    0 at terminals)."""
+    next_q = q_values(network, batch.next_states, use_target=True).max(axis=1)
+    targets = batch.returns + batch.discounts * next_q
+    q_taken = q_values(network, batch.states)[np.arange(len(batch.actions)), batch.actions]
     return targets - q_taken
 
 
-def expected_loss(network: QNetwork, batch: Batch) -> float:
+def expected_loss(network: Learner, batch: Batch) -> float:
     errors = np.abs(td_errors(network, batch)).astype(np.float64)
     return float(np.mean(np.where(errors <= 1, 0.5 * errors**2, errors - 0.5)))
 
 
 @pytest.fixture(scope="module")
-def default_network() -> QNetwork:
+def default_network() -> Learner:
     """Built from the Config defaults; tests must not train it."""
     return network_from(Config())
 
@@ -98,8 +108,8 @@ def test_build_nature_cnn_output_for_a_batch():
 
 def test_online_and_target_start_equal(default_network):
     states = random_batch(0, size=4).states
-    np.testing.assert_array_equal(default_network.q_values(states, use_target=False),
-                                  default_network.q_values(states, use_target=True))
+    np.testing.assert_array_equal(q_values(default_network, states, use_target=False),
+                                  q_values(default_network, states, use_target=True))
 
 
 # --------------------------------------------------------------------------- optimizer
@@ -113,10 +123,9 @@ def test_optimizer_is_centered_rmsprop_with_nature_settings(default_network):
     assert float(np.asarray(optimizer.learning_rate)) == pytest.approx(2.5e-4)
     assert optimizer.rho == pytest.approx(0.95)
     assert optimizer.epsilon == pytest.approx(0.01)
-    assert default_network.discount == pytest.approx(0.99)
 
 
-def _output_layer_gradient_by_hand(network: QNetwork, batch: Batch) -> tuple[np.ndarray, ...]:
+def _output_layer_gradient_by_hand(network: Learner, batch: Batch) -> tuple[np.ndarray, ...]:
     """The gradient of the Huber loss summed over the minibatch, for the output layer only.
 
     Computed without autodiff: Q(s, a) = h(s) . W[:, a] + b[a] for the penultimate features
@@ -126,9 +135,9 @@ def _output_layer_gradient_by_hand(network: QNetwork, batch: Batch) -> tuple[np.
     features = keras.Model(network.online.inputs, network.online.layers[-2].output)
     h = features(tf.constant(batch.states)).numpy().astype(np.float64)
     rows = np.arange(len(batch.actions))
-    q_taken = network.q_values(batch.states)[rows, batch.actions].astype(np.float64)
-    next_q = network.q_values(batch.next_states, use_target=True).astype(np.float64)
-    targets = batch.rewards + 0.99 * np.where(batch.terminals, 0.0, next_q.max(axis=1))
+    q_taken = q_values(network, batch.states)[rows, batch.actions].astype(np.float64)
+    next_q = q_values(network, batch.next_states, use_target=True).astype(np.float64)
+    targets = batch.returns + batch.discounts * next_q.max(axis=1)
     dloss_dq = -np.clip(targets - q_taken, -1.0, 1.0)
     kernel = np.zeros((h.shape[1], network.n_actions))
     bias = np.zeros(network.n_actions)
@@ -154,7 +163,7 @@ def test_first_update_is_rmsprop_on_the_summed_gradient():
     batch = random_batch(1)
     kernel_grad, bias_grad = _output_layer_gradient_by_hand(network, batch)
     before = [v.numpy() for v in network.online.trainable_variables[-2:]]
-    network.update(batch)
+    network.update(batch, 1)
     after = [v.numpy() for v in network.online.trainable_variables[-2:]]
     for index, gradient in enumerate((kernel_grad, bias_grad)):
         taken = before[index] - after[index]
@@ -191,18 +200,18 @@ def test_train_moves_q_toward_the_td_target():
     network = network_from(Config(), seed=1)
     batch = random_batch(2)
     initial = td_errors(network, batch)
-    target_before = network.q_values(batch.next_states, use_target=True)
+    target_before = q_values(network, batch.next_states, use_target=True)
     mean_errors = [np.abs(initial).mean()]
     for _ in range(4):
         for _ in range(5):
-            network.update(batch)
+            network.update(batch, 1)
         mean_errors.append(np.abs(td_errors(network, batch)).mean())
     assert all(np.diff(mean_errors) < 0), mean_errors  # shrinks with every few steps
     assert mean_errors[-1] < mean_errors[0] - 0.01, mean_errors
     closer = np.abs(td_errors(network, batch)) < np.abs(initial)
     assert closer.mean() > 0.7  # most Q(s, a) moved toward their own targets
     # the target network did not move: only the online network learns between syncs
-    np.testing.assert_array_equal(network.q_values(batch.next_states, use_target=True),
+    np.testing.assert_array_equal(q_values(network, batch.next_states, use_target=True),
                                   target_before)
 
 
@@ -214,15 +223,16 @@ def test_terminal_transitions_do_not_bootstrap():
     next_states = rng.integers(0, 256, (3, 4, 84, 84), dtype=np.uint8)
     minibatch = Batch(states=next_states, next_states=next_states,
                       actions=np.zeros(3, np.int32),
-                      rewards=np.array([0.5, -1.0, 1.0], np.float32),
-                      terminals=np.array([True, True, False]))
+                      returns=np.array([0.5, -1.0, 1.0], np.float32),
+                      discounts=np.array([0.0, 0.0, 0.99], np.float32),
+                      weights=np.ones(3, np.float32))
     targets = td_targets(network.online, network.target, as_tensors(minibatch),
-                         discount=network.discount, double=False).numpy()
+                         double=False).numpy()
     assert targets[0] == 0.5 and targets[1] == -1.0
     assert targets[2] == pytest.approx(1.0 + 0.99 * 2e6, rel=1e-3)
     # a minibatch of terminal transitions trains on r alone: a modest loss
     batch = random_batch(3, size=8, n_actions=2, terminal_every=1)
-    network.update(batch)
+    network.update(batch, 1)
     loss, _ = network.take_train_stats(1)
     assert loss < 5.0
 
@@ -231,22 +241,22 @@ def test_sync_target_copies_the_weights_exactly():
     network = network_from(Config(), seed=3)
     batch = random_batch(4)
     for _ in range(2):
-        network.update(batch)
+        network.update(batch, 1)
     online = [v.numpy() for v in network.online.variables]
     assert any(not np.array_equal(o, t.numpy())
                for o, t in zip(online, network.target.variables))
     network.sync_target()
     for o, t in zip(online, network.target.variables):
         np.testing.assert_array_equal(t.numpy(), o)
-    np.testing.assert_array_equal(network.q_values(batch.states, use_target=True),
-                                  network.q_values(batch.states, use_target=False))
+    np.testing.assert_array_equal(q_values(network, batch.states, use_target=True),
+                                  q_values(network, batch.states, use_target=False))
     np.testing.assert_array_equal(network.greedy_actions(batch.states, use_target=True),
                                   network.greedy_actions(batch.states, use_target=False))
 
 
 def test_greedy_actions_are_the_argmax(default_network):
     states = random_batch(5, size=6).states
-    q = default_network.q_values(states)
+    q = q_values(default_network, states)
     assert default_network.greedy_actions(states, use_target=False).tolist() == \
         q.argmax(axis=1).tolist()
 
@@ -261,8 +271,8 @@ def test_take_train_stats_returns_the_mean_loss_of_the_updates_counted():
     for seed in (5, 6, 7):
         batch = random_batch(seed)
         losses.append(expected_loss(network, batch))
-        mean_qs.append(float(network.q_values(batch.states)[np.arange(32), batch.actions].mean()))
-        network.update(batch)
+        mean_qs.append(float(q_values(network, batch.states)[np.arange(32), batch.actions].mean()))
+        network.update(batch, 1)
     loss, mean_q = network.take_train_stats(3)
     assert loss == pytest.approx(np.mean(losses), rel=1e-4)
     assert mean_q == pytest.approx(np.mean(mean_qs), rel=1e-4, abs=1e-6)
@@ -272,8 +282,8 @@ def test_take_train_stats_returns_the_mean_loss_of_the_updates_counted():
 def test_non_finite_loss_shows_in_train_stats():
     network = network_from(Config(), seed=5)
     batch = random_batch(8)
-    batch = batch._replace(rewards=np.full(32, np.nan, np.float32))
-    network.update(batch)
+    batch = batch._replace(returns=np.full(32, np.nan, np.float32))
+    network.update(batch, 1)
     loss, _ = network.take_train_stats(1)
     assert not np.isfinite(loss)
 
@@ -287,9 +297,9 @@ def test_same_seed_same_batches_gives_identical_weights():
     def trained(seed: int) -> list[np.ndarray]:
         network = network_from(Config(), seed=seed)
         for batch in batches:
-            network.update(batch)
+            network.update(batch, 1)
         network.sync_target()
-        network.update(batches[0])
+        network.update(batches[0], 1)
         return [v.numpy() for v in network.online.variables + network.target.variables]
 
     first, second = trained(seed=21), trained(seed=21)
@@ -306,6 +316,25 @@ def _stack(batches: list[Batch]) -> Batch:
     return Batch(*(np.concatenate(arrays) for arrays in zip(*batches)))
 
 
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_an_update_call_returns_each_transitions_td_error_in_order(xla):
+    """The TD errors a call of 2 updates returns are, row by row, the targets minus Q(s, a)
+    worked out in NumPy before each update (the second minibatch's after the first update)."""
+    batches = [random_batch(seed) for seed in (30, 31)]
+    reference = network_from(Config(xla=xla), seed=4)
+    expected = []
+    for batch in batches:
+        expected.append(td_errors(reference, batch))
+        reference.update(batch, 1)
+    network = network_from(Config(xla=xla, prioritized=True), seed=4)  # TD errors returned
+    returned = network.update(_stack(batches), 2).numpy()
+    assert reference.update(batches[0], 1) is None  # not asked for
+    assert returned.shape == (64,)
+    np.testing.assert_allclose(returned, np.concatenate(expected), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(expected[1], td_errors(network_from(Config(xla=xla), seed=4),
+                                                  batches[1]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("variant", [{}, {"double": True, "dueling": True}])
 @pytest.mark.parametrize("xla", ["on", "off"])
 def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(xla, variant):
@@ -315,10 +344,10 @@ def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(xla, variant):
     batches = [random_batch(seed) for seed in range(20, 20 + 2 * count)]
     one_by_one = network_from(Config(xla=xla, **variant), seed=9)
     for batch in batches:
-        one_by_one.update(batch)
+        one_by_one.update(batch, 1)
     at_once = network_from(Config(xla=xla, **variant), seed=9)
-    at_once.update_many(_stack(batches[:count]), count)
-    at_once.update_many(_stack(batches[count:]), count)  # a second call reuses the trace
+    at_once.update(_stack(batches[:count]), count)
+    at_once.update(_stack(batches[count:]), count)  # a second call reuses the trace
     assert len(at_once.online.variables) == len(one_by_one.online.variables)
     for a, b in zip(at_once.online.variables, one_by_one.online.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
@@ -330,7 +359,7 @@ def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(xla, variant):
 def test_every_count_of_updates_per_call_shares_one_trace():
     network = network_from(Config(xla="off"), seed=9)
     for count in (2, 3, 5):
-        network.update_many(_stack([random_batch(seed) for seed in range(count)]), count)
+        network.update(_stack([random_batch(seed) for seed in range(count)]), count)
     assert network._update_many_fn.experimental_get_tracing_count() == 1
 
 
@@ -353,13 +382,13 @@ def test_building_a_network_leaves_the_global_generators_alone():
         assert a.ndim == 1 or not np.array_equal(a, c)  # kernels differ with the seed
 
 
-def test_make_q_network_takes_the_optimizer_settings_from_the_config():
+def test_make_learner_takes_the_optimizer_settings_from_the_config():
     config = Config(lr=1e-3, rmsprop_rho=0.9, rmsprop_epsilon=1e-4, discount=0.5)
-    network = make_q_network(config, 4)
+    network = make_learner(config, 4)
     optimizer = network.optimizer
     assert float(optimizer.learning_rate.numpy()) == pytest.approx(1e-3)
     assert (optimizer.rho, optimizer.epsilon, optimizer.centered) == (0.9, 1e-4, True)
-    assert network.discount == 0.5 and network.n_actions == 4
+    assert network.n_actions == 4
 
 
 def test_restore_of_a_damaged_checkpoint_is_a_value_error(tmp_path):
@@ -374,12 +403,12 @@ def test_restore_of_a_damaged_checkpoint_is_a_value_error(tmp_path):
 def test_xla_is_on_by_default_on_every_device(monkeypatch):
     """--xla=auto compiles on a GPU too: dispatched op by op, an H200's update cost five
     times its arithmetic (docs/throughput.md). The rule before it left XLA off on a GPU."""
-    from fast_dqn import q_network
+    from fast_dqn import learner as learner_module
     gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
-    monkeypatch.setattr(q_network.tf.config, "list_physical_devices",
+    monkeypatch.setattr(learner_module.tf.config, "list_physical_devices",
                         lambda kind=None: [gpu] if kind in (None, "GPU") else [])
-    assert q_network.use_xla("auto") is True and q_network.use_xla("on") is True
-    assert q_network.use_xla("off") is False
+    assert learner_module.use_xla("auto") is True and learner_module.use_xla("on") is True
+    assert learner_module.use_xla("off") is False
     assert Config().xla == "auto"
 
 
@@ -392,8 +421,8 @@ def test_a_device_that_cannot_compile_runs_uncompiled_and_says_so_once():
     uncompiled = network_from(Config(xla="off"), seed=3)
     for seed in (40, 41):
         batch = random_batch(seed)
-        network.update(batch)  # the first one fails to compile, then is made uncompiled
-        uncompiled.update(batch)
+        network.update(batch, 1)  # the first one fails to compile, then is made uncompiled
+        uncompiled.update(batch, 1)
     assert network.xla is False
     assert lines == ["note: XLA could not compile on this device (Detected unsupported "
                      "operations when trying to compile graph __inference_update on "
@@ -408,7 +437,7 @@ def test_an_error_that_is_not_xla_declining_is_raised():
     network.on_xla_fallback = lambda line: pytest.fail(line)
     refusing_xla(network, "Incompatible shapes: [32] vs. [31]")
     with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
-        network.update(random_batch(40))
+        network.update(random_batch(40), 1)
     assert network.xla is True
 
 
@@ -417,7 +446,7 @@ def test_the_ops_an_uncompiled_update_and_query_dispatch_are_the_networks_layers
     layers and one argmax; an update runs the 3 convolutions forward twice (online on the
     states, target on the next states), each convolution's filter gradient once, and the
     2 dense layers forward twice and backward (input and weight gradients): 8 matmuls."""
-    from fast_dqn.q_network import dispatched_ops
+    from fast_dqn.learner import dispatched_ops
     update, query = dispatched_ops(network_from(Config(xla="off")), 32, 16)
     assert (query["Conv2D"], query["MatMul"], query["ArgMax"]) == (3, 2, 1)
     assert (update["Conv2D"], update["Conv2DBackpropFilter"], update["MatMul"]) == (6, 3, 8)
@@ -434,7 +463,7 @@ def test_xla_is_deterministic_and_close_to_the_uncompiled_update(default_network
         network = network_from(Config(xla=xla), seed=3)
         assert network.xla is (xla == "on")
         for batch in batches:
-            network.update(batch)
+            network.update(batch, 1)
         return network.online.get_weights()
 
     assert default_network.xla is True  # --xla=auto, on the CPU
@@ -467,12 +496,12 @@ def test_double_target_is_valued_by_the_target_network_at_the_online_choice():
     target = FixedQ([[6.0, 4.0, 5.0], [2.0, 1.0, 0.0], [7.0, 8.0, 9.0]])
     states = tf.zeros((3, 4, 84, 84), tf.uint8)
     minibatch = Batch(states=states, next_states=states, actions=tf.zeros(3, tf.int32),
-                      rewards=tf.constant([1.0, 0.0, -1.0]),
-                      terminals=tf.constant([False, False, True]))
+                      returns=tf.constant([1.0, 0.0, -1.0]),
+                      discounts=tf.constant([0.5, 0.5, 0.0]), weights=tf.ones(3))
     expected = {False: [4.0, 1.0, -1.0], True: [3.0, 1.0, -1.0]}
     for double, targets in expected.items():
         np.testing.assert_array_equal(
-            td_targets(online, target, minibatch, discount=0.5, double=double).numpy(), targets)
+            td_targets(online, target, minibatch, double=double).numpy(), targets)
 
 
 def test_dueling_aggregation_subtracts_the_mean_advantage():
@@ -541,16 +570,16 @@ def test_scale_gradient_is_the_identity_going_forward():
 
 def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone():
     """The benchmark's stand-in for a GPU: the host work of the real calls, no arithmetic."""
-    gpu = SimulatedGpu(update_ms=20.0, query_ms=10.0)
-    network = make_simulated_q_network(Config(), N_ACTIONS, gpu)
+    device = SimulatedDevice(SimulatedGpu(update_ms=20.0, query_ms=10.0))
+    network = make_simulated_learner(Config(), N_ACTIONS, device)
     before = [variable.numpy().copy() for variable in network.online.variables]
     batch = random_batch(0, size=64)
     start = time.perf_counter()
-    network.update_many(batch, 2)  # two updates of 32
-    network.update(random_batch(1))
+    network.update(batch, 2)  # two updates of 32
+    network.update(random_batch(1), 1)
     assert time.perf_counter() - start >= 0.06  # 3 updates of 20 ms
-    assert network.updates_on_device == 3
-    assert network.simulated_seconds == pytest.approx(0.06)
+    assert device.updates_on_device == 3
+    assert device.simulated_seconds == pytest.approx(0.06)
     start = time.perf_counter()
     actions = network.greedy_actions(batch.states[:5])
     assert time.perf_counter() - start >= 0.01
@@ -567,18 +596,17 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     `device_work_ms` of clock) done within them, or later when that gather takes longer."""
     from fast_dqn import simulated_gpu
     from fast_dqn.device_frames import DeviceFrames
-    network = make_simulated_q_network(Config(xla="off"), N_ACTIONS,
-                                       SimulatedGpu(update_ms=20.0, query_ms=10.0))
-    rng = np.random.default_rng(0)
+    device = SimulatedDevice(SimulatedGpu(update_ms=20.0, query_ms=10.0))
     frames = DeviceFrames(64)
+    network = make_simulated_learner(Config(xla="off"), N_ACTIONS, device, frames.variable)
+    rng = np.random.default_rng(0)
     slots = rng.integers(0, 64, (2 * 32, 4)).astype(np.int32)
     mask = np.ones((2 * 32, 4), np.uint8)
     minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
                             next_mask=mask,
                             actions=rng.integers(0, N_ACTIONS, 2 * 32).astype(np.int32),
-                            rewards=np.zeros(2 * 32, np.float32),
-                            terminals=np.zeros(2 * 32, bool))
-    network.update_from_slots(frames.variable, minibatches, 2)  # traced before the clock
+                            **zero_columns(2 * 32, "actions"))
+    network.update(minibatches, 2)  # traced before the clock
     clock = FakeClock(100.0)
     run = DirectCall.__call__
 
@@ -590,11 +618,11 @@ def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
     monkeypatch.setattr(DirectCall, "__call__", run_taking_device_time)
     monkeypatch.setattr(simulated_gpu.time, "perf_counter", clock.perf_counter)
     monkeypatch.setattr(simulated_gpu.time, "sleep", clock.sleep)
-    before = network.simulated_seconds
-    network.update_from_slots(frames.variable, minibatches, 2)
+    before = device.simulated_seconds
+    network.update(minibatches, 2)
     assert clock.slept == [pytest.approx(expected_sleep_ms / 1000.0)]
-    assert network.simulated_seconds - before == pytest.approx(0.040)  # the GPU's busy time
-    assert network.updates_on_device == 4
+    assert device.simulated_seconds - before == pytest.approx(0.040)  # the GPU's busy time
+    assert device.updates_on_device == 4
 
 
 @pytest.mark.parametrize("xla", ["on", "off"])
@@ -602,9 +630,9 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
     """The simulated GPU keeps the real gather (its host-visible cost): what it keeps of the
     last update's states is the pixel of the frames its slots name, worked out by hand."""
     from fast_dqn.device_frames import DeviceFrames
-    network = make_simulated_q_network(Config(xla=xla), N_ACTIONS,
-                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    device = SimulatedDevice(SimulatedGpu(update_ms=0.0, query_ms=0.0))
     frames = DeviceFrames(64)
+    network = make_simulated_learner(Config(xla=xla), N_ACTIONS, device, frames.variable)
     frames.write(0, np.arange(1, 65, dtype=np.uint8)[:, None, None]
                  * np.ones((1, 84, 84), np.uint8))  # slot i holds i + 1 everywhere
     slots = np.zeros((2 * 32, 4), np.int32)
@@ -613,26 +641,29 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
     mask = np.ones((2 * 32, 4), np.uint8)
     batch = SlotBatch(state_slots=slots, state_mask=mask, next_slots=next_slots,
                       next_mask=mask, actions=np.zeros(2 * 32, np.int32),
-                      rewards=np.zeros(2 * 32, np.float32), terminals=np.zeros(2 * 32, bool))
-    network.update_from_slots(frames.variable, batch, 2)
-    assert int(network.simulated_calls.last_pixel.numpy()) == 41
+                      **zero_columns(2 * 32, "actions"))
+    network.update(batch, 2)
+    assert int(device.calls.last_pixel.numpy()) == 41
     masked = mask.copy()
     masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
-    network.update_from_slots(frames.variable, batch._replace(state_mask=masked), 2)
-    assert int(network.simulated_calls.last_pixel.numpy()) == 10
+    network.update(batch._replace(state_mask=masked), 2)
+    assert int(device.calls.last_pixel.numpy()) == 10
 
 
 # ------------------------------------------- the learning rule against a naive reference
 # (on tests/fakes.py's LinearQ and hand-made minibatch, which test_optimizer_loss.py uses too)
 
 
-def naive_update(double: bool, discount: float, lr: float) -> tuple[np.ndarray, float, float]:
+def naive_update(double: bool, discount: float, lr: float,
+                 weights: list[float] | None = None) -> tuple[np.ndarray, float, float]:
     """The DQN update written out transition by transition in float64: the targets, the
     Huber loss with its gradient (the TD error clipped to [-1, 1]) summed over the minibatch,
-    and one plain gradient step. Returns the new weights, the mean loss and the mean Q(s, a)."""
+    each term times its importance-sampling weight (1 unless given), and one plain gradient
+    step. Returns the new weights, the mean loss (unweighted) and the mean Q(s, a)."""
     online, target = np.array(ONLINE_W), np.array(TARGET_W)
     gradient = np.zeros_like(online)
     losses, q_taken = [], []
+    weights = weights or [1.0] * len(HAND_MADE["actions"])
     for i, action in enumerate(HAND_MADE["actions"]):
         state = np.array(HAND_MADE["states"][i])
         next_state = np.array(HAND_MADE["next_states"][i])
@@ -647,22 +678,32 @@ def naive_update(double: bool, discount: float, lr: float) -> tuple[np.ndarray, 
         error = y - q
         losses.append(0.5 * error**2 if abs(error) <= 1 else abs(error) - 0.5)
         q_taken.append(q)
-        gradient[:, action] += -min(max(error, -1.0), 1.0) * state
+        gradient[:, action] += -weights[i] * min(max(error, -1.0), 1.0) * state
     return online - lr * gradient, sum(losses) / len(losses), sum(q_taken) / len(q_taken)
 
 
 @pytest.mark.parametrize("double", [False, True])
 def test_the_update_is_the_naive_dqn_update_on_a_hand_made_minibatch(double):
-    minibatch = Batch(**{name: tf.constant(value, tf.int32 if name == "actions" else None)
-                         for name, value in HAND_MADE.items()})
     online, target = LinearQ(ONLINE_W), LinearQ(TARGET_W)
     optimizer = keras.optimizers.SGD(learning_rate=0.1)
-    stats = dqn_update(online, target, optimizer, minibatch, discount=0.9, double=double)
+    stats = dqn_update(online, target, optimizer, hand_made_batch(0.9), double=double)
     weights, loss, mean_q = naive_update(double, discount=0.9, lr=0.1)
     np.testing.assert_allclose(online.weights.numpy(), weights, rtol=1e-6, atol=1e-6)
     assert float(stats.loss) == pytest.approx(loss, rel=1e-6)
     assert float(stats.mean_q) == pytest.approx(mean_q, rel=1e-6)
     np.testing.assert_array_equal(target.weights.numpy(), np.float32(TARGET_W))  # untouched
+
+
+def test_importance_weights_scale_each_transitions_term_of_the_loss():
+    """Schaul et al. (2016): each transition's term of the loss is multiplied by its
+    importance-sampling weight; the hand-made rows get four different weights."""
+    given = [0.5, 1.0, 2.0, 0.25]
+    online, target = LinearQ(ONLINE_W), LinearQ(TARGET_W)
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    dqn_update(online, target, optimizer, hand_made_batch(0.9, weights=given))
+    expected, _, _ = naive_update(False, discount=0.9, lr=0.1, weights=given)
+    np.testing.assert_allclose(online.weights.numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(expected, naive_update(False, discount=0.9, lr=0.1)[0])
 
 
 def test_the_hand_made_minibatch_tells_the_two_targets_apart():
@@ -674,58 +715,61 @@ def test_the_hand_made_minibatch_tells_the_two_targets_apart():
 # ----------------------------------------------------- the update function substituted
 
 
-def four_paths(network: QNetwork, seed: int = 0) -> float:
+def four_paths(network: Learner, seed: int = 0) -> float:
     """Updates by every path the loops take: a host minibatch, K host minibatches in one
     call, and from slots of frames on the device, one and K in a call (7 updates). Returns
-    the sum of the rewards the 7 minibatches carry."""
+    the sum of the returns the 7 minibatches carry."""
     from fast_dqn.device_frames import DeviceFrames
     rng = np.random.default_rng(seed)
     frames = DeviceFrames(64)
     frames.put_rows(0, rng.integers(0, 256, (64, 84, 84), dtype=np.uint8))
+    network.replay_frames = frames.variable
     host = [random_batch(seed + k) for k in range(4)]
-    network.update(host[0])
-    network.update_many(Batch(*(np.concatenate(c) for c in zip(*host[1:]))), 3)
-    rewards = sum(float(batch.rewards.sum()) for batch in host)
+    network.update(host[0], 1)
+    network.update(Batch(*(np.concatenate(c) for c in zip(*host[1:]))), 3)
+    returns = sum(float(batch.returns.sum()) for batch in host)
     for count in (1, 2):
         slots = rng.integers(0, 64, (count * 32, 4)).astype(np.int32)
         minibatches = SlotBatch(state_slots=slots, state_mask=np.ones_like(slots, np.uint8),
                                 next_slots=(slots + 1) % 64,
                                 next_mask=np.ones_like(slots, np.uint8),
                                 actions=np.zeros(count * 32, np.int32),
-                                rewards=rng.normal(size=count * 32).astype(np.float32),
-                                terminals=np.zeros(count * 32, bool))
-        network.update_from_slots(frames.variable, minibatches, count)
-        rewards += float(minibatches.rewards.sum())
-    return rewards
+                                returns=rng.normal(size=count * 32).astype(np.float32),
+                                discounts=np.zeros(count * 32, np.float32),
+                                weights=np.ones(count * 32, np.float32))
+        network.update(minibatches, count)
+        returns += float(minibatches.returns.sum())
+    return returns
 
 
 class RecordingUpdate:
-    """An update function that changes no weight: it counts its calls and sums the rewards
-    of the minibatches it is given, on the device."""
+    """An update function that changes no weight: it counts its calls and sums the returns
+    of the minibatches it is given, on the device; its TD errors are the returns."""
 
     def __init__(self):
         self.calls = tf.Variable(0, dtype=tf.int64)
-        self.rewards = tf.Variable(0.0)
+        self.returns = tf.Variable(0.0)
 
     def __call__(self, online, target, optimizer, batch: Batch) -> UpdateStats:
         self.calls.assign_add(1)
-        self.rewards.assign_add(tf.reduce_sum(batch.rewards))
-        return UpdateStats(loss=tf.constant(1.5), mean_q=tf.constant(-2.0))
+        self.returns.assign_add(tf.reduce_sum(batch.returns))
+        return UpdateStats(loss=tf.constant(1.5), mean_q=tf.constant(-2.0),
+                           td_errors=batch.returns)
 
 
-def weights(network: QNetwork) -> list[np.ndarray]:
+def weights(network: Learner) -> list[np.ndarray]:
     return [v.numpy() for v in network.online.variables + network.optimizer.variables]
 
 
 @pytest.mark.parametrize("xla", ["on", "off"])
 def test_the_update_function_given_is_the_one_every_path_runs(xla):
     recording = RecordingUpdate()
-    network = QNetwork(N_ACTIONS, update_function=recording,
-                       **q_network_settings(Config(xla=xla, seed=3)))
+    network = Learner(N_ACTIONS, update_function=recording,
+                       **learner_settings(Config(xla=xla, seed=3)))
     before = weights(network)
-    rewards = four_paths(network)
+    returns = four_paths(network)
     assert int(recording.calls.numpy()) == 7
-    assert float(recording.rewards.numpy()) == pytest.approx(rewards, rel=1e-5)
+    assert float(recording.returns.numpy()) == pytest.approx(returns, rel=1e-5)
     assert network.take_train_stats(7) == (1.5, -2.0)  # its stats, summed as the rule's
     for a, b in zip(before, weights(network)):
         np.testing.assert_array_equal(a, b)  # the learning rule itself never ran
@@ -735,11 +779,11 @@ def test_the_update_function_given_is_the_one_every_path_runs(xla):
 def test_the_simulation_replaces_every_path(xla):
     """Every update path and both queries run the simulated GPU's calls: 7 updates counted,
     actions all 0, the weights and optimizer slots never changed."""
-    network = make_simulated_q_network(Config(xla=xla, seed=3), N_ACTIONS,
-                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    device = SimulatedDevice(SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    network = make_simulated_learner(Config(xla=xla, seed=3), N_ACTIONS, device)
     before = weights(network)
     four_paths(network, seed=5)
-    assert network.updates_on_device == 7
+    assert device.updates_on_device == 7
     states = random_batch(9, size=3).states
     assert network.greedy_actions(states).tolist() == [0, 0, 0]
     assert network.greedy_actions(states, use_target=False).tolist() == [0, 0, 0]
@@ -757,8 +801,8 @@ def test_traced_calls_that_leave_out_a_purpose_are_refused():
                 if purpose != "online_query"}
 
     with pytest.raises(ValueError, match="online_query"):
-        QNetwork(N_ACTIONS, traced_calls=without_online_query,
-                 **q_network_settings(Config(xla="off")))
+        Learner(N_ACTIONS, traced_calls=without_online_query,
+                 **learner_settings(Config(xla="off")))
 
 
 def compiled_by_xla(call: DirectCall) -> bool:
@@ -784,14 +828,11 @@ def test_a_simulated_call_of_k_slot_updates_gathers_all_their_states_uncompiled(
     slots = rng.integers(0, 64, (k * size, 4)).astype(np.int32)
     mask = np.ones_like(slots, np.uint8)
     minibatches = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
-                            next_mask=mask, actions=np.zeros(k * size, np.int32),
-                            rewards=np.zeros(k * size, np.float32),
-                            terminals=np.zeros(k * size, bool))
-    network = make_simulated_q_network(Config(xla=xla), N_ACTIONS,
-                                       SimulatedGpu(update_ms=0.0, query_ms=0.0))
-    network.update_from_slots(frames.variable, minibatches, k)
-    network.update_from_slots(frames.variable,
-                              SlotBatch(*(column[:size] for column in minibatches)), 1)
+                            next_mask=mask, **zero_columns(k * size))
+    device = SimulatedDevice(SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    network = make_simulated_learner(Config(xla=xla), N_ACTIONS, device, frames.variable)
+    network.update(minibatches, k)
+    network.update(SlotBatch(*(column[:size] for column in minibatches)), 1)
     calls = {key[0]: call for key, call in network.direct_calls.calls.items()}
     assert set(calls) == {"update_slots", "update_many_slots"}
     for purpose, leading in (("update_many_slots", [None, size]), ("update_slots", [size])):
@@ -800,10 +841,10 @@ def test_a_simulated_call_of_k_slot_updates_gathers_all_their_states_uncompiled(
                     if op.type in ("ResourceGather", "GatherV2")]
         assert gathered == [leading + [4, 84, 84]] * 2, purpose  # states, next states
         assert not compiled_by_xla(calls[purpose]), purpose
-    assert network.updates_on_device == k + 1
+    assert device.updates_on_device == k + 1
     if xla == "on":
-        real = network_from(Config(xla="on"), seed=0)
-        real.update_from_slots(frames.variable, minibatches, k)
+        real = make_learner(Config(xla="on"), N_ACTIONS, frames.variable)
+        real.update(minibatches, k)
         assert [compiled_by_xla(call) for call in real.direct_calls.calls.values()] == [True]
 
 
@@ -812,4 +853,4 @@ def test_a_minibatch_carries_the_declared_columns_by_name():
     assert Batch._fields == ("states", "next_states", *MINIBATCH_COLUMNS)
     assert SlotBatch._fields == ("state_slots", "state_mask", "next_slots", "next_mask",
                                  *MINIBATCH_COLUMNS)
-    assert list(MINIBATCH_COLUMNS) == ["actions", "rewards", "terminals"]
+    assert list(MINIBATCH_COLUMNS) == ["actions", "returns", "discounts", "weights"]

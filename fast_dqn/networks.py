@@ -1,0 +1,82 @@
+"""The Nature-DQN network (Mnih et al. 2015), or Wang et al.'s (2016) dueling form of it."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.transitions import STATE_SHAPE
+
+with quiet_tensorflow_start():
+    import tensorflow as tf
+
+keras = tf.keras
+
+
+class ScaleGradient(keras.layers.Layer):
+    """The identity going forward; scales the gradient flowing back through it."""
+
+    def __init__(self, scale: float, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.scale = scale
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        @tf.custom_gradient
+        def identity(x: tf.Tensor):
+            def gradient(upstream: tf.Tensor) -> tf.Tensor:
+                return upstream * self.scale
+            return tf.identity(x), gradient
+
+        return identity(inputs)
+
+
+def dueling_q_values(value: tf.Tensor, advantages: tf.Tensor) -> tf.Tensor:
+    """Q = V + (A - mean over actions of A): Wang et al. (2016), equation (9)."""
+    return value + advantages - tf.reduce_mean(advantages, axis=1, keepdims=True)
+
+
+def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
+                     dueling: bool = False) -> keras.Model:
+    """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
+
+    Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
+    Each layer's Glorot-uniform kernel gets its own seed from `seeds`, in layer order.
+
+    `dueling` replaces the two dense layers by Wang et al.'s (2016) two streams, each a dense
+    layer of 512 then one of 1 (the state value) or `n_actions` (the advantages), combined by
+    `dueling_q_values`; the gradient the two streams send into the last convolution is
+    scaled by 1/sqrt(2), as in the paper.
+    """
+
+    def glorot() -> keras.initializers.Initializer:
+        # The draw Keras makes for an unseeded initializer, from our generator instead of
+        # Python's global one: weights are the same as when the global one was seeded.
+        return keras.initializers.GlorotUniform(seed=seeds.randint(1, int(1e9)))
+
+    states = keras.Input(STATE_SHAPE, dtype="uint8", name="states")
+    x = keras.layers.Rescaling(1.0 / 255.0)(states)
+    x = keras.layers.Permute((2, 3, 1))(x)  # to channels-last, which CPU convolutions need
+    x = keras.layers.Conv2D(32, 8, strides=4, activation="relu", kernel_initializer=glorot())(x)
+    x = keras.layers.Conv2D(64, 4, strides=2, activation="relu", kernel_initializer=glorot())(x)
+    x = keras.layers.Conv2D(64, 3, strides=1, activation="relu", kernel_initializer=glorot())(x)
+    x = keras.layers.Flatten()(x)
+    if not dueling:
+        x = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+        q_values = keras.layers.Dense(n_actions, kernel_initializer=glorot())(x)
+        return keras.Model(states, q_values, name=name)
+    x = ScaleGradient(1.0 / math.sqrt(2.0), name="scale_gradient")(x)
+    value = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+    value = keras.layers.Dense(1, kernel_initializer=glorot(), name="value")(value)
+    advantages = keras.layers.Dense(512, activation="relu", kernel_initializer=glorot())(x)
+    advantages = keras.layers.Dense(n_actions, kernel_initializer=glorot(),
+                                    name="advantages")(advantages)
+    q_values = keras.layers.Lambda(lambda streams: dueling_q_values(*streams),
+                                   name="dueling")([value, advantages])
+    return keras.Model(states, q_values, name=name)
+
+
+def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
+    """argmax_a Q(s, a) of `network` for a batch of uint8 states."""
+    return tf.argmax(network(states, training=False), axis=1, output_type=tf.int32)

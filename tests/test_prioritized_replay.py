@@ -1,0 +1,149 @@
+"""Prioritized replay (Schaul et al. 2016, proportional; fast_dqn/replay_memory.py): the sum
+tree against a naive cumulative sum, draws in proportion to p^alpha (a chi-square test with a
+fixed seed), priorities written back from TD errors, importance-sampling weights against the
+paper's formula, and a memory restored from its arrays drawing what the original draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fast_dqn.replay_memory import (PRIORITY_EPSILON, PRIORITY_EXPONENT, MinibatchDraws,
+                                    Priorities, ReplayMemory)
+from fast_dqn.transitions import acted_transitions
+
+ALPHA = 0.6  # Schaul et al. (2016), Table 3 (proportional variant); dqn_zoo's priority_exponent
+
+
+def long_episode_memory(capacity: int, count: int, seed: int = 0) -> ReplayMemory:
+    """`count` transitions of one unfinished episode: every slot but the newest can be
+    drawn (and, once wrapped, but the oldest HISTORY - 1)."""
+    memory = ReplayMemory(capacity, np.random.default_rng(seed), prioritized=True)
+    frames = np.arange(count, dtype=np.uint8)[:, None, None] * np.ones((1, 84, 84), np.uint8)
+    memory.add_many(acted_transitions(frames, np.zeros(count, np.uint8),
+                                      np.zeros(count, np.float32), np.zeros(count, bool),
+                                      np.zeros(count, bool)))
+    return memory
+
+
+def chi_square_critical(df: int, z: float = 3.09) -> float:
+    """The chi-square quantile for a one-sided z (3.09: p = 0.001), Wilson-Hilferty."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_the_exponent_is_schauls():
+    assert PRIORITY_EXPONENT == ALPHA
+
+
+@pytest.mark.parametrize("capacity", [1, 5, 64, 100])
+def test_the_sum_tree_finds_what_a_cumulative_sum_finds(capacity):
+    rng = np.random.default_rng(capacity)
+    tree = Priorities(capacity)
+    priorities = rng.random(capacity) * 5
+    tree.set(np.arange(capacity), priorities)
+    for _ in range(3):  # and after changes to some of them
+        powered = priorities ** ALPHA
+        assert tree.total == pytest.approx(powered.sum(), rel=1e-12)
+        targets = rng.random(500) * powered.sum()
+        expected = np.minimum(np.searchsorted(np.cumsum(powered), targets, side="right"),
+                              capacity - 1)
+        np.testing.assert_array_equal(tree.find(targets), expected)
+        changed = rng.choice(capacity, size=max(1, capacity // 3), replace=False)
+        priorities[changed] = rng.random(len(changed)) * 5
+        tree.set(changed, priorities[changed])
+
+
+def test_a_tree_summed_from_its_leaves_is_the_same_bit_for_bit():
+    rng = np.random.default_rng(3)
+    tree = Priorities(100)
+    for _ in range(20):
+        slots = rng.choice(100, size=7, replace=False)
+        tree.set(slots, rng.random(7) * 3)
+    rebuilt = Priorities(100)
+    rebuilt.leaves[:] = tree.leaves
+    rebuilt.sum_up()
+    np.testing.assert_array_equal(rebuilt.tree, tree.tree)
+
+
+def test_draws_follow_the_priorities_to_the_power_alpha():
+    """200,000 draws from 59 drawable slots with known priorities: the counts fit
+    p^alpha / sum p^alpha over the drawable slots (chi-square, p = 0.001), and the newest
+    slot, which cannot be drawn, never is."""
+    memory = long_episode_memory(64, 60)
+    known = 1.0 + np.arange(60) % 7  # priorities 1 .. 7
+    memory.priorities.set(np.arange(60), known)
+    draws = np.concatenate([memory.sample_indices(1000) for _ in range(200)])
+    counts = np.bincount(draws, minlength=64)
+    assert counts[59] == 0 and counts[60:].sum() == 0  # the newest, and the empty slots
+    drawable = known[:59] ** ALPHA
+    expected = len(draws) * drawable / drawable.sum()
+    chi_square = float(((counts[:59] - expected) ** 2 / expected).sum())
+    assert chi_square < chi_square_critical(58), chi_square
+    uniform = np.full(59, len(draws) / 59)  # and not what uniform draws give
+    assert float(((counts[:59] - uniform) ** 2 / uniform).sum()) > chi_square_critical(58)
+
+
+def test_a_large_td_error_is_drawn_more_often_afterwards():
+    memory = long_episode_memory(64, 60)
+    draws = MinibatchDraws(memory, batch_size=4, importance_exponent=lambda update: 0.4)
+    before = np.bincount(np.concatenate([memory.sample_indices(1000) for _ in range(20)]),
+                         minlength=64)
+    drawn = draws.draw(1, buffer=0).states[:, -1, 0, 0]  # slot i holds frames of value i
+    errors = np.zeros(4)
+    errors[0] = 50.0  # the first transition drawn gets a large error, the others none
+    draws.write_back(0, errors)
+    after = np.bincount(np.concatenate([memory.sample_indices(1000) for _ in range(20)]),
+                        minlength=64)
+    assert after[drawn[0]] > 5 * before[drawn[0]]
+    assert memory.priorities.max_seen == pytest.approx(50.0 + PRIORITY_EPSILON)
+    # the others' priorities fell from the largest seen (1) to epsilon: nearly never drawn
+    assert all(after[slot] < before[slot] / 10 for slot in drawn[1:] if slot != drawn[0])
+
+
+def test_new_transitions_enter_with_the_largest_priority_seen():
+    memory = long_episode_memory(64, 10)
+    memory.priorities.write_back(np.array([2]), np.array([-9.0]))
+    memory.add_many(acted_transitions(np.ones((3, 84, 84), np.uint8), np.zeros(3, np.uint8),
+                                      np.zeros(3, np.float32), np.zeros(3, bool),
+                                      np.zeros(3, bool)))
+    np.testing.assert_allclose(memory.priorities.leaves[10:13], (9.0 + PRIORITY_EPSILON) ** ALPHA)
+    np.testing.assert_allclose(memory.priorities.leaves[3:10], 1.0)  # the first ones: 1
+
+
+@pytest.mark.parametrize("beta", [0.4, 0.7, 1.0])
+def test_importance_weights_are_the_papers_normalized_by_the_largest(beta):
+    """w_i = (N P(i))^-beta / max_j w_j (Schaul et al. 2016, Algorithm 1), P(i) = p_i^alpha /
+    sum_k p_k^alpha over the memory, each minibatch normalized by its own largest weight."""
+    memory = long_episode_memory(64, 60)
+    rng = np.random.default_rng(1)
+    priorities = rng.random(60) * 4 + 0.1
+    memory.priorities.set(np.arange(60), priorities)
+    slots = rng.choice(59, size=(3, 8))  # 3 minibatches of 8
+    weights = memory.slot_batch(slots.reshape(-1), np.full(3, beta)).weights.reshape(3, 8)
+    probabilities = priorities ** ALPHA / (priorities ** ALPHA).sum()
+    naive = (60 * probabilities[slots]) ** -beta
+    naive /= naive.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(weights, naive, rtol=1e-6)
+    assert (weights.max(axis=1) == 1).all() and (weights < 1).any()
+
+
+def test_without_priorities_every_weight_is_one():
+    memory = ReplayMemory(64, np.random.default_rng(0))
+    memory.add_many(acted_transitions(np.ones((30, 84, 84), np.uint8), np.zeros(30, np.uint8),
+                                      np.zeros(30, np.float32), np.zeros(30, bool),
+                                      np.zeros(30, bool)))
+    assert memory.priorities is None
+    assert memory.slot_batch(np.arange(8), np.full(1, 0.5)).weights.tolist() == [1.0] * 8
+
+
+def test_a_memory_restored_from_its_arrays_draws_what_the_original_draws():
+    original = long_episode_memory(64, 80, seed=4)  # wrapped
+    original.priorities.write_back(np.arange(20), np.linspace(0, 3, 20))
+    restored = ReplayMemory(64, np.random.default_rng(99), prioritized=True)
+    restored.load_state_dict({name: np.array(array) for name, array in
+                              original.state_dict().items()})
+    restored.restore_generator(original.generator_state())
+    np.testing.assert_array_equal(restored.priorities.tree, original.priorities.tree)
+    np.testing.assert_array_equal(restored.sample_indices(500), original.sample_indices(500))
