@@ -38,6 +38,8 @@ def make_loop(loop_class: type[TrainingLoop], config: Config, pool: Any, network
     validate(config, ALGO_FAST_DQN if loop_class is FastDQN else ALGO_DQN)
     seeds = np.random.SeedSequence(config.seed).spawn(2)
     memory = make_memory(config, np.random.default_rng(seeds[0]))
+    if memory.frames.device_frames is not None:  # launch builds the learner with them
+        network.replay_frames = memory.frames.device_frames
     parts = LoopParts(config=config, learner=network, memory=memory, pool=pool,
                       make_eval_pool=None, run_log=FakeRunLog(),
                       rng=np.random.default_rng(seeds[1]))
@@ -201,9 +203,9 @@ def test_optimal_q_is_the_bellman_fixed_point():
 # ------------------------------------------------------- tape tests of the orchestration
 
 
-def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:
-    """A memory that records each store: "add" (DQN, a step as it is taken) or "flush"
-    (FastDQN, the samplers' buffers at a sync point, in one write)."""
+def recording_memory(tape: Tape, store_kind: str) -> Callable[..., ReplayMemory]:
+    """A maker of memories that record each store: "add" (DQN, a step as it is taken) or
+    "flush" (FastDQN, the samplers' buffers at a sync point, in one write)."""
     class RecordingMemory(ReplayMemory):
         def add_in_order(self, pieces) -> None:
             super().add_in_order(pieces)
@@ -213,7 +215,8 @@ def recording_memory(tape: Tape, store_kind: str) -> type[ReplayMemory]:
             tape.record("sample", self.size)
             return super().many_indices(count, batch_size)
 
-    return RecordingMemory
+    return lambda config, rng: RecordingMemory(config.replay_capacity, rng,
+                                               discount=config.discount)
 
 
 TAPE = Config(timesteps=700, evaluate=0, replay_capacity=1000, replay_start=200,
