@@ -25,7 +25,6 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from fast_dqn.atari import AtariEnv, AtariStep, GameSettings, games_over, make_atari_env
-from fast_dqn.config import BACKENDS
 
 T = TypeVar("T")
 SERIAL = "serial"  # the serial reference's pool: envs stepped in the caller's thread
@@ -503,15 +502,13 @@ def _bind_env(fn: Callable[[int, AtariEnv], T], index: int) -> Callable[[AtariEn
 
 def make_env_pool(backend: str, settings: GameSettings, num_envs: int, *,
                   seed: int) -> EnvPool:
-    """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i).
+    """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i):
+    `backend` is one of config.BACKENDS, which the flags check, or SERIAL.
 
     Raises:
-        ValueError: unknown backend, a setting out of range, or `interp` other than
-            area with the vector backend (ale-py's vector env always resizes with area
-            interpolation).
+        ValueError: a setting out of range, or `interp` other than area with the vector
+            backend (ale-py's vector env always resizes with area interpolation).
     """
-    if backend not in (*BACKENDS, SERIAL):
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     pool: EnvPool
     if backend == "vector":
         pool = VectorEnvPool(settings, num_envs)

@@ -224,13 +224,13 @@ def checkpoint_bytes(config: Config) -> int:
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.learner import configure_device, make_learner, use_xla  # TensorFlow here
+    from fast_dqn.learner import configure_device, make_learner  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
 
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
-    device = f"{device}; {replay_line}; XLA {'on' if use_xla(config.xla) else 'off'}"
+    device = f"{device}; {replay_line}; XLA {config.xla}"
     say(device)
     if algo == ALGO_FAST_DQN:
         if config.workers >= MANY_ENVS:

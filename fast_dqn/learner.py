@@ -377,14 +377,6 @@ def _op_types(concrete: Any) -> collections.Counter:
                                if op.type not in _NOT_DISPATCHED)
 
 
-def use_xla(mode: str) -> bool:
-    """`--xla`: "on" and "auto" compile the update and the samplers' query with XLA on every
-    device; "off" does not. Dispatched op by op, an H200's update cost five times its
-    arithmetic (docs/throughput.md). A device that cannot compile runs uncompiled
-    (`Learner._run_uncompiled`)."""
-    return mode != "off"
-
-
 def _xla_refused(error: Exception) -> bool:
     """Whether a call's error is XLA declining to compile it (not a failure of the run)."""
     text = str(error)
@@ -396,7 +388,7 @@ def learner_settings(config: Config) -> dict[str, Any]:
     target or the dueling architecture where it asks for them (the learning rule,
     `update_rule.dqn_update`, is the default)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
-                seed=config.seed, xla=use_xla(config.xla), double=config.double,
+                seed=config.seed, xla=config.xla == "on", double=config.double,
                 dueling=config.dueling, optimizer=config.optimizer, loss=config.loss,
                 td_errors=config.prioritized)
 
