@@ -24,9 +24,8 @@ HISTORY = 4  # frames stacked into one state
 ALGO_DQN = "dqn"
 ALGO_FAST_DQN = "fast_dqn"
 
-# The largest --seed: seeds were 32-bit when the network seeded NumPy's legacy generator, and
-# runs keep that range. The environment seeds derived from it (seed + i for env i, evaluation
-# and resume seeds) are folded into ale-py's narrower range by the env pools.
+# The largest --seed: runs keep NumPy's legacy 32-bit range. The environment seeds derived
+# from it are folded into ale-py's narrower range by the env pools.
 MAX_SEED = 2**32 - 1
 
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
