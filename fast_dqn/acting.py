@@ -1,13 +1,9 @@
 """Acting in W environments: the frame stacks, epsilon-greedy choices and the games' scores.
 
-Training, evaluation and `play` all act through `Actor`: it stacks a pool's frames into
-states, takes the round's epsilon-greedy actions (greedy ones from one query), steps the
-pool, sums each game's raw score and reports the games that ended. What is theirs stays with
-them: training's exploration schedule (`EpsilonGreedy`) and its transitions to the replay
-memory; evaluation's one game per env and its stop checks; play's games one after another
-and its video. The replay memory rebuilds states from stored frames by the same padding rule
-as `FrameHistory` (zeros before an episode's first frame), which its tests check against this
-one.
+Training, evaluation and `play` all act through `Actor`; what is theirs stays with them
+(training's exploration schedule, `EpsilonGreedy`; evaluation's one game per env; play's
+games one after another). `FrameHistory` pads as the replay memory does (zeros before an
+episode's first frame), so the state acted on is the state the memory rebuilds.
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions
 from fast_dqn.env_pools import EnvPool
 
 
-# The greedy actions of a batch of states: a Q-network's online or target query
-# (`QNetwork.greedy_actions`), or a stand-in.
+# The greedy actions of a batch of states: the learner's query, or a stand-in.
 GreedyFn = Callable[[np.ndarray], np.ndarray]
 
 
@@ -71,11 +66,8 @@ class EpsilonGreedy:
 
 
 class FrameHistory:
-    """The actors' side of the padding rule: W stacks of the last HISTORY frames.
-
-    At a learning episode's start the older frames are zero, exactly as `ReplayMemory`
-    rebuilds them.
-    """
+    """W stacks of the last HISTORY frames, the older ones zero at a learning episode's
+    start, as `ReplayMemory` rebuilds them."""
 
     def __init__(self, num_envs: int):
         # Aligned so that the network's query reads the states in place (no copy per round).
@@ -113,10 +105,7 @@ class FinishedGame(NamedTuple):
 
 
 class Actor:
-    """W environments, their frame histories and the running scores of their games.
-
-    Owned by the main thread.
-    """
+    """W environments, their frame stacks and their games' scores; owned by the main thread."""
 
     def __init__(self, pool: EnvPool):
         self.pool = pool
@@ -133,13 +122,10 @@ class Actor:
 
     def actions(self, exploration: Exploration, greedy: GreedyFn, one_query: bool = True,
                 asking: np.ndarray | None = None) -> np.ndarray:
-        """The round's epsilon-greedy actions: env i's random action where it explores, else
-        the greedy action of its state. One batched query for the W states
-        (`--synchronize`), or with `one_query=False` one per sampler, each in its own
-        thread; with `asking` (a mask), one query for those envs' states alone, the others'
-        greedy actions being 0 (an evaluation's finished games). No query when every env
-        explores (the random phase, and rounds early in the decay), as its greedy actions
-        would go unused."""
+        """The round's epsilon-greedy actions: one batched query for the W states
+        (`--synchronize`), or one per sampler in its own thread (`one_query=False`); with
+        `asking`, one query for those envs alone, the others' greedy actions 0 (an
+        evaluation's finished games). No query when every env explores."""
         if exploration.all_random:
             greedy_actions = np.zeros(len(exploration.explore), dtype=np.int64)
         elif asking is not None:

@@ -1,29 +1,20 @@
 """One Atari game with the Nature-DQN input pipeline, and game-name handling.
 
-The protocol is that of Mnih et al. (2015), "Human-level control through deep reinforcement
-learning", in the terms of Machado et al. (2018), "Revisiting the Arcade Learning
-Environment": 4 emulator frames per agent step with a pixel-wise max over the last 2, grayscale,
-an 84x84 resize, up to `noop_max` no-op frames and FIRE at the start of each game, a life loss
-ending the *learning* episode while the game goes on, and a cap on the agent steps of a game.
-Machado's protocol (`GameSettings`: sticky actions, no life-loss signal, all 18 actions)
-changes only settings of the same pipeline.
+The protocol of Mnih et al. (2015) in the terms of Machado et al. (2018): 4 emulator frames
+per agent step with a max over the last 2, grayscale, an 84x84 resize, up to `noop_max`
+no-ops and FIRE at a game's start, a life loss ending the *learning* episode while the game
+goes on, and a cap on a game's agent steps; Machado's protocol changes only its settings.
+Gymnasium's `AtariPreprocessing` does the frame skip, the max, grayscale and no-ops; this
+module adds what it lacks, so that one `AtariEnv` behaves like one environment of ale-py's
+`AtariVectorEnv(autoreset_mode="SameStep", life_loss_info=True)`: FIRE once after the
+emulator reset (`use_fire_reset`), the life-loss terminal without a game reset (0 < lives <
+lives before, as ale-py and the OpenAI baselines count it), the cap in agent steps after
+the reset procedure (the ALE's frame cap would count the no-ops), the reset at game over,
+and the resize interpolation (Gymnasium hard-codes area).
 
-Gymnasium's `AtariPreprocessing` does the frame skip, the 2-frame max, grayscale and no-ops.
-This module adds only what it lacks, so that one `AtariEnv` behaves like one environment of
-ale-py's `AtariVectorEnv(autoreset_mode="SameStep", life_loss_info=True)`:
-
-- FIRE once (one emulator frame) right after the emulator reset, before the no-ops, for games
-  whose minimal action set has FIRE (ale-py's `use_fire_reset`);
-- the life-loss terminal without a game reset (a loss counts when 0 < lives < lives before,
-  as in ale-py and the OpenAI baselines), unless `life_loss_terminal` is false;
-- the episode cap counted in agent steps after the reset procedure, as ale-py's vector env
-  counts it (the ALE's own frame cap would also count the no-op frames);
-- the automatic reset at game over, returning the new game's first frame;
-- the choice of resize interpolation (Gymnasium hard-codes area).
-
-The no-op count is Gymnasium's (1..noop_max frames). ale-py's vector env draws 0..noop_max-1
-frames, FIRE included, from its own generator, so the two backends agree frame for frame only
-without no-ops and sticky actions; with them they agree in distribution up to one frame.
+The no-op counts differ (Gymnasium draws 1..noop_max frames, ale-py's vector env
+0..noop_max-1 from its own generator): the backends agree frame for frame only without
+no-ops and sticky actions, and in distribution with them.
 """
 
 from __future__ import annotations
@@ -44,9 +35,8 @@ from gymnasium.wrappers import AtariPreprocessing
 from fast_dqn.config import FRAME_SIZE, FRAME_SKIP, INTERPOLATIONS, Config
 
 gym.register_envs(ale_py)
-# Each emulator made one by one (Gymnasium's env: play, the serial trainer, the benchmark)
-# prints the ALE's two-line banner at its Info level before ale-py's env lowers that level;
-# ale-py's vector env, the fast trainer's, prints none. Lowered here, before any is made.
+# An emulator made alone (Gymnasium's env) prints the ALE's two-line banner at its Info
+# level unless the level is lowered before any is made.
 ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 _CV2_FLAGS = {
@@ -74,14 +64,11 @@ def _name_key(name: str) -> str:
 
 
 def resolve_game(name: str) -> str:
-    """Returns the ale-py ROM id of a game.
-
-    Accepts ROM ids (`space_invaders`), CamelCase (`SpaceInvaders`) and Gymnasium ids
-    (`ALE/SpaceInvaders-v5`, `SpaceInvadersNoFrameskip-v4`).
+    """The ale-py ROM id of a game named by its ROM id (`space_invaders`), CamelCase
+    (`SpaceInvaders`) or a Gymnasium id (`ALE/SpaceInvaders-v5`).
 
     Raises:
-        ValueError: the name matches no ROM ale-py ships; the one-line message lists close
-            matches.
+        ValueError: no ROM ale-py ships matches; the message lists close matches.
     """
     ids = rom_ids()
     by_key = {_name_key(rom): rom for rom in ids}
@@ -111,15 +98,11 @@ _VERSION_SUFFIX = re.compile(r"-v(\d+)$")
 
 
 def gymnasium_id_defaults(name: str) -> GymnasiumIdDefaults | None:
-    """The defaults a Gymnasium Atari id (`ALE/Pong-v5`, `PongNoFrameskip-v4`) stands for;
-    None for a name without a version (`pong`, `Pong`), which stands for the game alone.
-
-    In ale-py 0.12.1 (ale_py/registration.py): `ALE/<Game>-v5` repeats each action 4 frames
-    with sticky actions 0.25; `<Game>-v0` and `<Game>-v4` repeat it a random 2 to 4 frames,
-    with sticky actions 0.25 (v0) or none (v4), and their NoFrameskip forms 1 frame. All of
-    them act with the game's minimal action set. Gym's Deterministic ids, which ale-py no
-    longer registers, repeated each action 4 frames (3 in Space Invaders).
-    """
+    """The defaults a Gymnasium Atari id (`ALE/Pong-v5`, `PongNoFrameskip-v4`) stands for, or
+    None for a name without a version. In ale-py 0.12.1's registration v5 repeats an action
+    4 frames with sticky actions 0.25; v0 and v4 a random 2 to 4 frames, with sticky actions
+    0.25 (v0) or none (v4), their NoFrameskip forms 1; all use the minimal action set. Gym's
+    Deterministic ids repeated 4 frames (3 in Space Invaders)."""
     text = name.strip()
     version = _VERSION_SUFFIX.search(text)
     if version is None:
@@ -138,19 +121,16 @@ def gymnasium_id_defaults(name: str) -> GymnasiumIdDefaults | None:
 
 def game_of_new_run(name: str, config: Config, given: Collection[str]) -> str:
     """The ROM id of a new run's `--game`, refused where the name stands for Gymnasium
-    defaults the run would not train (see `gymnasium_id_defaults`): a run named ALE/Pong-v5
-    must not train without sticky actions unless a flag says so.
+    defaults the run would not train: a run named ALE/Pong-v5 must not train without sticky
+    actions unless a flag says so.
 
     Args:
-        name: the --game given.
-        config: the run's settings, its protocol's preset and the flags applied.
-        given: the settings given as flags: --protocol or --sticky-actions beside an id with
-            sticky actions says which is meant, and the name then only names the game.
+        given: the settings given as flags; --protocol or --sticky-actions beside an id with
+            sticky actions says which is meant.
 
     Raises:
-        ValueError: an unknown game; a Gymnasium version that does not exist, RAM
-            observations or a frame skip other than 4 frames (or none, where fast_dqn's
-            pipeline skips), which no setting gives; sticky actions with neither flag given.
+        ValueError: an unknown game, a version that does not exist, RAM observations, a
+            frame skip no setting gives, or sticky actions with neither flag given.
     """
     game = resolve_game(name)
     defaults = gymnasium_id_defaults(name)
@@ -201,12 +181,9 @@ class AtariStep(NamedTuple):
 
 
 class _FireAtReset(gym.Wrapper):
-    """Presses FIRE for one emulator frame right after the emulator reset.
-
-    Matches ale-py's vector env (`use_fire_reset`): FIRE once after `reset_game`, before the
-    no-ops, for games whose action set has FIRE; games such as Breakout wait for it to start.
-    Must wrap the frameskip=1 environment, below `AtariPreprocessing`.
-    """
+    """FIRE for one emulator frame after the emulator reset, before the no-ops, where the
+    action set has it (ale-py's `use_fire_reset`; Breakout waits for it). Wraps the
+    frameskip=1 environment, below `AtariPreprocessing`."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -221,11 +198,8 @@ class _FireAtReset(gym.Wrapper):
 
 
 class AtariEnv:
-    """One Atari game with the Nature pipeline; see the module docstring.
-
-    Frames are (84, 84) uint8. At game over the game resets itself and `step` returns the new
-    game's first frame, like ale-py's vector env with `autoreset_mode="SameStep"`.
-    """
+    """One Atari game with the Nature pipeline: (84, 84) uint8 frames; at game over `step`
+    returns the new game's first frame (ale-py's `autoreset_mode="SameStep"`)."""
 
     def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str,
                  life_loss_terminal: bool = True, frame_size: int = FRAME_SIZE):
@@ -260,11 +234,8 @@ class AtariEnv:
         return self._ale.getScreenRGB()
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """Starts a new game (FIRE, no-ops) and returns its first frame.
-
-        Args:
-            seed: seeds the no-op draws and the emulator; None continues the generators.
-        """
+        """Starts a new game (FIRE, no-ops) and returns its first frame; `seed` seeds the
+        no-op draws and the emulator (None continues them)."""
         obs, _ = self._env.reset(seed=seed)
         self._lives = self.lives
         self._steps = 0
@@ -362,11 +333,7 @@ def games_over(ended: Any, cut_off: Any, steps: Any, max_episode_steps: int) -> 
 
 
 def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
-    """Builds one game with the Nature pipeline (Mnih et al. 2015; Machado et al. 2018).
-
-    Args:
-        settings: the game and the protocol's settings.
-        seed: seeds the first `reset` of the returned env (it is reset here).
+    """One game with the Nature pipeline, reset with `seed`.
 
     Raises:
         ValueError: unknown game or interpolation, or a setting out of range.

@@ -1,18 +1,8 @@
 """The 49 Atari games of the Nature DQN study, with their random and human reference scores.
 
-Source: Mnih et al. (2015), "Human-level control through deep reinforcement learning",
-Nature 518, 529-533, Extended Data Table 2 ("Comparison of games scores obtained by DQN
-agents with methods from the literature and a professional human games tester"), the
-columns "Random Play" and "Human". The numbers are as printed there (the paper rounds the
-larger scores to integers). Both references were measured under the paper's evaluation
-protocol: up to 30 no-op actions at the start of a game, 5 minutes of emulator time.
-
-The paper's last column is the human-normalized score this module computes:
-
-    100 * (score - random) / (human - random)
-
-so 0 is random play and 100 is the human tester. Games are named by their ale-py ROM ids
-(`pong`, `space_invaders`, `montezuma_revenge`, ...), the names `--game` takes.
+Source: Mnih et al. (2015), Nature 518, 529-533, Extended Data Table 2, the columns "Random
+Play" and "Human", as printed (measured with up to 30 no-ops and 5 minutes of play). Games
+are named by their ale-py ROM ids, the names `--game` takes.
 """
 
 from __future__ import annotations
@@ -85,11 +75,7 @@ NATURE_GAMES: tuple[str, ...] = tuple(sorted(_NATURE_SCORES))
 
 
 def reference_scores(game: str) -> GameScores:
-    """The Nature table's random-play and human scores of `game`.
-
-    Args:
-      game: an ale-py ROM id such as `space_invaders`, as a run's config.json records it
-        (`fast_dqn.atari.resolve_game` turns other spellings into one).
+    """The Nature table's random-play and human scores of `game`, an ale-py ROM id.
 
     Raises:
       ValueError: `game` is not the ROM id of one of the 49 games of the Nature table.

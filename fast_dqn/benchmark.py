@@ -1,18 +1,10 @@
 """Throughput of the trainers, measured in one process with the same settings.
 
-    python -m fast_dqn.benchmark [--workers 8 [16 ...]] [--trainer-stub-ms X --query-stub-ms Y]
-    fast-dqn-benchmark ...   (the same, once installed)
-
-Measures (a) the trainer alone (minibatch updates/s; 4 x that is the training-bound limit in
-agent steps/s), (b) the serial reference loop, (c) the fast scheme for each worker count, and
-(d) the W environments alone (the emulation-bound limit of this machine),
-all on real Atari emulation with a short random start and then fixed exploration (epsilon =
---final-epsilon). Prints a table and one JSON line with the ratios (docs/design.md §6).
-
-With --trainer-stub-ms/--query-stub-ms the network work alone (the minibatch update and the
-batched Q query) is replaced by GIL-releasing waits of that length, to see what the CPU side
-sustains for a GPU of that speed; everything else (emulation, replay sampling on the trainer
-thread, flushes) runs for real.
+Measures the trainer alone (4 x its updates/s is the training-bound limit in agent steps/s),
+the serial loop, the fast scheme for each worker count and the W environments alone, on real
+emulation with a short random start, then fixed exploration; prints a table and one JSON line
+(docs/design.md §6). --trainer-stub-ms/--query-stub-ms replace the network's work alone by
+GIL-releasing waits, to see what the host sustains for a GPU of that speed.
 """
 
 from __future__ import annotations
@@ -132,13 +124,10 @@ def make_memory(config: Config, capacity: int, rng: np.random.Generator) -> Repl
 
 
 def touch_pages(memory: ReplayMemory) -> None:
-    """Writes zeros over every array of an empty memory, as a run's first pass over its ring
-    does. A 50M-step run with a 1M memory makes its first writes to a page in the first 2%
-    of its steps; the benchmark's memory holds all its steps, so without this every flush
-    would pay the operating system's first-touch faults (3-5x the cost of the steady-state
-    flush, measured with 10,000 steps and 16 workers). The device frames' pages are mapped
-    when the variable is made, but its first scatter still took 4x a later one (10,000
-    frames, one measurement), so they are written once too."""
+    """Writes zeros over every array of an empty memory, the device frames too, as a run's
+    first pass over its ring does: a 50M-step run touches its pages in its first 2% of
+    steps, and without this every measured flush would pay first-touch faults
+    (docs/throughput.md)."""
     for column in memory.columns:
         column.fill(0)
     chunk = np.zeros((min(memory.capacity, 10_000), FRAME_SIZE, FRAME_SIZE), np.uint8)
@@ -204,12 +193,8 @@ def warm_up(learner, memory: ReplayMemory, num_envs: int, batch_size: int,
 
 
 class LearningWindow:
-    """What the loop's own clocks say between the replay start and the end of the run.
-
-    The acting loop is the main thread: its CPU time is read here at both ends, as is the
-    whole process's (every thread's, the emulators' and TensorFlow's included). The trainer
-    and the simulated GPU keep their own sums; the start's values are subtracted.
-    """
+    """What the loop's own clocks say between the replay start and the end of the run: the
+    main thread's and the process's CPU time, the trainer's and the simulated GPU's sums."""
 
     def __init__(self, loop: TrainingLoop, device=None):
         self._loop = loop
@@ -246,11 +231,8 @@ def host_ceiling(round_cpu_us: float, update_cpu_us: float, num_envs: int,
 
 
 def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
-    """Steps/s of one loop, and where the host's time goes (docs/design.md §6).
-
-    Wall time per update (sampling and the update call) and per round; the CPU time of the
-    trainer's two threads per update and of the acting loop (the main thread) per round.
-    """
+    """Steps/s of one loop, and where the host's time goes (docs/design.md §6): wall and CPU
+    time per update (the trainer's two threads) and per round (the acting loop)."""
     num_envs = config.workers if fast else 1
     pool = make_pool(config, num_envs, config.backend if fast else SERIAL, config.seed)
     memory = make_memory(config, config.replay_capacity, np.random.default_rng(config.seed))
@@ -320,9 +302,8 @@ def game_actions(config: Config) -> int:
 class TrainerAlone:
     """The trainer alone on a memory of random frames: minibatch updates/s, timed in windows.
 
-    The windows are spread over the benchmark (before and after the loops are measured) and
-    their median is the limit: one window's figure moved by 10% from one process to the next
-    on a shared host (docs/throughput.md), and the loops run between the windows.
+    The windows are spread before and after the loops and their median is the limit: one
+    window's figure moves from one process to the next on a shared host (docs/throughput.md).
     """
 
     def __init__(self, args: argparse.Namespace, config: Config, n_actions: int):

@@ -11,23 +11,14 @@ Layout inside a run directory:
                              it (an epoch stopped between its last step and its last update)
 
 A new checkpoint is written to `checkpoint.tmp/`, synced, and swapped in by two renames
-(`checkpoint` -> `checkpoint.old`, `checkpoint.tmp` -> `checkpoint`) before the old one is
-removed, so a crash at any moment leaves one complete checkpoint: `latest_checkpoint` looks
-for `checkpoint` first and then `checkpoint.old`. The manifest is written last, so a
-directory without it is incomplete.
-
-The writer works through the run directory held open (`fast_dqn.run_dir.OpenDirectory`):
-it makes, renames and removes these directories relative to it, never with parents, never
-through a link; TensorFlow writes the networks through the descriptor too. A link (or a
-file) where one of the three directories belongs is refused when a run starts
-(`check_checkpoint_names`), and what a crash left is cleared then (`clear_leftovers`).
+(`checkpoint` -> `checkpoint.old`, `checkpoint.tmp` -> `checkpoint`), so a crash at any
+moment leaves one complete checkpoint; the manifest is written last, so a directory without
+it is incomplete. Everything is made, renamed, removed and read through the run directory
+held open (`run_dir.OpenDirectory`), never through a link.
 
 `verify_checkpoint` reads every file back against the manifest before a resume changes
-anything, and refuses a checkpoint that holds a link, a file the manifest does not list, or
-a manifest that leaves out a file the loader reads. CRC-32 (zlib) guards against damage, not
-against tampering: it ran at 6.4 GB/s on the development machine against 1.9 GB/s for
-SHA-256, so checking a full 7 GB replay memory costs about a second on top of reading it
-(docs/checkpoints.md). The readers open every file without following a link.
+anything. CRC-32 guards against damage, not tampering, at a fraction of a hash's cost on a
+7 GB memory (docs/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -56,8 +47,7 @@ MANIFEST = "manifest.json"
 NETWORK = "network"
 NETWORK_PREFIX = Path(NETWORK) / "ckpt"
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX")  # bytes of a path the system opens, with its NUL
-# Where TensorFlow's files of that prefix are in either checkpoint a resume reads (its data
-# in one shard, numbered in five digits): the longest paths a run opens by name.
+# TensorFlow's files of that prefix in either checkpoint: the longest paths a run opens.
 NETWORK_PATHS = tuple(f"{checkpoint}/{NETWORK_PREFIX.as_posix()}{suffix}"
                       for checkpoint in (CHECKPOINT, OLD_CHECKPOINT)
                       for suffix in (".index", ".data-00000-of-00001"))
@@ -68,8 +58,7 @@ REPLAY_EXTENT = ("capacity", "cursor", "size")
 REPLAY_FILES = tuple(f"{REPLAY}/{name}.npy" for name in (*REPLAY_EXTENT, *TRANSITION_COLUMNS))
 FORMAT_VERSION = 2
 _CHUNK = 8 * 1024 * 1024  # bytes read at a time when checksumming
-# Bytes of streamed rows (a frame store on the device) copied to or from the host at a time:
-# a checkpoint of a memory on the device never holds more of it in host memory than this.
+# Bytes of device frames copied to or from the host at a time: at most this in host memory.
 DEVICE_CHUNK_BYTES = 64 * 1024 * 1024
 
 
@@ -106,13 +95,9 @@ def _is_complete(directory: OpenDirectory, name: str) -> bool:
 
 
 def check_checkpoint_names(directory: OpenDirectory) -> None:
-    """Refuses, when a run starts, anything but a directory of its own where a checkpoint,
-    its temporary or its old directory belongs (a planted link, a file), rather than failing
-    at the first checkpoint, hours later.
-
-    Raises:
-        CheckpointError: naming it, in one line.
-    """
+    """Refuses, when a run starts, anything but a directory where a checkpoint, its
+    temporary or its old directory belongs (a planted link, a file), rather than failing at
+    the first checkpoint, hours later (CheckpointError, one line)."""
     for name in CHECKPOINT_NAMES:
         status = directory.lstat(name)
         if status is None or stat.S_ISDIR(status.st_mode):
@@ -162,18 +147,14 @@ def save_checkpoint(run_dir: RunPath, state: Mapping[str, Any],
 
     Args:
         run_dir: the run directory, held open (a run's) or by its path.
-        state: JSON-able state of the run's parts (counters, generators, averages).
-        write_network: writes the networks to a path prefix (TensorFlow's checkpoint format).
-        arrays: named arrays to store as .npy files (the replay memory), or None; an
-            entry may instead hand out its rows a chunk at a time (`chunks`, `shape`,
-            `dtype`: `FrameStore.saved_rows`).
+        write_network: writes the networks to a path prefix (TensorFlow's format).
+        arrays: named arrays to store as .npy files (the replay memory), or None; an entry
+            may hand out its rows a chunk at a time (`FrameStore.saved_rows`).
 
     Raises:
         WriteFailed: the write failed (e.g. a full disk), naming the file; the previous
-            checkpoint is intact and no `checkpoint.tmp` is left behind. `RunDirGone`: the
-            run directory was deleted.
-        TypeError, ValueError: the state is not JSON-able or an array holds Python objects
-            (a bug, not a condition of the disk); nothing is written.
+            checkpoint is intact. `RunDirGone`: the run directory was deleted.
+        TypeError, ValueError: the state is not JSON-able (a bug); nothing is written.
     """
     json.dumps(state)  # a state that is not JSON fails here, before the disk is touched
     if not isinstance(run_dir, OpenDirectory):  # by its path: held for this save only
@@ -424,10 +405,8 @@ def read_manifest(checkpoint: Path) -> dict[str, Any]:
 
 def verify_checkpoint(checkpoint: Path, *, replay_optional: bool = False) -> dict[str, Any]:
     """Reads every file of a checkpoint back against its manifest; returns the manifest.
-
-    What the loader reads must be listed and match: the manifest must list the network
-    files and, where the replay memory is read, its every file (`REPLAY_FILES`); and the
-    checkpoint may hold nothing else: no link, no file the manifest leaves out.
+    The manifest must list every file the loader reads, and the checkpoint hold nothing
+    else: no link, no unlisted file.
 
     Args:
         replay_optional: a replay memory the manifest lists may be missing as a whole (the
@@ -533,12 +512,8 @@ def network_prefix(checkpoint: Path) -> str:
 def read_replay_into(checkpoint: Path, memory: "ReplayMemory") -> bool:
     """Reads a checkpoint's replay memory into `memory`; False if the checkpoint has none.
 
-    Run `verify_checkpoint` first: this reader checks shapes and sizes, not the bytes. It
-    opens every file without following a link.
-
-    Each column's file is read straight into the memory's own array, so restoring a 7 GB
-    memory needs no second copy and no mapped pages. A memory saved before it wrapped around
-    holds only its filled slots, which fill the leading rows.
+    Run `verify_checkpoint` first: this checks shapes and sizes, not bytes. Each file is
+    read straight into the memory's own array, so a 7 GB memory needs no second copy.
 
     Raises:
         CheckpointError: a file is missing or a link, its shape or dtype differs, or the

@@ -1,19 +1,9 @@
 """Which code a run ran: the git commit of fast_dqn's own checkout and whether it had changes.
 
-config.json keeps a list, `code_versions`, with one entry for the run's start and one for
-each resume that ran other code (another commit, or a tree with changes, which cannot be
-compared):
-
-    {"from_step": 0, "commit": "828d603...", "tree_changed": false, "changed_files": []}
-
-`changed_files` lists (up to MAX_CHANGED_FILES) what `git status --porcelain` shows under the
-code a run executes: the package and the two run scripts; the tests and the docs do not
-count. Where the commit cannot be known, `commit` and `tree_changed` are null and `unknown`
-says why: no git, the package is not a checkout's own (an installed copy, or one inside
-another repository), git failed or took longer than GIT_TIMEOUT_SECONDS.
-
-The entries are records only: a resume never compares them, so a run resumed after a code
-change goes on (and says which code it went on with).
+config.json's `code_versions` has an entry for the run's start and one for each resume that
+ran other code: {"from_step", "commit", "tree_changed", "changed_files"} (what `git status`
+shows under CODE_PATHS), or, where the commit cannot be known, `unknown` saying why. They are
+records only: a resume never compares them.
 """
 
 from __future__ import annotations
@@ -57,9 +47,8 @@ def code_version(from_step: int, package_dir: Path = PACKAGE_DIR,
 
 
 def with_resume_entry(saved: Sequence[Any] | None, entry: Mapping[str, Any]) -> list[Any]:
-    """`code_versions` after a resume whose code is `entry`: the saved list (none in a run
-    written before it was kept), then `entry` unless the code is the last entry's. Code
-    with changes is always added: two changed trees of one commit cannot be told apart."""
+    """`code_versions` after a resume whose code is `entry`: the saved list, then `entry`
+    unless the code is the last entry's (changed trees always: they cannot be told apart)."""
     versions = list(saved) if isinstance(saved, list) else []
     last = versions[-1] if versions and isinstance(versions[-1], Mapping) else None
     same = (last is not None and entry.get("tree_changed") is not True

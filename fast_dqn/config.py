@@ -24,14 +24,13 @@ HISTORY = 4  # frames stacked into one state
 ALGO_DQN = "dqn"
 ALGO_FAST_DQN = "fast_dqn"
 
-# The largest --seed: seeds were 32-bit when the network seeded NumPy's legacy generator, and
-# runs keep that range. The environment seeds derived from it (seed + i for env i, evaluation
-# and resume seeds) are folded into ale-py's narrower range by the env pools.
+# The largest --seed: runs keep NumPy's legacy 32-bit range. The environment seeds derived
+# from it are folded into ale-py's narrower range by the env pools.
 MAX_SEED = 2**32 - 1
 
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
-XLA_MODES = ("auto", "on", "off")
+XLA_MODES = ("on", "off")
 REPLAY_DEVICES = ("auto", "host", "device")
 DEVICES = ("auto", "cpu", "gpu")
 DEVICE_HELP = ("where TensorFlow computes: auto = a GPU if TensorFlow sees one, else the CPU; "
@@ -174,9 +173,9 @@ class Config:
                                  "keep it)")
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
                                    "not a terminal")
-    xla: str = _field("auto", "compile the minibatch update and the samplers' query with XLA: "
-                      "auto = on, on every device (one that cannot compile runs uncompiled "
-                      "and says so in one line); off = never", choices=XLA_MODES)
+    xla: str = _field("on", "compile the minibatch update and the samplers' query with XLA on "
+                      "every device (one that cannot compile runs uncompiled and says so in "
+                      "one line); off = never", choices=XLA_MODES)
     replay_device: str = _field("auto", "where the replay memory's frames live: device = "
                                 "in a variable on the training device, gathered by the "
                                 "update; host = in NumPy, gathered by the host; auto = the "
@@ -252,11 +251,16 @@ def _saved_value(field: dataclasses.Field, value: Any, wanted: type) -> Any:
         value = float(value)
     if type(value) is not wanted:
         raise ValueError(f"{field.name!r} must be {_TYPE_NAMES[wanted]}; got {_as_json(value)}")
+    value = _RENAMED_VALUES.get((field.name, value), value)
     choices = field.metadata["choices"]
     if choices and value not in choices:
         raise ValueError(f"{field.name!r} must be one of {', '.join(choices)}; "
                          f"got {_as_json(value)}")
     return value
+
+
+# Values older runs' config.json may hold, as they are named now: --xla=auto did what on does.
+_RENAMED_VALUES = {("xla", "auto"): "on"}
 
 
 def _as_json(value: Any, limit: int = 40) -> str:

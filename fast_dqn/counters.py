@@ -1,10 +1,7 @@
 """What a run has done so far: agent steps, minibatch updates, finished games and its clock.
 
-Both training loops keep their counters here rather than in the loop classes (dqn_zoo keeps
-its step and rate trackers apart from the agent for the same reason): a newcomer finds what a
-step, an update and a rate mean in one file (`fast_dqn.launch.run_summary` writes them to
-summary.json). What the settings ask for at a step is in `fast_dqn.schedule`.
-"""
+Kept apart from the loops, as dqn_zoo keeps its step and rate trackers apart from the agent,
+so that what a step, an update and a rate mean is in one file."""
 
 from __future__ import annotations
 
@@ -24,11 +21,8 @@ AVERAGE_WINDOW = 100  # games in the running averages, as the original tool used
 # -- the counters -------------------------------------------------------------------------
 
 class EpisodeStats:
-    """Games finished since the run began, and the lengths and returns of the last `window`.
-
-    The one place where recent scores are kept: episodes.csv's averages and the progress
-    line's recent return both read them here.
-    """
+    """Games finished since the run began, and the lengths and returns of the last `window`
+    (what episodes.csv's averages and the progress line's recent return read)."""
 
     def __init__(self, window: int = AVERAGE_WINDOW):
         if window < 1:
@@ -85,13 +79,9 @@ def _mean(values: Sequence[float]) -> float:
 
 
 class RunCounters:
-    """Agent steps, minibatch updates, finished games and the run's clock.
-
-    `step` counts agent steps: one per environment per round (W per round in the fast
-    scheme). `updates` counts minibatch updates applied to the online network, wherever
-    they are made: the main thread adds its own, and during an epoch the trainer thread adds
-    each call's (`training_loops.LearnerThread`); the main thread reads the epoch's only after waiting for it.
-    The clock and the rates span the whole run, earlier processes of a resumed run included.
+    """Agent steps (one per environment per round), minibatch updates, finished games and
+    the run's clock, which spans earlier processes of a resumed run. Thread use: during an
+    epoch only the learner thread adds to `updates`; the main thread reads them after `wait`.
     """
 
     def __init__(self, config: Config):

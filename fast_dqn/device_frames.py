@@ -1,15 +1,10 @@
-"""The replay memory's frames in a TensorFlow variable on the training device: the second
-place of the frame store (fast_dqn/frame_store.py), and the choice between the two.
+"""The replay memory's frames in a TensorFlow variable on the training device (the second
+frame store, fast_dqn/frame_store.py), and the choice between the two (`--replay-device`).
 
-On a GPU, gathering a minibatch's 2 x 32 states of 4 frames on the host (about 900 KB) and
-copying them over is the largest host cost of an update, and it holds the interpreter lock.
-With the frames on the device the host sends only the slots and masks (`SlotBatch`, a few
-KB) and the learner's update gathers the states itself (`learner.gathered_batch`). The host keeps
-every other column, and draws the slots with the same generator and rules, so the
-minibatches are the same bit for bit as with the frames on the host.
-
-`--replay-device=auto` puts them there when a GPU is visible and has room for them beside
-the networks (`choose_replay_device`); on the CPU both settings run (the tests compare them).
+On a GPU, gathering a minibatch's states on the host (about 900 KB) and copying them over
+is the largest host cost of an update, under the interpreter lock; with the frames on the
+device the host sends only the slots and masks (`SlotBatch`, a few KB). The slots are drawn
+with the same generator and rules, so the minibatches are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -37,16 +32,10 @@ DEVICE_HEADROOM_BYTES = 2 * 1024**3
 
 
 class DeviceFrames:
-    """A (capacity + 1, 84, 84) uint8 variable, written at sync points and read by the update.
-
-    Rows 0 .. capacity - 1 are the memory's slots; the last row stays zero, the frame that
-    a state's padding gathers (`learner.gather_states`), which spares the update a pass
-    that would zero the padded frames after the gather. Its minibatches are slots
-    (`SlotBatch`, a few KB), which the update gathers into states on the device.
-
-    Thread use: written only at sync points (the trainer is drained) and by checkpoint
-    reads, read by the trainer's update during an epoch, like the host store.
-    """
+    """A (capacity + 1, 84, 84) uint8 variable: rows 0 .. capacity - 1 are the memory's
+    slots; the last stays zero, the frame a state's padding gathers (`learner.gather_states`).
+    Written only at sync points (the trainer drained) and by checkpoint reads; read by the
+    trainer's update during an epoch."""
 
     def __init__(self, capacity: int, device: str | None = None):
         self.capacity = capacity
@@ -61,14 +50,10 @@ class DeviceFrames:
         self.device_frames = self.variable  # what the learner's update gathers from
 
     def write(self, start: int, frames: np.ndarray) -> None:
-        """One scatter of whole rows from `start` on (around the end of the ring).
-
-        The frames are lent to TensorFlow, not copied (a flush moves 70 MB); the row read
-        after the scatter returns only once the scatter, and any copy of its input to a
-        GPU, is done, so the caller may then change `frames`.
-        """
+        """One scatter of whole rows from `start` on, around the ring: the fastest write
+        (docs/throughput.md). The frames are lent, not copied; the row read after the scatter
+        waits for it (and a GPU's copy), so the caller may then change `frames`."""
         slots = (start + np.arange(len(frames))) % self.capacity
-        # A scatter of whole rows, the fastest of the writes tried (docs/throughput.md).
         self.variable.scatter_update(tf.IndexedSlices(borrowed_tensor(frames),
                                                       tf.constant(slots)))
         if len(slots):
@@ -135,13 +120,9 @@ def gpu_free_bytes() -> int | None:
 
 def choose_replay_device(setting: str, capacity: int, has_gpu: bool,
                          free_bytes: int | None) -> tuple[bool, str]:
-    """Whether the frames go on the device for `--replay-device` (`auto`, `host`, `device`),
-    and the reason, for the device line.
-
-    `auto` puts them on a GPU that has room for them and DEVICE_HEADROOM_BYTES; on the CPU
-    the host store is the default (the device store is the same memory, gathered by
-    TensorFlow's threads instead of NumPy).
-    """
+    """Whether the frames go on the device for `--replay-device`, and the reason, for the
+    device line. `auto` chooses a GPU with room for them and DEVICE_HEADROOM_BYTES; on the
+    CPU, the host (the device store would be the same memory, gathered by TensorFlow)."""
     needed = frames_bytes(capacity)
     if setting == "host":
         return False, "replay frames on the host"

@@ -1,17 +1,11 @@
 """Calling a traced TensorFlow function with less host work per call.
 
-A `tf.function`'s ordinary call binds its arguments to the Python signature, looks up the
-trace, checks for gradient tapes and packs the outputs; only then does it run the graph
-function. For the loops' hot calls (a query per round, an update call per K updates) the
-trace is fixed, the inputs are already tensors in the traced order and no tape watches, so
-`DirectCall` runs the traced graph function (TensorFlow's `AtomicFunction`) straight away.
-The graph is the one the ordinary call runs: the results are the same bit for bit
-(tests/test_direct_calls.py).
-
-`AtomicFunction.call_flat` is not public API. The TensorFlow version is pinned in
-requirements.txt, and where a version lacks it `DirectCall` falls back to the ordinary call
-(`DirectCall.direct` says which) with the same results; a test fails on the pinned version if
-the direct path is lost.
+For the loops' hot calls (a query per round, an update call per K updates) the trace is
+fixed and the inputs are tensors in the traced order, so `DirectCall` runs the traced graph
+function (`AtomicFunction.call_flat`) without the ordinary call's argument binding, trace
+lookup and tape checks; the results are the same bit for bit (tests/test_direct_calls.py).
+`call_flat` is not public API: TensorFlow is pinned, and where it is missing `DirectCall`
+falls back to the ordinary call (`DirectCall.direct` says which).
 """
 
 from __future__ import annotations
@@ -28,11 +22,8 @@ with quiet_tensorflow_start():
 
 
 class DirectCall:
-    """One trace of a `tf.function`, with its leading variable arguments bound, called with
-    the rest of its inputs as tensors in the traced order.
-
-    The trace's own captures (network weights, counters) are passed here too.
-    """
+    """One trace of a `tf.function`, its leading variable arguments and its captures bound,
+    called with the rest of its inputs as tensors in the traced order."""
 
     def __init__(self, function: Any, *specs: tf.TensorSpec,
                  variables: Sequence[tf.Variable] = ()):
@@ -70,14 +61,10 @@ def run_call(purpose: str, call: DirectCall, tensors: list[tf.Tensor]) -> Sequen
 
 
 class DirectCalls:
-    """A network's hot calls, each traced once per purpose and input shapes and then called
-    directly: the samplers query once per round and the trainer updates once per K
-    updates, and the general call's argument matching and checks cost more host time than
-    the rest of the call (docs/throughput.md, "Figures behind choices in the code").
-
-    `dispatch(purpose, call, tensors)` runs a call on its inputs, where the device's work
-    begins; the benchmark's simulated GPU passes one that times the device's work from there.
-    """
+    """A network's hot calls, each traced once per purpose and input shapes, then called
+    directly: the ordinary call's argument matching costs more host time than the rest of
+    the call (docs/throughput.md). `dispatch` runs a call on its inputs; the simulated GPU
+    passes one that times the device's work from there."""
 
     def __init__(self, dispatch: Dispatch = run_call):
         self._dispatch = dispatch
@@ -104,16 +91,13 @@ class DirectCalls:
 
 
 def borrowed_tensor(array: np.ndarray) -> tf.Tensor:
-    """A CPU tensor that reads `array`'s memory instead of copying it (through DLPack).
+    """A CPU tensor that reads `array`'s memory through DLPack instead of copying it, as
+    `tf.constant` does once per round for the samplers' states (docs/throughput.md).
 
-    `tf.constant` copies, once per round for the samplers' states, and in a run every round
-    starts with a cold cache (docs/throughput.md, "Figures behind choices in the code"). The
-    tensor sees any
-    later change to `array`, so it is only for a call whose results are read (`.numpy()`)
-    before `array` changes; reading them waits for everything the call did with its inputs,
-    a GPU's copy included. Arrays that cannot be lent are copied: those not aligned as
-    TensorFlow's kernels require (`host_arrays.aligned_zeros` makes ones that are), and
-    those DLPack refuses (read-only ones, for instance).
+    The tensor sees later changes to `array`: only for a call whose results are read
+    (`.numpy()`, which waits for the call's use of its inputs) before `array` changes.
+    Arrays not aligned for TensorFlow's kernels (`host_arrays.aligned_zeros`), or refused by
+    DLPack, are copied.
     """
     if not (array.flags.c_contiguous and is_tensor_aligned(array)):
         return tf.constant(array)

@@ -1,18 +1,11 @@
 """A pool of W Atari environments stepped in lock-step rounds, behind one interface.
 
-Two backends give the same frames, rewards and flags for the same actions (checked without
-no-ops and sticky actions, where no random draw is involved):
-
-- `VectorEnvPool`: ale-py's `AtariVectorEnv` (ale-py >= 0.12), whose C++ threads step the
-  emulators in parallel with the GIL released. The default.
-- `ThreadEnvPool`: one `AtariEnv` per persistent Python sampler thread, as in Daley & Amato
-  (2021), "Human-Level Control without Server-Grade Hardware". ale-py's `act` holds the GIL,
-  so these threads do not emulate in parallel; the backend exists for fidelity to the paper
-  and for environments without a vector form.
-
-Env i of a pool seeded `seed` is seeded `seed + i`, as ale-py's vector env seeds its envs.
-The vector env takes only seeds in [0, 2**31 - 1] (C++ ints, -1 meaning "unseeded"), so there
-seed + i is taken modulo 2**31 (`ale_seeds`): unchanged wherever it fits.
+Two backends give the same frames, rewards and flags for the same actions (without no-ops
+and sticky actions, where no random draw is involved): `VectorEnvPool`, ale-py's
+`AtariVectorEnv`, whose C++ threads step the emulators with the GIL released (the default);
+and `ThreadEnvPool`, one `AtariEnv` per persistent Python sampler thread as in Daley & Amato
+(2021), for fidelity to the paper (ale-py's `act` holds the GIL, so they do not emulate in
+parallel). Env i of a pool seeded `seed` is seeded `seed + i`, as ale-py's vector env does.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ import numpy as np
 from ale_py.vector_env import AtariVectorEnv
 
 from fast_dqn.atari import AtariEnv, AtariStep, GameSettings, games_over, make_atari_env
-from fast_dqn.config import BACKENDS
 
 T = TypeVar("T")
 SERIAL = "serial"  # the serial reference's pool: envs stepped in the caller's thread
@@ -33,12 +25,9 @@ ALE_SEEDS = 2**31  # ale-py's vector env takes seeds in [0, ALE_SEEDS - 1]
 
 
 def ale_seeds(seed: int, num_envs: int) -> np.ndarray:
-    """The seeds of a vector env's W envs: seed + i, modulo 2**31 to fit ale-py.
-
-    Seeds that fit are kept as they are, so runs that worked before do not change; larger
-    ones (a large --seed, an evaluation seed after thousands of evaluations, a resumed run's
-    seed + step) wrap around instead of failing inside ale-py.
-    """
+    """The seeds of a vector env's W envs: seed + i modulo 2**31 (ale-py takes C++ ints, -1
+    meaning unseeded), so seeds that fit are unchanged and larger ones (a resumed run's
+    seed + step) wrap around instead of failing inside ale-py."""
     return (int(seed) % ALE_SEEDS + np.arange(num_envs, dtype=np.int64)) % ALE_SEEDS
 
 
@@ -82,11 +71,8 @@ class EnvPool(Protocol):
 
 
 class OneCallStep:
-    """`send` and `receive` for a pool whose `step` is one call: `receive` makes it.
-
-    Nothing steps meanwhile; the loop's order of work stays that of the pools that do step
-    in the background.
-    """
+    """`send` and `receive` for a pool whose `step` is one call, made by `receive`: nothing
+    steps meanwhile, and the loop's order of work stays that of the other pools."""
 
     _sent: np.ndarray | None = None
 
@@ -127,18 +113,14 @@ def _check_actions(actions: np.ndarray, num_envs: int, n_actions: int) -> np.nda
 
 
 class VectorEnvPool:
-    """W games in ale-py's `AtariVectorEnv`, stepped by its C++ threads.
-
-    Built from the same `GameSettings` fields as `AtariEnv` (the pipeline is declared there
-    once), with what makes the vector env's steps those of `AtariEnv`: a life loss is
-    terminal without a game reset (`life_loss_info`, unless the settings turn the life-loss
-    signal off), raw rewards, and games reset in the same step they end ("SameStep").
+    """W games in ale-py's `AtariVectorEnv`, stepped by its C++ threads, built from the same
+    `GameSettings` as `AtariEnv`: a life loss terminal without a game reset
+    (`life_loss_info`), raw rewards, games reset in the step they end ("SameStep").
 
     The vector env does not say whether a terminated env was reset (game over) or only lost
     a life. A reset restarts the episode frame counter at the few FIRE and no-op frames,
-    while every step of a continuing game adds frames to it; so a game ended when it
-    terminated and its frame counter did not grow, and it is over by `games_over`'s rule
-    (ended, truncated, or at the step cap).
+    while a continuing game's grows; so a game ended when it terminated and its counter did
+    not grow.
     """
 
     def __init__(self, settings: GameSettings, num_envs: int, *, num_threads: int = 0):
@@ -223,12 +205,9 @@ _STOP = object()  # sentinel: a sampler thread closes its env and exits
 
 
 class _EnvThread:
-    """A named, persistent thread that owns one env: it creates, steps and closes it.
-
-    The caller sends it (round, callable) pairs through its inbox; each reply (the round, its
-    index, the result or the exception raised) goes to the pool's shared outbox. Every
-    callable gets a reply, so the caller never waits forever.
-    """
+    """A named, persistent thread that owns one env: it creates, steps and closes it. Every
+    (round, callable) sent gets a reply in the pool's outbox (its result or its exception),
+    so the caller never waits forever."""
 
     def __init__(self, index: int, make_env: Callable[[], AtariEnv], outbox: queue.Queue):
         self.index = index
@@ -275,13 +254,9 @@ class _EnvThread:
 
 
 class ThreadEnvPool:
-    """W `AtariEnv`s, env i owned by the persistent Python thread `sampler-i`.
-
-    Each round sends every sampler its action and waits for all replies. An exception
-    raised in a sampler thread is re-raised by the call that waits for the work (`receive`
-    for a step; the lowest env index first); the envs may then be out of step, so close the
-    pool. The threads stop on `close()`.
-    """
+    """W `AtariEnv`s, env i owned by the persistent Python thread `sampler-i`. An exception
+    in a sampler is re-raised by the call that waits for the work (the lowest env index
+    first); the envs may then be out of step, so close the pool."""
 
     def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
         """Args:
@@ -374,10 +349,7 @@ class ThreadEnvPool:
 
 
 class SerialEnvPool(OneCallStep):
-    """W `AtariEnv`s stepped one after another in the caller's thread.
-
-    The serial reference trainer's single game, with no thread hop per step.
-    """
+    """W `AtariEnv`s stepped one after another in the caller's thread (the serial loop's)."""
 
     def __init__(self, env_factory: Callable[[int], AtariEnv], num_envs: int):
         self.num_envs = num_envs
@@ -411,16 +383,10 @@ class PoolStopped(Exception):
 
 
 class GroupedPool:
-    """W envs as pools of at most `group_size` (env i of the whole is env i - first of the
-    group that starts at env `first`, seeded `seed + i` as in one pool), made and reset one
-    group after another.
-
-    Making and resetting hundreds of emulators takes a minute in calls that nothing can
-    interrupt (256 Freeway games: 54 s to make, 25 s to reset, in one call each); between two
-    groups the pool asks `should_stop` and raises `PoolStopped` if it is true, so a stop
-    waits for one group at most. A round steps every group at once: `send` to each, then
-    `receive` from each.
-    """
+    """W envs as pools of at most `group_size` (env i seeded `seed + i` as in one pool),
+    made and reset one group after another, asking `should_stop` between two
+    (`PoolStopped`): making hundreds of emulators takes a minute in calls nothing
+    interrupts (docs/checkpoints.md). A round steps every group at once."""
 
     def __init__(self, make_group: Callable[[int, int], EnvPool], num_envs: int,
                  group_size: int, should_stop: Callable[[], bool]):
@@ -503,15 +469,13 @@ def _bind_env(fn: Callable[[int, AtariEnv], T], index: int) -> Callable[[AtariEn
 
 def make_env_pool(backend: str, settings: GameSettings, num_envs: int, *,
                   seed: int) -> EnvPool:
-    """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i).
+    """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i):
+    `backend` is one of config.BACKENDS, which the flags check, or SERIAL.
 
     Raises:
-        ValueError: unknown backend, a setting out of range, or `interp` other than
-            area with the vector backend (ale-py's vector env always resizes with area
-            interpolation).
+        ValueError: a setting out of range, or `interp` other than area with the vector
+            backend (ale-py's vector env always resizes with area interpolation).
     """
-    if backend not in (*BACKENDS, SERIAL):
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     pool: EnvPool
     if backend == "vector":
         pool = VectorEnvPool(settings, num_envs)

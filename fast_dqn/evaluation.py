@@ -1,10 +1,8 @@
 """Evaluation: full games at a small epsilon with the online network, played as one batch.
 
-Nature DQN evaluates with epsilon = 0.05 over 30 games, each starting with up to 30 random
-no-ops (Mnih et al., 2015). Every game runs in its own environment of one pool, so the Q
-queries are batched and the games play side by side instead of one after another. Each env
-plays exactly one game: taking the first N games to finish from a larger pool would favour
-short games.
+Nature DQN evaluates 30 games at epsilon 0.05 (Mnih et al. 2015). Each game has its own
+environment of one pool, so the queries are batched and the games play side by side; each
+env plays exactly one game, since the first N to finish of a larger pool favour short games.
 """
 
 from __future__ import annotations
@@ -26,11 +24,8 @@ def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
              rng: np.random.Generator,
              should_stop: Callable[[], bool] | None = None) -> list[float] | None:
     """Plays one full game (all lives) in each env of `pool`; returns the raw scores, or None
-    if `should_stop()` turned true first (checked every step: 30 games of up to 5 minutes of
-    play must not hold up a stop for minutes).
-
-    The acting is the training loop's (`Actor.play_round`); what is the evaluation's own is
-    that an env's first game alone counts, and that a finished game is not queried again."""
+    if `should_stop()` turned true first (asked every step, so a stop is not held up for
+    minutes). An env's first game alone counts, and a finished game is not queried again."""
     actor = Actor(pool)
     actor.reset(seed=seed)
     scores = np.zeros(pool.num_envs, dtype=np.float64)
@@ -74,12 +69,8 @@ class EvaluationLog(Protocol):
 
 class Evaluator:
     """Evaluations on the schedule: one every `evaluate` agent steps, in a pool of
-    `eval_episodes` envs made on first use. An evaluation skipped by an interruption is made
-    up when the run resumes.
-
-    `make_pool(should_stop)` may raise `PoolStopped` when `should_stop()` turns true while it
-    makes or resets the envs (hundreds of them take a minute); the pool's later resets may
-    too. Either cuts the evaluation short."""
+    `eval_episodes` envs made on first use; one cut short by a stop (`PoolStopped` while
+    the pool is made or reset, or `should_stop`) is played again when the run resumes."""
 
     def __init__(self, config: Config,
                  make_pool: Callable[[Callable[[], bool]], EnvPool] | None,

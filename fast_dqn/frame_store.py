@@ -1,19 +1,10 @@
-"""The replay memory's frames column, in one of two places behind one seam.
+"""The replay memory's frames column, behind one seam: on the host or on the device.
 
-The frames are 7,056 of the 7,064 bytes of a transition, and where they live decides how a
-minibatch reaches the network: on the host (`HostFrames`), its states are gathered into a
-`Batch` by NumPy and copied to the device with the update; on the training device
-(`fast_dqn.device_frames.DeviceFrames`), the host sends only the slots the states are made
-of (`SlotBatch`) and the update gathers them where the frames are. Everything else about
-the memory (its other columns, which slots are valid, the generator that draws them) is the
-same in both places, so both draw the same minibatches and make the same updates.
-
-A frame store stores and gathers frames, and nothing outside it asks where they live:
-
-- write rows (a flush's transitions, in ring order);
-- turn a minibatch's slots into what the learner's update takes (`gather`);
-- stream its rows out to a checkpoint and back in (`saved_rows`, `restore_target`);
-- hand out host copies of its rows (`rows`, for tests and tools).
+The frames are 7,056 of a transition's 7,064 bytes, and where they live decides how a
+minibatch reaches the network: on the host (`HostFrames`) NumPy gathers its states into a
+`Batch`; on the training device (`device_frames.DeviceFrames`) the host sends the slots
+(`SlotBatch`) and the update gathers them there. The rest of the memory is the same in both
+places, so both make the same updates; nothing outside a store asks where the frames live.
 """
 
 from __future__ import annotations
@@ -61,11 +52,8 @@ class FrameStore(Protocol):
 
 
 class HostFrames:
-    """The frames in host memory, one array of (capacity, 84, 84) uint8.
-
-    Its minibatches are gathered into reused buffers (`Batch`): fresh megabyte-sized arrays
-    per call cost page faults (docs/throughput.md).
-    """
+    """The frames in host memory, one (capacity, 84, 84) uint8 array. Minibatches are
+    gathered into reused buffers: fresh ones per call cost page faults (docs/throughput.md)."""
 
     device_frames = None  # the update takes gathered states
 

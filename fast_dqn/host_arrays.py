@@ -1,10 +1,6 @@
-"""Host arrays that TensorFlow can read in place, without a copy.
-
-TensorFlow's CPU kernels check that a tensor's memory starts on a multiple of
-`TENSOR_ALIGNMENT` bytes and abort the process when it does not (a failed check in
-tensor.cc, seen with a 16-byte-aligned array, NumPy's own alignment here). A tensor that
-borrows an array's memory (`direct_calls.borrowed_tensor`) must therefore start there.
-"""
+"""Host arrays that TensorFlow can read in place: its CPU kernels abort the process on a
+tensor whose memory does not start on a multiple of `TENSOR_ALIGNMENT` bytes (NumPy aligns
+to 16), so an array lent to it (`direct_calls.borrowed_tensor`) must start there."""
 
 from __future__ import annotations
 

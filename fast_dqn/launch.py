@@ -1,21 +1,11 @@
 """Builds a training run from the command line and runs it; the entry points call `main`.
 
-Failures and stopping follow docs/design.md §5.
-
-Bad input is found before anything is written or allocated: it gets one line on stderr and
-exit status 2; so does a run directory held by another process, and a checkpoint that fails
-its checks (`--resume`), which is verified whole before the run's files are touched. A run
-stopped by SIGINT/SIGTERM/SIGHUP writes its checkpoint and summary and exits with 130/143/129
-while it has work left, and 0 once all its work is done (a resume of such a run does nothing
-and exits 0); a diverged run, or one that cannot write its files (a full disk), exits with 1
-and one line that names the file and the checkpoint to resume from.
-
-Standard output that cannot be written while the run starts (a closed pipe, a full device)
-ends it with one line on stderr and exit status 2 before it trains, and a new run's directory
-is discarded as when it fails to start, so the same command can run again; once the run
-trains, a line that cannot be shown is not shown and the run goes on (its files say it all).
-A resume that cannot lock its directory for writing (a read-only file system) still finds a
-finished run finished, which needs no write.
+Failures and stopping follow docs/design.md §5: bad input, a held run directory or a
+checkpoint that fails its checks get one line and exit status 2 before anything is written;
+a stopped run checkpoints and exits 128 + the signal while it has work left, 0 once its work
+is done; a diverged run or a failed write exits 1 with one line naming what to resume from.
+Lost standard output at the start is refused as bad input (a new run's directory discarded);
+once the run trains, a line that cannot be shown is dropped and the run goes on.
 """
 
 from __future__ import annotations
@@ -70,13 +60,9 @@ RESUME_FLAGS = ("timesteps", "refill_replay", "device")  # what may be given bes
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
-# Host memory an environment of the samplers' pool holds, for the start-up memory check
-# (measured once, the process's resident memory before and after making Pong envs: 64 of
-# ale-py's vector env 78 MB, 32 of the threads backend 42 MB; 1.2-1.3 MB each).
+# Host memory an environment of the samplers' pool holds, for the start-up memory check, and
+# the count from which the run says it is making them (docs/fast-scheme.md has the figures).
 ENV_BYTES = 1_250_000
-# From this many environments on, the run says that it is making them: at about 0.15 s each
-# on an idle core (docs/checkpoints.md), 64 take 10 s and 1,000 minutes (on a loaded 2-core
-# machine, 64 vector envs took 220 s), in silence otherwise.
 MANY_ENVS = 64
 
 
@@ -129,11 +115,8 @@ def num_envs(config: Config, algo: str) -> int:
 
 def check_memory_for(capacity: int, envs: int = 1, headroom_bytes: int = 2 * 1024**3) -> None:
     """Raises ValueError if this machine cannot hold a replay memory of `capacity` and a
-    pool of `envs` environments.
-
-    numpy allocates lazily, so an oversized memory would fail hours into a run, and a pool of
-    thousands of environments minutes into its making; this check runs before either.
-    """
+    pool of `envs` environments: numpy allocates lazily, so an oversized memory would fail
+    hours into a run."""
     available = available_memory_bytes()
     if available is None:
         return
@@ -224,13 +207,13 @@ def checkpoint_bytes(config: Config) -> int:
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.learner import configure_device, make_learner, use_xla  # TensorFlow here
+    from fast_dqn.learner import configure_device, make_learner  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
 
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
-    device = f"{device}; {replay_line}; XLA {'on' if use_xla(config.xla) else 'off'}"
+    device = f"{device}; {replay_line}; XLA {config.xla}"
     say(device)
     if algo == ALGO_FAST_DQN:
         if config.workers >= MANY_ENVS:
@@ -285,13 +268,9 @@ def report_crashes() -> None:
 
 
 def main(argv: Sequence[str] | None, algo: str, exiting: bool = False) -> int:
-    """Runs one entry point; returns the exit status.
-
-    The stop request is installed first, so that a signal during the start (TensorFlow's
-    import, reading a 7 GB checkpoint) stops the run as soon as it can act on it. With
-    `exiting` (the run scripts, whose process ends with the status) a stop signal after the
-    run is over is ignored; else the caller's handlers come back.
-    """
+    """Runs one entry point; returns the exit status. The stop request is installed first,
+    so that a signal during the start is not lost; with `exiting` (the run scripts) a stop
+    signal after the run is over is ignored, else the caller's handlers come back."""
     stop = StopRequest()
     stop.install()
     report_crashes()
@@ -442,11 +421,9 @@ def _nothing_left(run_dir: Path, step: int, config: Config) -> int:
 
 
 def _finished_without_lock(config: Config, algo: str, refusal: ValueError) -> int:
-    """A resume whose directory could not be locked for writing (`refusal`): on a read-only
-    file system, or in an archive its user may not write, a finished run is still finished,
-    and saying so writes nothing. A shared lock on a read-only descriptor keeps out a run
-    that holds the directory (it holds the lock exclusively). Anything else gets `refusal`.
-    """
+    """A resume whose directory could not be locked for writing (a read-only file system):
+    a finished run is still finished, and saying so writes nothing; a shared lock keeps out
+    a run that holds the directory. Anything else gets `refusal`."""
     with _shared_lock(Path(config.logdir)) as locked:
         if not locked:
             return _refuse(refusal)
@@ -487,10 +464,8 @@ def _shared_lock(run_dir: Path) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def _discarded_if_output_lost(run_dir: RunDirectory) -> Iterator[None]:
-    """Standard output failed before the run trained (`OutputLost`, which goes on up to
-    `main`): the run has done nothing, and a new run's directory is discarded as when it
-    fails to start, so that the same command can run again; a resumed run's is left as it
-    was."""
+    """Standard output failed before the run trained (`OutputLost`): a new run's directory
+    is discarded, so that the same command can run again; a resumed run's is kept."""
     try:
         yield
     except OutputLost:
@@ -518,10 +493,8 @@ def warn(line: str) -> None:
 
 
 def _silence_stdout() -> None:
-    """Points file descriptor 1 at the null device once stdout is lost, as Python's
-    documentation advises for a closed pipe: whatever is still buffered for it then goes
-    there at exit, instead of failing the interpreter's last flush ("Exception ignored",
-    exit status 120)."""
+    """Points fd 1 at the null device once stdout is lost, as Python's documentation advises
+    for a closed pipe, so that the interpreter's last flush does not fail (exit status 120)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
@@ -576,11 +549,9 @@ def checkpoint_finished(config: Config, checkpoint: Path, manifest: dict) -> boo
 
 
 def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
-    """Restores a built loop from a checkpoint that `verify_checkpoint` passed, in this order:
-    networks and optimizer slots; the replay memory's arrays; the loop's own state; then the
-    transitions held apart from the memory (or, without a saved memory, a refill started from
-    the restored counters); last, a check of the memory's invariants. Only memory is changed.
-    Returns whether the checkpoint held the replay memory.
+    """Restores a built loop from a verified checkpoint: networks, replay arrays, the loop's
+    state, the transitions held apart (or a refill without a saved memory), then a check of
+    the memory's invariants. Only memory is changed. Returns whether the replay was saved.
 
     Raises:
         CheckpointError: a file or a value does not fit this run, or the memory read back
@@ -611,9 +582,8 @@ def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, An
 
 
 def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
-    """Continues a run from its verified checkpoint (`restore_loop`), then checks
-    that the CSVs hold what the checkpoint counted. Only memory is changed here; the run's
-    files are changed after it succeeds.
+    """Continues a run from its verified checkpoint (`restore_loop`) and checks that the
+    CSVs hold what it counted; the run's files are changed only after it succeeds.
 
     Raises:
         CheckpointError: a file or a value does not fit this run.
@@ -727,10 +697,8 @@ MODULE_COMMAND = "python -m fast_dqn"  # fast_dqn.cli.PROG, which sets argv[0] t
 
 
 def resume_command(algo: str) -> str:
-    """The command the run was started with, as its user typed it where the process can tell
-    (`sys.argv[0]`): `python run_fast_dqn.py` (with the script's path as given), the console
-    script `fast-dqn`, or `python -m fast_dqn train`; `python run_fast_dqn.py` (or
-    `run_dqn.py`) when it cannot."""
+    """The command the run was started with, as `sys.argv[0]` tells it (`python
+    run_fast_dqn.py`, `fast-dqn`, `python -m fast_dqn train`), else the run script."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
     if argv0.startswith(MODULE_COMMAND + " "):
         return argv0

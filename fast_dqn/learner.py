@@ -1,12 +1,9 @@
-"""The learner: the online and target networks and the optimizer, and the traced calls that
-run the learning rule and the greedy queries on them (TensorFlow 2).
+"""The learner: online and target networks, the optimizer, and the traced calls that run the
+learning rule (`update_rule.dqn_update`, not reimplemented here) and the greedy queries.
 
-The update itself (TD targets, the loss, the optimizer's step) is one function,
-`update_rule.dqn_update`, which this module does not reimplement: `Learner` traces it (one
-update from a host minibatch, or from slots whose states it gathers from the replay frames on
-the device), loops it K times in one call (`in_order`), compiles it with XLA and dispatches it
-(`direct_calls`). Each call returns every transition's TD error. The benchmark's simulated GPU
-replaces the traced calls and their dispatch at construction (`traced_calls`, `dispatch`).
+An update call runs the rule once or K times (`in_order`), from a host minibatch or from
+slots gathered on the device, compiled with XLA and dispatched directly (`direct_calls`).
+The simulated GPU substitutes the calls and their dispatch (`traced_calls`, `dispatch`).
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ from fast_dqn.replay_memory import Minibatches
 from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
 from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer
 
-# TensorFlow's C++ start-up lines would be a run's first output; they are shown only when
-# something is wrong (see quiet_tensorflow.py), or always with FAST_DQN_TF_LOGS=1.
 with quiet_tensorflow_start():
     import tensorflow as tf
 
@@ -39,11 +34,9 @@ SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 o
 # Every traced call by purpose: the samplers' query of the target network, the online
 # network's query, and the updates from host minibatches and from slots, 1 or K per call.
 CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES)
-# The name under which a checkpoint keeps each optimizer's slots: Nature's RMSProp under the
-# name checkpoints have always used, Adam under its own, so that `restore` can say in one
-# line that a checkpoint holds the other optimizer's. Under one name both keep two slots per
-# weight by position, and TensorFlow compares only shapes (with the same name, a test's
-# mismatch was refused only as "incompatible tensor with shape (512, 4)").
+# The name under which a checkpoint keeps each optimizer's slots. Both keep two slots per
+# weight, which TensorFlow matches by shape alone: apart, `restore` can refuse the other
+# optimizer's in one line.
 OPTIMIZER_CHECKPOINT_KEYS = {"rmsprop": "optimizer", "adam": "adam_optimizer"}
 
 # xla -> the traced function of each of CALL_PURPOSES: what a learner's calls run.
@@ -71,23 +64,17 @@ def configure_device(deterministic_cpu: bool = True, activity: str = "training")
 
 
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """frames[slots] with the masked frames zero: the states `HostFrames.gather` makes on
-    the host, made where the frames are. The masked frames are gathered from `frames`' last
-    row, which is zero (`DeviceFrames`), rather than zeroed after the gather, which costs a
-    pass over the states (docs/throughput.md, "Figures behind choices in the code")."""
+    """frames[slots], the masked frames taken from `frames`' last row, which is zero
+    (`DeviceFrames`): `HostFrames.gather`'s states without a zeroing pass over them
+    (docs/throughput.md)."""
     zero_slot = tf.cast(tf.shape(frames)[0] - 1, slots.dtype)
     return tf.gather(frames, tf.where(tf.cast(mask, tf.bool), slots, zero_slot))
 
 
 def in_order(step: Any, count: tf.Tensor, collect: bool = False) -> tf.Tensor | None:
-    """step(k) for k = 0, ..., count - 1 in a compiled function, strictly one after another;
-    with `collect`, returns their outputs (each a minibatch's TD errors) one after another,
-    flat.
-
-    A loop rather than `count` copies of the step: one trace serves every count and tracing
-    costs the same for any count (unrolled copies take several times longer to trace).
-    One iteration at a time, so each update reads the weights the one before it wrote.
-    """
+    """step(k) for k = 0, ..., count - 1, one at a time (each update reads the weights the
+    one before wrote); with `collect`, their outputs, flat. A loop, not unrolled copies: one
+    trace serves every count, and tracing costs the same for any (docs/throughput.md)."""
     if not collect:
         def body(k: tf.Tensor) -> tuple[tf.Tensor]:
             step(k)
@@ -106,8 +93,7 @@ def in_order(step: Any, count: tf.Tensor, collect: bool = False) -> tf.Tensor | 
 
 
 def gathered_batch(frames: tf.Tensor, slots: SlotBatch) -> Batch:
-    """The minibatch whose states `slots` names, its states gathered from `frames` (the
-    replay memory's frames on the device); the other columns as they are, by name."""
+    """The minibatch of `slots`, its states gathered from the replay frames on the device."""
     return Batch(states=gather_states(frames, slots.state_slots, slots.state_mask),
                  next_states=gather_states(frames, slots.next_slots, slots.next_mask),
                  **{name: getattr(slots, name) for name in MINIBATCH_COLUMNS})
@@ -117,25 +103,17 @@ class Learner:
     """The online and target networks, the optimizer, and the traced calls on them: K
     updates from K minibatches in one call, and the greedy queries the actors make.
 
-    Thread use: in the fast scheme the learner thread calls `update`, the acting loop calls
-    `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, when the
-    learner thread is drained. The target network is frozen in between, so the two never race.
+    Thread use: in the fast scheme the learner thread calls `update` and the acting loop
+    `greedy_actions(use_target=True)`; `sync_target` runs only at sync points, with the
+    learner thread drained, so the two never race.
 
-    `seed` fixes the initial weights; no global random generator is touched. `replay_frames`
-    is the replay memory's frames on the device (`FrameStore.device_frames`), which the
-    updates from slots gather their states from. With `td_errors` an update call returns
-    each transition's TD error (prioritized replay turns them into priorities); without, it
-    returns none: a traced update with that output is arranged otherwise by TensorFlow's
-    graph optimizer, and its weights differ in their last bits.
-
-    Substitutions at construction: `update_function` replaces the learning rule (default:
-    `update_rule.dqn_update` with this loss and target); every traced path calls the one
-    given. For the benchmark's simulated GPU (fast_dqn/simulated_gpu.py), `traced_calls`
-    replaces the traced calls of every purpose in `CALL_PURPOSES` (a table that lacks one is
-    refused, so no call escapes the simulation), and `dispatch` runs each hot call
-    (`direct_calls.DirectCalls`). The simulation replaces whole calls rather than the update
-    inside them: its host cost must be the real calls' per call (one dispatch per K updates,
-    the states of all K gathered).
+    `seed` fixes the initial weights (no global generator is touched). `replay_frames` is
+    the memory's frames on the device (`FrameStore.device_frames`), for updates from slots.
+    With `td_errors` an update call returns each transition's TD error; without, none, since
+    that output makes TensorFlow's graph optimizer arrange the update otherwise, and the
+    weights differ in their last bits. `update_function` replaces the learning rule;
+    `traced_calls` (every purpose in `CALL_PURPOSES`, or refused) and `dispatch` are the
+    simulated GPU's, which replaces whole calls so that its host cost is the real calls'.
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float, seed: int,
@@ -176,7 +154,6 @@ class Learner:
             raise ValueError(f"traced calls for {sorted(functions)}, not for "
                              f"{sorted(CALL_PURPOSES)}")
         self._functions = functions
-        # The hot calls' traces, called directly (fast_dqn/direct_calls.py).
         self.direct_calls = DirectCalls(dispatch=self._dispatch)
 
     def _own_calls(self, xla: bool) -> dict[str, Any]:
@@ -282,15 +259,10 @@ class Learner:
     # The host's calls.
 
     def update(self, minibatches: Minibatches, count: int) -> tf.Tensor | None:
-        """`count` updates one after another in one call: update k on rows k * B ...
-        (k + 1) * B - 1 of `minibatches` (as `ReplayMemory.sample_many` stacks them), their
-        states gathered on the host (`Batch`) or gathered here from `replay_frames`
-        (`SlotBatch`). Returns the TD errors of the count * B rows (with `td_errors`; reading
-        the tensor waits for the updates), else None.
-
-        The same updates as `count` calls of one update each; one call pays the per-call
-        host cost (dispatch, argument conversion) once.
-        """
+        """`count` updates in one call, update k on rows k * B ... (k + 1) * B - 1 of
+        `minibatches` (a `Batch`, or a `SlotBatch` gathered from `replay_frames`): the same
+        updates as `count` single calls, paying the per-call host cost once. Returns the
+        count * B TD errors with `td_errors` (reading them waits for the updates), else None."""
         slots = isinstance(minibatches, SlotBatch)
         variables = (self.replay_frames,) if slots else ()
         purposes = SLOT_UPDATES if slots else ("update", "update_many")
@@ -377,14 +349,6 @@ def _op_types(concrete: Any) -> collections.Counter:
                                if op.type not in _NOT_DISPATCHED)
 
 
-def use_xla(mode: str) -> bool:
-    """`--xla`: "on" and "auto" compile the update and the samplers' query with XLA on every
-    device; "off" does not. Dispatched op by op, an H200's update cost five times its
-    arithmetic (docs/throughput.md). A device that cannot compile runs uncompiled
-    (`Learner._run_uncompiled`)."""
-    return mode != "off"
-
-
 def _xla_refused(error: Exception) -> bool:
     """Whether a call's error is XLA declining to compile it (not a failure of the run)."""
     text = str(error)
@@ -392,11 +356,9 @@ def _xla_refused(error: Exception) -> bool:
 
 
 def learner_settings(config: Config) -> dict[str, Any]:
-    """Learner's keyword arguments from `config`: its optimizer and loss, and the Double DQN
-    target or the dueling architecture where it asks for them (the learning rule,
-    `update_rule.dqn_update`, is the default)."""
+    """Learner's keyword arguments from `config` (optimizer, loss, Double DQN, dueling)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
-                seed=config.seed, xla=use_xla(config.xla), double=config.double,
+                seed=config.seed, xla=config.xla == "on", double=config.double,
                 dueling=config.dueling, optimizer=config.optimizer, loss=config.loss,
                 td_errors=config.prioritized)
 

@@ -1,9 +1,5 @@
-"""What a training loop is built from, and what it needs of each part.
-
-The entry points (`fast_dqn.launch`, `fast_dqn.benchmark`) and the tests build `LoopParts`;
-`fast_dqn.training_loops` runs them. The protocols name the few methods the loops call, so that the
-tests' recording fakes stand in for the real parts.
-"""
+"""What a training loop is built from (`LoopParts`), and the few methods it calls of each
+part, so that the tests' recording fakes stand in for the real ones."""
 
 from __future__ import annotations
 

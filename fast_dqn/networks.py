@@ -41,18 +41,14 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
                      dueling: bool = False) -> keras.Model:
     """Conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, dense 512, dense n_actions; ReLU.
 
-    Takes uint8 states (B, HISTORY, 84, 84) and scales and transposes them on the device.
-    Each layer's Glorot-uniform kernel gets its own seed from `seeds`, in layer order.
-
-    `dueling` replaces the two dense layers by Wang et al.'s (2016) two streams, each a dense
-    layer of 512 then one of 1 (the state value) or `n_actions` (the advantages), combined by
-    `dueling_q_values`; the gradient the two streams send into the last convolution is
-    scaled by 1/sqrt(2), as in the paper.
+    Takes uint8 states (B, HISTORY, 84, 84), scaled and transposed on the device; each
+    Glorot-uniform kernel is seeded from `seeds`, in layer order. `dueling`: Wang et al.'s
+    (2016) value and advantage streams (dense 512, then 1 or `n_actions`), combined by
+    `dueling_q_values`, their gradient into the last convolution scaled by 1/sqrt(2).
     """
 
     def glorot() -> keras.initializers.Initializer:
-        # The draw Keras makes for an unseeded initializer, from our generator instead of
-        # Python's global one: weights are the same as when the global one was seeded.
+        # Keras's draw for an unseeded initializer, from `seeds`, not Python's global one.
         return keras.initializers.GlorotUniform(seed=seeds.randint(1, int(1e9)))
 
     states = keras.Input(STATE_SHAPE, dtype="uint8", name="states")

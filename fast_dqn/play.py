@@ -4,38 +4,19 @@
                                     [--seed S] [--max-steps N]
 
 The games are played as the Nature evaluation plays them (Mnih et al., 2015): the online
-network, epsilon-greedy with epsilon = 0.05, full games (all lives) one after another in
-a pool of one env, as the serial trainer's, acted as the training loops act
-(`acting.Actor`: the Atari pipeline and state padding rule the agent was trained on), with
-the run's own settings from `RUN_DIR/config.json`. Each game's raw (unclipped) score and the
-mean are printed. A checkpoint from before the replay start (an untrained network) is played
-with a one-line warning.
+network at epsilon 0.05, full games one after another in a pool of one env, acted as the
+training loops act (`acting.Actor`) with the run's own settings; each raw score and the mean
+are printed.
 
-`--video` records the raw RGB screen, one screen per agent step, as an MP4 at 15 fps, which is
-real time at frame skip 4 on the 60 Hz Atari. Each Atari pixel becomes 2x2 pixels (320x420):
-H.264 and VP9 keep colour at half the resolution (4:2:0), which would smear the one-pixel
-details of the 160x210 screen. The codec is the first one this OpenCV really writes (a probe
-writes two frames and reads them back): H.264, which browsers and notebooks play inline,
-then VP9, then MPEG-4 part 2; a fallback is named in one line.
+`--video` records the raw RGB screen at 15 fps (real time at frame skip 4 on the 60 Hz
+Atari), each pixel as 2x2, since H.264 and VP9 keep colour at half resolution (4:2:0) and
+would smear the screen's one-pixel details; the codec is the first this OpenCV really writes
+(H.264, which browsers play inline, then VP9, then MPEG-4 part 2). Into the run directory it
+writes under the directory's lock, refused while a training run holds it. The file is
+renamed into place only when read back whole: OpenCV drops the file system's errors.
 
-`--video` alone writes `play-step<STEP>.mp4` into the run directory, through the directory
-held open and without following a link there, and under the run directory's lock for as
-long as play runs: a run directory belongs to the one process that holds it, so play writes
-there only while no training run holds it (and a `--resume` started meanwhile is refused in
-one line that names play), and refuses in one line otherwise. A path given to `--video` is
-written wherever it points. Either way the file is written beside its destination under a
-temporary name and renamed into place when complete and read back whole: OpenCV drops the
-file system's errors, so a video cut short (a full disk) is found only by reading it.
-
-SIGINT, SIGTERM and SIGHUP (`stop_request.StopRequest`, as the trainers take them) stop play
-at its next step with one line on stderr and exit status 128 + the signal's number; the
-video, incomplete, is removed.
-
-Bad input (no run directory, config or checkpoint, a count or probability out of range, a
-video path that cannot be written, or a full disk there) is reported in one line on stderr
-with exit status 2. So is a damaged checkpoint: before it is read, every file its manifest
-lists is checked against the manifest's size and CRC-32, as `--resume` checks it (a replay
-memory that is missing as a whole is let pass: playing does not read it).
+A stop signal ends play at its next step (exit 128 + the signal; the video removed). Bad
+input, and a checkpoint that fails `--resume`'s checks, get one line and exit status 2.
 """
 
 from __future__ import annotations

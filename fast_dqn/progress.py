@@ -1,17 +1,10 @@
 """The live progress line of a training run: for people to read, never parsed by the code.
 
-The line shows the agent step out of the total (percent capped at 100), the phase the run is
-in while it does not act (waiting for the trainer, evaluating, writing the checkpoint), the
-rate in agent steps per second of training time (wall time minus the pauses for evaluations
-and checkpoints), the ETA, epsilon, the recent return and the last evaluation's mean return.
-
-Once learning has started, the rate is taken over whole epochs only, from the start of
-learning to the last epoch's end (`epoch_ended`): within an epoch the samplers first run
-ahead and then wait for the trainer, so a rate read mid-epoch swings by a factor of ten; until
-the first whole epoch of learning it is unknown ("?"). ETA = remaining steps / that rate +
-for each pause kind, the pauses still to come × the mean measured duration of that kind; so
-neither an evaluation nor a checkpoint write makes the rate or the ETA swing, and both are
-still counted in the ETA.
+The rate is agent steps per second of training time (wall time less the pauses for
+evaluations and checkpoints), over whole epochs once learning has started (`epoch_ended`):
+within an epoch the samplers first run ahead and then wait for the trainer, so a rate read
+mid-epoch swings by a factor of ten. ETA = remaining steps / rate + the pauses still to come
+at each kind's mean measured duration, so pauses make neither swing.
 """
 
 from __future__ import annotations
@@ -51,20 +44,11 @@ class Progress:
 
         step 12000/50000000 (0.0%) | 1534 steps/s training | ETA 9h02m | eps 0.91 | return -20.3 | eval -21.0
 
-    Lines that stay (`message`: an evaluation's result, a checkpoint, a stop) are printed as
-    plain lines off a terminal and above the redrawn line on one.
-
-    `periods` maps a pause kind (as given to `paused`) to its period in agent steps, 0 = never,
-    e.g. {"evaluation": 250_000, "checkpoint": 1_000_000}. Periodic pauses fall at the
-    multiples of the period in (step, total]; a kind in `final_pauses` (default FINAL_PAUSES)
-    also comes that many times at the end of the run, and that final pause replaces the
-    periodic one at the total itself. Once the step reaches the total no pause is expected.
-    A kind never measured yet (e.g. before the first checkpoint, or after a resume) adds
-    nothing to the ETA, so the ETA is optimistic until each kind has happened once.
-
-    `update` is cheap when nothing is due (a clock read and a comparison), so it may be
-    called every agent step. Output happens only from `update` and `close`.
-    Thread ownership: owned by the main (sampler-loop) thread, like RunFiles.
+    `periods` maps a pause kind (as given to `paused`) to its period in agent steps (0 =
+    never); periodic pauses fall at its multiples in (step, total], and a kind in
+    `final_pauses` also comes that many times at the end, in place of the periodic one at
+    the total. A kind not measured yet adds nothing to the ETA. `update` is cheap when
+    nothing is due, so it may be called every step. Owned by the main thread.
     """
 
     REDRAW_SECONDS = 0.5  # terminal redraw period
@@ -142,13 +126,9 @@ class Progress:
 
     def phase(self, kind: str, label: str | None = None, *, lasting: bool = False) -> None:
         """Marks the start of a phase that is not a pause (e.g. "waiting for the trainer"):
-        off a terminal a line says so ("waiting for the trainer at step N"), as `paused`
-        does, so a log (or a script) can tell what the run is doing; on a terminal the
-        progress line is drawn again at once with the phase's name (`label`, else `kind`),
-        which it shows until the step moves on, another phase begins or `end_phase` is
-        called, and with `lasting` the line "KIND at step N" is printed above it too (a
-        checkpoint: rare, and worth finding in a terminal's scrollback). Its time stays in
-        the rate."""
+        off a terminal a line "KIND at step N" says so; on one the line names it (`label`)
+        until the step moves on, another phase begins or `end_phase`, and with `lasting`
+        "KIND at step N" is printed above it too. Its time stays in the rate."""
         now = self._clock()
         self._phase = _Phase(label or kind, now, self._step)
         if self._bar is None:

@@ -1,21 +1,12 @@
 """A quiet TensorFlow start: its C++ start-up lines are held back unless something is wrong.
 
-Importing TensorFlow 2.21 on a machine without a GPU prints about seven lines to stderr
-(absl's "All log messages before absl::InitializeLog()", the oneDNN notice, "Could not find
-cuda drivers", "failed call to cuInit ... (303)"). They come from C++ before TensorFlow's own
-logging is set up, so TF_CPP_MIN_LOG_LEVEL cannot silence them all, and they would be the first
-thing a new user reads. So the import and the GPU listing run with file descriptor 2 pointed at
-a temporary file, and what was captured is shown only when it matters:
-
-- the import failed (the exception follows the captured lines);
-- no GPU is visible and the lines name a GPU or CUDA failure other than "this machine has no
-  NVIDIA driver", or the machine has an NVIDIA device that TensorFlow does not use.
-
-`FAST_DQN_TF_LOGS=1` leaves all of TensorFlow's lines alone (no capture, TensorFlow's default
-log level).
-
-`select_device` applies `--device` here too, because it must act before TensorFlow starts:
-TensorFlow reads CUDA_VISIBLE_DEVICES once, when it first looks for GPUs.
+Importing TensorFlow on a machine without a GPU prints lines to stderr from C++ (absl's
+preamble, the oneDNN notice, "Could not find cuda drivers") before its logging is set up, so
+TF_CPP_MIN_LOG_LEVEL cannot silence them, and they would be a new user's first read. The
+import and the GPU listing run with fd 2 captured, shown only when the import fails or no
+GPU is visible and the lines name a GPU problem other than "no NVIDIA driver" (or the machine
+has an NVIDIA device). `FAST_DQN_TF_LOGS=1` leaves them alone. `select_device` applies
+`--device` here, since TensorFlow reads CUDA_VISIBLE_DEVICES once, when it first looks.
 """
 
 from __future__ import annotations
@@ -47,12 +38,8 @@ def tensorflow_logs_wanted() -> bool:
 
 @contextlib.contextmanager
 def quiet_tensorflow_start() -> Iterator[None]:
-    """Runs the block (which imports TensorFlow) with fd 2 captured; then lists the GPUs.
-
-    The captured lines are written to stderr when the block raises or when the GPU listing
-    suggests a broken GPU set-up (see the module docstring); otherwise they are dropped.
-    stderr is restored whatever happens.
-    """
+    """Runs the block (which imports TensorFlow) with fd 2 captured, then lists the GPUs;
+    the captured lines are shown only as the module docstring says."""
     if tensorflow_logs_wanted():
         yield
         return
@@ -73,16 +60,12 @@ def quiet_tensorflow_start() -> Iterator[None]:
 
 
 def select_device(device: str) -> None:
-    """Applies `--device` (config.DEVICES) before TensorFlow computes anything.
-
-    cpu: hides the GPUs; before TensorFlow's import by CUDA_VISIBLE_DEVICES (which child
-    processes inherit too), after it by TensorFlow's visible devices, which it accepts until
-    its runtime starts. gpu: imports TensorFlow (quietly) and checks that it sees a GPU.
-    auto: nothing; TensorFlow takes a GPU if it sees one.
+    """Applies `--device` before TensorFlow computes anything: cpu hides the GPUs (by
+    CUDA_VISIBLE_DEVICES before the import, by TensorFlow's visible devices after it); gpu
+    checks that TensorFlow sees one; auto does nothing.
 
     Raises:
-        ValueError: gpu, and TensorFlow sees no GPU; or cpu, and TensorFlow already computes
-            on a GPU in this process. One line.
+        ValueError: gpu without a GPU, or cpu once TensorFlow computes on a GPU. One line.
     """
     if device == "cpu":
         _hide_gpus()
@@ -159,11 +142,8 @@ def _show(text: str) -> None:
 
 
 class _Fd2Capture:
-    """Points file descriptor 2 at a temporary file; `text` holds what was written there.
-
-    Works below Python's sys.stderr, so C++ writes are caught too. Where fd 2 cannot be
-    duplicated (closed, say), nothing is captured and the block runs as it is.
-    """
+    """Points fd 2 (below sys.stderr, so C++ writes too) at a temporary file; `text` holds
+    what was written. Where fd 2 cannot be duplicated, nothing is captured."""
 
     def __init__(self) -> None:
         self.text = ""

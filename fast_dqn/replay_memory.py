@@ -1,42 +1,24 @@
 """The replay memory: single frames in a circular store, 4-frame states rebuilt on sampling.
 
-Its invariants are listed in docs/design.md §3; `ReplayMemory.check_valid` tests them.
-The frames column lives in a frame store, on the host or on the training device
-(fast_dqn/frame_store.py); the memory keeps the other columns, decides which slots are
-valid and draws minibatches with its own generator, the same way in both places.
-
-Each slot holds one transition: the newest frame of the state the action was taken in,
-the action, the reward clipped to its sign, and three flags (the first two after dopamine's
-replay buffer):
-
-  terminal     the transition ended the learning episode; its next state is never used.
-  episode_end  the learning episode ended here (terminal, or cut off by the episode cap or
-               a flush); no state reaches back across it.
-  sampleable   false for copies that only give earlier frames, and for the provisional last
-               transition of an unfinished flushed piece (`staging.EnvBuffer`).
-
-A state is the frame of its own slot plus up to HISTORY - 1 older frames of the same learning
-episode; frames from before the episode's start are zero. `FrameHistory` applies the same
-rule on the actor side, so the state an actor saw and the state this memory rebuilds for the
-same step are identical.
+Invariants: docs/design.md §3 (`ReplayMemory.check_valid`). The frames live in a frame
+store (fast_dqn/frame_store.py); the memory keeps the other columns, decides which slots
+are valid and draws minibatches with its own generator. After dopamine's replay buffer, a
+slot's `terminal` (no bootstrap) is kept apart from its `episode_end` (no state reaches back
+across it: a terminal, the episode cap or a flush); `sampleable` is false for context copies
+and for a flushed piece's provisional last transition (`staging.EnvBuffer`). Frames from
+before an episode's start are zero, as the actor's `FrameHistory` makes them:
 
     slots:     ... | f5 | f6 | f7 | f8 | f9 | ...
                          end        ^ i
     state(i) = [0, f7, f8, f9]     (f6 ended the previous episode: zero padding)
     next(i)  = [f7, f8, f9, f10]   (slot i + n, here n = 1)
 
-A transition drawn is an n-step one (`n_step`; Dopamine's `update_horizon`, 1 for Nature): its
-return sums the clipped rewards of slots i .. i + n - 1 discounted by gamma^k, and stops at the
-first terminal among them (a lost life under Nature's protocol), where its discount is 0;
-otherwise its discount is gamma^n and it bootstraps from the state of slot i + n. Nothing more
-is stored for it: the sums are made when a minibatch is drawn.
-
-With prioritized replay (Schaul et al. 2016, the proportional variant) a slot is drawn with
-probability p^alpha / sum p^alpha (`Priorities`, a sum tree), its loss weighted by
-(min p^alpha / p^alpha)^beta over its minibatch (the importance-sampling weights normalized
-by their maximum), and the priorities p = |TD error| + epsilon are written back by the learner
-thread from its updates (`MinibatchDraws.write_back`); new transitions enter with the largest
-priority seen so far.
+An n-step transition (`n_step`, Dopamine's `update_horizon`) sums the clipped rewards of
+slots i .. i + n - 1, discounted by gamma^k, up to the first terminal (then its discount is
+0, else gamma^n), when a minibatch is drawn. Prioritized replay (Schaul et al. 2016,
+proportional): a slot is drawn with probability p^alpha / sum p^alpha (`Priorities`), its
+loss weighted by (min p^alpha / p^alpha)^beta over its minibatch; the learner thread writes
+back p = |TD error| + epsilon, and new transitions get the largest p seen.
 """
 
 from __future__ import annotations
@@ -65,12 +47,9 @@ def clip_reward(reward: np.ndarray | float) -> np.ndarray:
 class ReplayMemory:
     """Circular store of single-frame transitions with vectorized minibatch sampling.
 
-    Owned by whoever adds: in the fast scheme only the main thread adds, at sync points,
-    while the trainer thread is drained; during an epoch the trainer only reads.
-
-    Its state is its arrays (`state_dict`, the frames through the frame store) and its
-    generator's (`generator_state`), which a checkpoint holds apart: arrays in files, the
-    generator in the manifest.
+    Thread use: only the main thread adds, at sync points, with the trainer drained; during
+    an epoch the trainer only reads. A checkpoint keeps its arrays (`state_dict`) in files
+    and its generator's state (`generator_state`) in the manifest.
     """
 
     def __init__(self, capacity: int, rng: np.random.Generator,
@@ -106,18 +85,14 @@ class ReplayMemory:
         return self._rng
 
     def add_many(self, transitions: Transitions) -> None:
-        """Stores transitions in time order (a round of one env, or one sampler's buffer).
-
-        Rewards are clipped to their sign here and a terminal is always an episode end.
-        """
+        """Stores transitions in time order, rewards clipped to their sign, each terminal
+        an episode end."""
         self.add_in_order([transitions])
 
     def add_in_order(self, pieces: Sequence[Transitions]) -> None:
         """Stores the pieces one after another, as `add_many` of their concatenation would,
-        with one write of frames per piece.
-
-        Not one write of all the pieces: joining them first makes a fresh host array of
-        the epoch's frames at every sync point (docs/throughput.md)."""
+        one frame write per piece: joining them first would make a fresh host array of the
+        epoch's frames at every sync point (docs/throughput.md)."""
         count = sum(len(piece.frames) for piece in pieces)
         if count == 0:
             return
@@ -160,16 +135,11 @@ class ReplayMemory:
         return (slots[:, None] + np.arange(self.n_step)) % self.capacity
 
     def valid(self, slots: np.ndarray) -> np.ndarray:
-        """Whether each slot can be sampled as an n-step transition.
-
-        Its return's slots must all be stored, up to the first terminal among them; without
-        a terminal, the state n steps on too (the newest n slots wait for their steps). No
-        episode may end before them without a terminal (cut off by the episode cap, or where
-        a flushed piece stops: no state follows in the episode). The slot must not be a copy
-        kept only as context or a transition carried to the next flush (`sampleable`, see
-        `EnvBuffer`), and, once the memory has wrapped, must not reach back into overwritten
-        frames (the oldest HISTORY - 1 slots).
-        """
+        """Whether each slot can be sampled as an n-step transition: its return's slots are
+        stored up to their first terminal (without one, the state n steps on too); no
+        episode ends among them without a terminal (the cap, or where a flushed piece
+        stops); it is `sampleable`; and, once the memory has wrapped, it does not reach back
+        into overwritten frames (the oldest HISTORY - 1 slots)."""
         slots = np.asarray(slots)
         ages = self._ages(slots)
         window = self._window(slots)
@@ -256,11 +226,8 @@ class ReplayMemory:
         return returns.astype(np.float32), discounts
 
     def _history_mask(self, newest: np.ndarray) -> np.ndarray:
-        """(B, HISTORY) bool: which frames of the state ending at `newest` are real.
-
-        Frame `newest - k` is real when no episode ended in slots newest - k .. newest - 1
-        and it is not older than the oldest stored frame.
-        """
+        """(B, HISTORY): which frames of the state ending at `newest` are real: no episode
+        ended in slots newest - k .. newest - 1, and not older than the oldest stored."""
         back = np.arange(1, HISTORY)
         older = (newest[:, None] - back) % self.capacity
         ended = np.logical_or.accumulate(self.columns.episode_ends[older], axis=1)
@@ -271,11 +238,8 @@ class ReplayMemory:
         return mask
 
     def close_open_episode(self) -> None:
-        """Ends the newest episode where it stands (a resumed run starts fresh episodes).
-
-        The newest transition then has no next frame to sample and no later frame reaches
-        back into it.
-        """
+        """Ends the newest episode where it stands, unsampled (a resumed run starts fresh
+        episodes, which must not reach back into it)."""
         if self.size == 0:
             return
         newest = (self.cursor - 1) % self.capacity
@@ -284,12 +248,9 @@ class ReplayMemory:
             self.columns.sampleable[newest] = False
 
     def state_dict(self) -> dict[str, Any]:
-        """Arrays that restore this memory exactly (for checkpoints; no pickles); the frames
-        as their store saves them (`FrameStore.saved_rows`).
-
-        Before the memory first wraps around only the filled slots are given (views), so an
-        early checkpoint does not write gigabytes of empty slots.
-        """
+        """Arrays that restore this memory exactly (no pickles), the frames as their store
+        saves them; only the filled slots (views), so an early checkpoint does not write
+        gigabytes of empty ones."""
         state = select(self.columns, slice(0, self.size))._asdict()
         state["frames"] = self.frames.saved_rows(self.size)
         if self.priorities is not None:
@@ -341,10 +302,8 @@ class ReplayMemory:
             self.priorities.sum_up()  # the leaves were read in place
 
     def check_valid(self) -> None:
-        """Raises ValueError, naming the broken rule, unless the memory keeps its invariants.
-
-        Run after a restore and by the tests; it reads every slot, so not on the hot path.
-        """
+        """Raises ValueError, naming the broken rule, unless the memory keeps its invariants
+        (after a restore and in the tests: it reads every slot)."""
         store = self.columns
         if self.size < self.capacity and self.cursor != self.size % self.capacity:
             raise ValueError(f"replay memory: cursor {self.cursor} is not at the end of the "
@@ -371,14 +330,12 @@ class Priorities:
 
         tree[1] = sum of all;  tree[k] = tree[2k] + tree[2k + 1];  leaves tree[L + slot]
 
-    Every sum is recomputed from its two children whenever a leaf below it changes, so the
-    tree is a function of its leaves alone: one restored from saved leaves is the same,
-    bit for bit. `max_seen` is the largest priority p written so far (1 at first, as
-    dqn_zoo's), which new transitions get.
-
-    Thread use: the main thread sets new slots' priorities at sync points; during an epoch
-    only the learner thread reads and writes them, and it draws the next call only after
-    writing the last call's (Schaul et al.'s order), so a run does not depend on timing.
+    Each sum is recomputed from its two children, so the tree is a function of its leaves:
+    one restored from saved leaves is the same bit for bit. `max_seen` (1 at first, as
+    dqn_zoo's) is the largest p written, which new transitions get. Thread use: the main
+    thread sets new slots' priorities at sync points; during an epoch only the learner
+    thread does, and it draws the next call only after writing the last call's (Schaul et
+    al.'s order), so a run does not depend on timing.
     """
 
     def __init__(self, capacity: int):
@@ -425,17 +382,13 @@ class Priorities:
 
 
 class MinibatchDraws:
-    """Draws a memory's minibatches K at a time into one of two reused buffers, and takes
-    draws back.
+    """Draws a memory's minibatches K at a time into one of two reused buffers (the learner
+    thread draws the next call while it trains on this one), and takes draws back.
 
-    Two buffers, so that the fast scheme's learner thread can draw the next call's
-    minibatches while it trains on the current call's (`learner.LearnerThread`). Draws
-    taken back (a call drawn but never trained on, when an epoch is abandoned) leave the
-    memory's generator where they began, so a checkpoint holds the state of the updates made
-    and a resumed run draws those minibatches for its next updates.
-
-    Thread use: `draw` and `undo` on one buffer never run at once with another call on the
-    same buffer.
+    Draws taken back (a call drawn but never trained on: an abandoned epoch) leave the
+    generator where they began, so a checkpoint holds the state of the updates made and a
+    resumed run draws those minibatches for its next updates. Thread use: `draw` and `undo`
+    on one buffer never overlap another call on the same buffer.
     """
 
     def __init__(self, memory: ReplayMemory, batch_size: int, updates_per_call: int = 1,
@@ -447,7 +400,6 @@ class MinibatchDraws:
         self.drawn_ahead = memory.priorities is None
         self._importance_exponent = importance_exponent  # of the n-th update, from 0
         rows = batch_size * updates_per_call
-        # Reused, not allocated per call: fresh megabyte-sized arrays cost page faults.
         self._buffers = (memory.frames.minibatch_buffers(rows),
                          memory.frames.minibatch_buffers(rows))
         self._drawn_from: list[dict | None] = [None, None]  # the generator before each draw

@@ -1,22 +1,12 @@
 """The run directory: where it goes, who may write it, and how its files are written.
 
-A run directory (docs/design.md §4) belongs to one process at a time. `RunDirectory.create`
-(a new run) and `RunDirectory.reopen` (a resume) take an exclusive `fcntl.flock` on its
-`.lock` file and hold it until the process ends, so a second trainer on the same directory
-(a requeued job, a second `--resume`) is refused in one line that names the holder. The kernel
-drops the lock when its holder dies, however it dies, so a killed run never leaves a lock that
-a person must clear.
-
-The run writes through the directory it locked, not through its path: `RunDirectory` holds
-an `OpenDirectory` (a descriptor of the directory), and every file of the run is created,
-renamed and removed relative to it, with no link inside it followed. So a run whose directory
-is renamed while it runs goes on whole in the new place, and one whose directory is deleted
-stops with `RunDirGone`, without recreating anything at the old path.
-
-Every whole file is written atomically (temporary file in the same directory, fsync, rename):
-readers see the old file or the whole new one. A write that fails (above all a full disk)
-raises `WriteFailed`, which names the file; the run then stops with one line (see
-`fast_dqn.launch`).
+A run directory (docs/design.md §4) belongs to one process at a time: `RunDirectory` takes
+an exclusive `fcntl.flock` on its `.lock`, so a second trainer there is refused in one line
+naming the holder, and the kernel drops the lock however its holder dies. The run writes
+through the directory it locked (`OpenDirectory`, a descriptor), never through a link, so a
+run whose directory is renamed goes on in the new place and one whose directory is deleted
+stops (`RunDirGone`) without recreating it. Whole files are written atomically (temporary
+file, fsync, rename); a failed write raises `WriteFailed`, naming the file.
 """
 
 from __future__ import annotations
@@ -119,11 +109,8 @@ def write_failure(path: Path, error: BaseException) -> WriteFailed:
 
 
 def default_run_dir(game: str, algo: str, seed: int, now: datetime | None = None) -> Path:
-    """Returns `runs/<game>-<algo>-seed<seed>-<YYYYmmdd-HHMMSS>`.
-
-    Characters that do not belong in a directory name (e.g. the `/` of `ALE/Pong-v5`) are
-    replaced by `_`, so the run never lands in a nested directory by accident.
-    """
+    """`runs/<game>-<algo>-seed<seed>-<YYYYmmdd-HHMMSS>`, with `_` for characters that do
+    not belong in a directory name (the `/` of `ALE/Pong-v5` would nest it)."""
     now = datetime.now() if now is None else now
     name = f"{game}-{algo}-seed{seed}-{now:%Y%m%d-%H%M%S}"
     return Path("runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
@@ -133,9 +120,8 @@ def check_run_dir_writable(path: Path) -> None:
     """Checks that a new run can be written at `path`, without creating anything.
 
     Raises:
-        RunDirError: (one line, saying what to do) if `path` lies inside another run's
-            directory, a component of `path` is a file, the nearest existing directory is not
-            writable, or `path` already holds a run or any other file.
+        RunDirError: `path` lies inside another run's directory, a component is a file, the
+            nearest existing directory is not writable, or it holds a run or any other file.
     """
     path = Path(os.path.abspath(path))
     _check_outside_runs(path)
@@ -232,16 +218,10 @@ _PROC_FD = Path("/proc/self/fd")  # Linux: a path through a descriptor, wherever
 
 class OpenDirectory:
     """A directory held open by a descriptor: names inside it are opened, made, renamed and
-    removed relative to it (the `dir_fd` forms of the `os` calls), so they reach this
-    directory wherever it is moved; no link inside it is followed.
-
-    TensorFlow's checkpoint and summary writers open files by name: `for_tensorflow` gives
-    them the path `/proc/self/fd/N/...`, which the kernel resolves through the descriptor
-    (Linux). Where there is no such path, it gives the directory's own path and checks,
-    right before and after TensorFlow writes, that the path still names this directory
-    (`RunDirMoved` if not).
-
-    `path` is the path it was opened by, used in messages; `where()` is where it is now.
+    removed relative to it (the `dir_fd` forms of the `os` calls), wherever it is moved, and
+    no link inside it is followed. TensorFlow, which opens files by name, gets
+    `/proc/self/fd/N/...` (`for_tensorflow`). `path` is the path it was opened by, for
+    messages; `where()` is where it is now.
     """
 
     def __init__(self, fd: int, path: Path, parent: "OpenDirectory | None" = None):
@@ -402,14 +382,9 @@ class OpenDirectory:
 
     @contextlib.contextmanager
     def for_tensorflow(self, name: str = "") -> Iterator[str]:
-        """A path by which TensorFlow (which opens files by name) reaches `name` in this
-        directory, wherever it is: through the descriptor where the system allows, else
-        its path, checked to name this directory before and after the block.
-
-        Raises:
-            RunDirGone, RunDirMoved: the directory was deleted, or moved where its path
-                cannot follow.
-        """
+        """A path by which TensorFlow reaches `name` in this directory: through the
+        descriptor where the system allows, else its path, checked to name this directory
+        before and after the block (`RunDirGone`, `RunDirMoved` if not)."""
         through = self._path_through_fd()
         if through is not None:
             yield os.path.join(through, name) if name else through
@@ -427,13 +402,7 @@ class OpenDirectory:
 
     @contextlib.contextmanager
     def open_atomic(self, name: str) -> Iterator[IO[bytes]]:
-        """Opens a temporary file beside `name` for binary writing; renames it over `name` on
-        success (see the module-level `open_atomic`).
-
-        Raises:
-            WriteFailed: the file system refused the write (e.g. a full disk).
-            RunDirGone: the directory has been deleted.
-        """
+        """`open_atomic` for `name` in this directory (`WriteFailed`, `RunDirGone`)."""
         temp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             self.check_present()
@@ -461,11 +430,7 @@ RunPath = Union[Path, OpenDirectory]  # a run directory: by its path, or held op
 
 @contextlib.contextmanager
 def held(directory: RunPath) -> Iterator[OpenDirectory]:
-    """The directory as an `OpenDirectory`: itself, or opened at its path for the block.
-
-    Raises:
-        OSError: there is no directory at the path.
-    """
+    """The directory as an `OpenDirectory`: itself, or opened at its path for the block."""
     if isinstance(directory, OpenDirectory):
         yield directory
         return
@@ -478,12 +443,9 @@ def held(directory: RunPath) -> Iterator[OpenDirectory]:
 
 
 class RunDirectory:
-    """A run directory held by this process: its path, its lock and what it created.
-
-    Use `create` for a new run and `reopen` for a resume; `release` (or the end of the
-    process) lets the next writer in. `directory` is the directory held open: the run's files
-    are written through it (see `OpenDirectory`). Owned by the main thread.
-    """
+    """A run directory held by this process (`create` for a new run, `reopen` for a resume):
+    its lock, what it created, and `directory`, held open, through which its files are
+    written. Owned by the main thread."""
 
     def __init__(self, directory: OpenDirectory, lock_fd: int, *, new: bool,
                  created: Path | None = None):
@@ -585,13 +547,9 @@ class RunDirectory:
 def _lock(directory: OpenDirectory) -> int:
     """Takes the run directory's lock and records the holder in it; returns the descriptor.
 
-    The lock file is opened without following a link and must be the directory's own plain
-    file: a planted link (or a second name of another file) is refused before anything is
-    written to it.
-
     Raises:
-        RunDirError: another process holds the lock (named in the message), or the lock file
-            is a link, not a plain file, or a second name of another file.
+        RunDirError: another process holds the lock (named), or the lock file is a link, not
+            a plain file, or a hard link (refused before anything is written to it).
         OSError: the lock file cannot be opened or written.
     """
     lock_path = directory.path / LOCK_FILE
@@ -669,15 +627,9 @@ def disk_space_warning(path: Path, needed: int, what: str) -> str | None:
 
 @contextlib.contextmanager
 def open_atomic(path: Path) -> Iterator[IO[bytes]]:
-    """Opens a temporary file beside `path` for binary writing; renames it over `path` on success.
-
-    On leaving the block the data is flushed and fsynced, then `os.replace`d over `path`, so
-    readers see either the old file or the whole new one. If the block (or the rename) raises,
-    the temporary file is removed and `path` is left as it was. A link at `path` is replaced,
-    never followed.
-
-    Raises:
-        WriteFailed: the file system refused the write (e.g. a full disk).
+    """A temporary file beside `path`, fsynced and renamed over it when the block ends, so
+    readers see the old file or the whole new one; if the block raises, `path` is left as
+    it was. A link at `path` is replaced, never followed (`WriteFailed` on a refused write).
     """
     path = Path(path)
     try:
@@ -700,11 +652,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Writes `obj` as indented, key-sorted, strict JSON to `path` atomically.
-
-    NaN and infinities (not valid JSON) are written as null; paths as strings; numpy scalars
-    and arrays as their Python values.
-    """
+    """Writes `obj` as indented, key-sorted, strict JSON to `path` atomically: NaN and
+    infinities as null, paths as strings, numpy values as Python ones."""
     write_text_atomic(path, json_text(obj))
 
 
@@ -737,11 +686,8 @@ def _json_default(obj: Any) -> Any:
 
 
 def library_versions() -> dict[str, str]:
-    """Versions of Python and the libraries a run depends on ("not installed" where missing).
-
-    Read from the installed distributions' metadata, so nothing (TensorFlow above all) is
-    imported just to ask.
-    """
+    """Versions of Python and the libraries a run depends on ("not installed" where missing),
+    from their metadata, so that nothing (TensorFlow above all) is imported to ask."""
     versions = {"python": platform.python_version()}
     for name, distributions in _DISTRIBUTIONS.items():
         versions[name] = _first_version(distributions)

@@ -6,17 +6,10 @@
     events.out.tfevents.*   TensorBoard scalars (TensorFlow's own tf.summary)
     summary.json       written when the run ends (also on Ctrl-C)
 
-The columns of episodes.csv are the ones the original fast-dqn tool printed, so old analysis
-scripts keep working. Every CSV row goes out in one write, so a crash never leaves half a row
-that a resume would keep; whole files are written atomically (`fast_dqn.run_dir`). A failed
-write raises `WriteFailed`, naming the file.
-
-Every file is reached through the run directory held open (`OpenDirectory`), never through
-a link inside it: a linked CSV is refused, not appended to. A row logged after the directory
-was deleted raises `RunDirGone`.
-
-TensorFlow is imported only when the first TensorBoard scalar is logged, so this module (and
-the tests of everything that writes CSVs) loads without it.
+episodes.csv keeps the original fast-dqn tool's columns, so its analysis scripts still work.
+Every CSV row goes out in one write, so a crash never leaves half a row that a resume would
+keep. Files are reached through the run directory held open, never through a link.
+TensorFlow is imported only with the first TensorBoard scalar, so CSV tests run without it.
 """
 
 from __future__ import annotations
@@ -56,11 +49,7 @@ EVALUATION_COLUMNS = ("timestep", "mean", "std", "episodes", "hours")
 
 
 class RunLogs:
-    """The logs of one run directory. Nothing is opened or written until `open`.
-
-    Thread ownership: owned by the main (sampler-loop) thread; call its methods from that
-    thread only.
-    """
+    """The logs of one run directory, opened by `open`; owned by the main thread."""
 
     def __init__(self, run_dir: RunPath):
         """`run_dir`: the run directory held open (a run's), or its path (opened when first
@@ -91,11 +80,7 @@ class RunLogs:
 
     @property
     def directory(self) -> OpenDirectory:
-        """The run directory, held open: every file of the run is written through it.
-
-        Raises:
-            WriteFailed: a directory given by its path is not there.
-        """
+        """The run directory, held open (`WriteFailed` if one given by path is not there)."""
         if self._directory is None:
             try:
                 self._directory = OpenDirectory.at(self._path)
@@ -116,22 +101,13 @@ class RunLogs:
         self.directory.write_bytes_atomic(CONFIG_FILE, json_text(payload).encode())
 
     def config_value(self, key: str) -> Any:
-        """The value of `key` in `config.json` as written (None without it).
-
-        Raises:
-            WriteFailed: it cannot be read (a link, say).
-            ValueError: it is not JSON.
-        """
+        """The value of `key` in `config.json` as written, or None (`WriteFailed` if it
+        cannot be read, ValueError if it is not JSON)."""
         return self._saved_config().get(key)
 
     def add_to_config(self, entries: Mapping[str, Any]) -> None:
-        """Sets `entries` in `config.json`, atomically, leaving the rest as written: what a run
-        finds out once built (whether XLA compiles on its device), a resume's --timesteps.
-
-        Raises:
-            WriteFailed: it cannot be read (a link, say) or written.
-            ValueError: it is not JSON.
-        """
+        """Sets `entries` in `config.json`, atomically, leaving the rest as written (what a
+        run finds out once built, a resume's --timesteps); raises as `config_value`."""
         saved = self._saved_config()
         if any(saved.get(key) != value for key, value in entries.items()):
             self.directory.write_bytes_atomic(CONFIG_FILE,
@@ -154,13 +130,8 @@ class RunLogs:
 
     def log_evaluation(self, timestep: int, returns: Sequence[float],
                        hours: float) -> dict[str, Any]:
-        """Appends one evaluation (mean and population std of its games' returns).
-
-        Returns:
-            The row written, as a dict keyed by the `evaluations.csv` columns.
-        Raises:
-            ValueError: if `returns` is empty.
-        """
+        """Appends one evaluation (mean and population std of its games' returns); returns
+        the row as a dict keyed by the columns (ValueError for no returns)."""
         returns = [float(x) for x in returns]
         if not returns:
             raise ValueError("an evaluation needs at least one game's return")
@@ -188,13 +159,10 @@ class RunLogs:
     def _open_writer(self) -> None:
         import tensorflow as tf  # only here: the rest of the module runs without it
         self._tf = tf
-        # TensorFlow writes by path: it is given one through the held directory (it checks
-        # by that path, at every flush, that its events file is still there).
         with self.directory.for_tensorflow() as logdir:
             self._writer = tf.summary.create_file_writer(logdir)
-        # What tensorboard's own tf.summary.scalar writes, without needing the tensorboard
-        # package (TensorFlow 2.21 no longer installs it): a float32 tensor tagged for the
-        # "scalars" plugin (its ScalarPluginData, version 0, serializes to empty content).
+        # What tensorboard's tf.summary.scalar writes, without the tensorboard package
+        # (TensorFlow no longer installs it): a float32 tensor tagged for "scalars".
         metadata = tf.compat.v1.SummaryMetadata()
         metadata.plugin_data.plugin_name = "scalars"
         self._scalar_metadata = metadata
@@ -228,11 +196,8 @@ class RunLogs:
         self.directory.write_bytes_atomic(SUMMARY_FILE, json_text(summary).encode())
 
     def close(self) -> None:
-        """Closes the CSVs and the TensorBoard writer. Calling it again does nothing.
-
-        Raises:
-            WriteFailed: the last TensorBoard events could not be written.
-        """
+        """Closes the CSVs and the TensorBoard writer (again: nothing); `WriteFailed` if the
+        last TensorBoard events could not be written."""
         for log in (self._episodes_csv, self._evaluations_csv):
             if log is not None:
                 log.close()
@@ -263,15 +228,9 @@ class NullRunLog:
 
 def check_logs_match(run_dir: RunPath, step: int, episodes: int, evaluations: int) -> None:
     """Checks that the CSVs hold what a checkpoint at `step` counted, before a resume
-    changes them: games 1..episodes up to that step, and `evaluations` evaluations, of which
-    only those logged at the step itself may be followed by more (an evaluation owed by a
-    stop is played after the resume at the checkpoint's own step, then a crash may come
-    before the next checkpoint).
-
-    The CSVs are read without following a link: a linked one is refused.
-
-    Raises:
-        ValueError: naming the file and what differs.
+    changes them: games 1..episodes up to that step, and `evaluations` evaluations, more
+    only at the step itself (an evaluation owed by a stop is logged at the checkpoint's
+    step after a resume, and a crash may follow). ValueError names the file and the fault.
     """
     run_path = run_dir.path if isinstance(run_dir, OpenDirectory) else Path(run_dir)
     numbers, timesteps = [], []
@@ -315,12 +274,8 @@ def _logged_rows(directory: OpenDirectory, name: str, columns: Sequence[str],
 
 
 def _read_rows(directory: OpenDirectory, name: str, columns: Sequence[str]) -> list[list[str]]:
-    """The complete rows of a CSV log; a torn last line (a crash mid-write) is left out.
-
-    Raises:
-        ValueError: the file is a link, or not such a log (wrong header, a row that does
-            not parse).
-    """
+    """The complete rows of a CSV log, a torn last line left out; ValueError for a link or a
+    file that is not such a log."""
     path = directory.path / name
     try:
         text = directory.read_bytes(name).decode("utf-8")
@@ -342,12 +297,8 @@ def _read_rows(directory: OpenDirectory, name: str, columns: Sequence[str]) -> l
 
 
 class _CsvLog:
-    """An append-only CSV whose rows each go out in one unbuffered write.
-
-    Opening with `kept_rows` keeps the first rows already there (dropping the rest and a
-    torn last line) and rewrites the file atomically if anything was dropped. The file is
-    opened in the held run directory without following a link.
-    """
+    """An append-only CSV whose rows each go out in one unbuffered write; with `kept_rows`,
+    the rows after the first `kept_rows` (and a torn last line) are dropped atomically."""
 
     def __init__(self, directory: OpenDirectory, name: str, columns: Sequence[str], *,
                  kept_rows: int | None):

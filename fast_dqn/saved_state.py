@@ -1,10 +1,6 @@
-"""Reading back what a part saved: every key present, of its type and within its range.
-
-Each part of a run saves and restores its own state (dqn_zoo's `get_state`/`set_state`
-pattern); a checkpoint's manifest holds those states as JSON. A damaged or hand-edited
-manifest must be refused in one line before anything is changed, so each part reads its state
-through these functions, which raise `StateError` naming the key and what is wrong.
-"""
+"""Reading back what a part saved (dqn_zoo's `get_state`/`set_state`), every key present,
+of its type and within its range: a damaged or hand-edited manifest is refused in one line
+(`StateError`, naming the key) before anything is changed."""
 
 from __future__ import annotations
 

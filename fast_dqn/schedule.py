@@ -1,10 +1,6 @@
-"""The schedule: what Nature DQN's settings ask for at a given agent step.
-
-Pure functions of the agent step and the settings (docs/design.md §1 and §2): epsilon, the
-minibatch updates due, the target network's syncs, and the fast scheme's epochs and sync
-points, where it evaluates and checkpoints. The loops ask these; they never re-derive them.
-The run's own counts (steps taken, updates made, games played) are in `fast_dqn.counters`.
-"""
+"""The schedule: pure functions of the agent step and the settings (docs/design.md §1, §2):
+epsilon, the updates due, the target syncs, and the fast scheme's epochs and sync points.
+The loops ask these rather than re-derive them; the run's own counts are in `counters`."""
 
 from __future__ import annotations
 
@@ -20,12 +16,9 @@ def learning_started(step: int, config: Config) -> bool:
 
 
 def epsilon_at(step: int, config: Config) -> float:
-    """Exploration epsilon for the agent step `step`.
-
-    Uniformly random during the replay start, then linear from `initial_epsilon` to
+    """Exploration epsilon at agent step `step`: 1 before the replay start, then linear to
     `final_epsilon` over `exploration_steps` counted from the replay start (as DeepMind's
-    original DQN code counts it), then constant.
-    """
+    DQN code counts them)."""
     if not learning_started(step, config):
         return 1.0
     learning_steps = step - config.replay_start

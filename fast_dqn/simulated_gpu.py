@@ -31,24 +31,16 @@ class SimulatedGpu:
 
 
 class SimulatedCalls:
-    """The simulated GPU's traced calls, one for each of the learner's (`CALL_PURPOSES`), in
-    place of the learner's own (`Learner`'s `traced_calls`): the host work of a call is the
-    real one's, the arithmetic is gone.
+    """The simulated GPU's traced calls, one per `CALL_PURPOSES`, in place of the learner's
+    own (`traced_calls`): a call's host work is the real one's, its arithmetic is gone.
 
     Each call, whatever its K, is one uncompiled function dispatched once, as a real call of
-    K updates is one host call. An update counts its updates (`updates_on_device`, which the
-    tests read); from frames on the device it gathers the states of all its minibatches, as
-    the real call's device work does, and keeps one pixel of them (`last_pixel`), so that
-    the gathers are not left out of the function; a reduction over them would be CPU work of
-    the simulation's own (a pass over each 900 KB result, 15% of the update's CPU time timed
-    alone), which no GPU's update makes. A query's actions are all 0.
-
-    Never compiled, with XLA or without: XLA keeps of a gather only the pixel kept (a call
-    of 64 updates from slots took 3 ms of CPU instead of 19), so the CPU would not do the
-    gather a GPU does within its time; and the real K call is an uncompiled loop whose
-    compiled iterations are device work, which the simulation's wait stands for. Nor a
-    loop: run per update, a call cost a loop iteration and a small gather per update
-    (23-24 ms of CPU for 64).
+    K updates is one host call. An update counts its updates (`updates_on_device`) and, from
+    frames on the device, gathers the states of all its minibatches as the real call's
+    device work does, keeping one pixel (`last_pixel`) so that the gathers stay in the
+    function without a reduction no GPU's update makes. Not compiled (XLA would drop all of
+    a gather but that pixel), nor a loop per update (host work a real call does not have):
+    docs/design.md §6. A query's actions are all 0.
     """
 
     def __init__(self):
@@ -89,19 +81,14 @@ class SimulatedCalls:
 
 
 class SimulatedDevice:
-    """A learner's device on a simulated GPU: its traced calls (`calls`, in place of the
-    learner's own) and their dispatch (`dispatch`), both handed to the `Learner` when it is
-    built.
+    """A learner's device on a simulated GPU: its traced calls (`calls`) and their dispatch
+    (`dispatch`), both handed to the `Learner` when it is built.
 
-    Everything the host does for the learner's work runs for real: the arguments become
-    tensors (the copies a GPU needs), each call is dispatched once as the real learner's is
-    (one host call per K updates, with XLA or without), and a query's actions are copied
-    back. Only the arithmetic is gone: each call then waits until the simulated GPU would
-    be done with it, counted from its dispatch (`gpu.update_ms` per update, `gpu.query_ms`
-    per query), releasing the interpreter lock as a GPU's kernels would. The gather of the
-    states from frames on the device is part of a GPU's time per update; here it runs on the
-    CPU within that time (a call lasts longer only when the CPU's gather does). Its actions
-    are all 0 and the weights never change.
+    The host's work runs for real (arguments become tensors, one dispatch per call, a
+    query's actions copied back); each call then waits, releasing the interpreter lock as a
+    GPU's kernels would, until the simulated GPU would be done, counted from its dispatch
+    (`gpu.update_ms` per update, `gpu.query_ms` per query). A gather from frames on the
+    device runs on the CPU within that time. The weights never change.
     """
 
     def __init__(self, gpu: SimulatedGpu):

@@ -1,10 +1,6 @@
-"""One epoch's transitions on their way into the replay memory (FastDQN's flush).
-
-During an epoch the acting loop stages each round's W transitions (`StagingArea`); at the
-sync point each sampler's rows go to its `EnvBuffer`, and the buffers are flushed
-into the memory one after another, in sampler order, so the memory's contents do not depend
-on thread timing (docs/design.md §3, "Pieces at a flush").
-"""
+"""One epoch's transitions on their way into the replay memory (FastDQN's flush):
+staged per round (`StagingArea`), then flushed sampler by sampler (`EnvBuffer`) at the sync
+point (docs/design.md §3, "Pieces at a flush")."""
 
 from __future__ import annotations
 
@@ -22,11 +18,11 @@ _ALIGNED_FRAMES = TENSOR_ALIGNMENT // math.gcd(FRAME_SIZE * FRAME_SIZE, TENSOR_A
 
 
 class EnvBuffer:
-    """One sampler's transitions between two sync points, flushed whole at each sync point.
+    """One sampler's transitions between two sync points, flushed whole at each one.
 
-    Samplers' buffers are flushed one after another in sampler order, so the memory's
-    contents do not depend on thread timing. A learning episode still running at a sync point
-    is flushed in pieces without stitching it to its neighbours in the memory:
+    Buffers are flushed in sampler order, so the memory's contents do not depend on thread
+    timing (brett-daley/fast-dqn's per-sampler buffers). An episode still running at a sync
+    point is flushed in pieces without stitching it to its neighbours in the memory:
 
     - a flushed piece that stops mid-episode ends with the unfinished episode's last
       transitions, at most `carried` (n, the return's steps), marked as not to be sampled
@@ -53,9 +49,8 @@ class EnvBuffer:
         return carried + sum(len(chunk.frames) for chunk in self._chunks)
 
     def extend(self, transitions: Transitions) -> None:
-        """Appends transitions in time order. They are kept as given, not copied (a flush
-        moves 70 MB), and `take` marks their episode ends in place: the caller's arrays must
-        not change until the pieces `take` returns are stored."""
+        """Appends transitions in time order, kept as given, not copied; `take` marks their
+        episode ends in place, so the caller's arrays must not change until they are stored."""
         if len(transitions.frames):
             self._chunks.append(transitions)
 
@@ -75,9 +70,8 @@ class EnvBuffer:
         return pieces
 
     def _carry_unfinished(self, pieces: list[Transitions]) -> None:
-        """Keeps the unfinished episode's last transitions, at most `carried`, and their
-        context for next time, and marks them in the pieces as not sampled, the last as an
-        end."""
+        """Carries the unfinished episode's last transitions (at most `carried`) and their
+        context to the next flush, marked here as not sampled, the last as an end."""
         ends = _last_rows(pieces, self._carried_count).episode_ends
         count = len(ends) - int(np.flatnonzero(ends).max(initial=-1)) - 1  # after the last end
         tail = _last_rows(pieces, HISTORY - 1 + count)
@@ -108,12 +102,8 @@ def _last_rows(pieces: list[Transitions], count: int) -> Transitions:
 
 
 class StagingArea:
-    """Preallocated columns for one epoch's transitions, each sampler's rows one after
-    another, before the sync point hands each sampler's rows to its `EnvBuffer`.
-
-    A sampler's rows are contiguous, and its frames start where TensorFlow can read them in
-    place, so that the flush stores them without copying them first.
-    """
+    """Preallocated columns for one epoch's transitions: each sampler's rows contiguous,
+    its frames aligned for TensorFlow to read in place, so a flush stores them uncopied."""
 
     def __init__(self, rounds: int, num_envs: int):
         # Each sampler's frames then start aligned, as its first sampler's do.

@@ -1,13 +1,9 @@
 """The first SIGINT/SIGTERM/SIGHUP as a request to stop; the second as "stop now".
 
-Runs last days and are stopped by schedulers (SIGTERM, then SIGKILL after a grace period):
-the loops look at the request once per round, per evaluation step and per trainer call, and
-then checkpoint and exit (docs/design.md §5). The entry point installs it before TensorFlow
-loads, so a signal during the start is not lost.
-
-SIGHUP comes when the run's terminal is closed: the run stops as for SIGTERM, and what it
-still prints goes nowhere instead of failing on the lost terminal. A run started under
-`nohup` (SIGHUP ignored) keeps ignoring it.
+Schedulers stop runs with SIGTERM, then SIGKILL after a grace period: the loops look at the
+request once per round, evaluation step and trainer call, then checkpoint and exit
+(docs/design.md §5). SIGHUP (the terminal closed) stops the run as SIGTERM does, unless it
+is ignored (`nohup`).
 """
 
 from __future__ import annotations
@@ -27,11 +23,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class StopRequest:
-    """Turns the first SIGINT/SIGTERM/SIGHUP into a request to stop at the end of the round.
-
-    A second signal, a second or more after the first, raises KeyboardInterrupt at once.
-    Installed only on the main thread; installing it twice keeps the first installation.
-    """
+    """Turns the first SIGINT/SIGTERM/SIGHUP into a request to stop at the end of the round;
+    a second, a second or more later, raises KeyboardInterrupt. Main thread only."""
 
     def __init__(self):
         self.signal_number: int | None = None
@@ -71,10 +64,9 @@ class StopRequest:
 
 
 def _leave_lost_terminal() -> None:
-    """Points stdout and stderr at /dev/null where they are a terminal: after a hang-up a
-    write to it fails (EIO), and the run's last lines must not stop it from saving itself.
-    A hung-up terminal no longer answers `isatty`, so any character device counts. Files and
-    pipes are kept: a log still gets every line."""
+    """Points stdout and stderr at /dev/null where they are a character device (a hung-up
+    terminal no longer answers `isatty`): writes to it fail (EIO) and must not stop the
+    run from saving itself. Files and pipes are kept."""
     null = None
     try:
         for fd in (1, 2):

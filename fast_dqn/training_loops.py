@@ -1,18 +1,11 @@
 """The two training loops: DQN (serial reference) and FastDQN (concurrent, synchronized).
 
-Both solve the same learning problem (docs/design.md §1). DQN follows Mnih et al. (2015): act
-one step with the online network, store it, and make one minibatch update every `train_freq`
-steps. FastDQN follows Daley & Amato (2021): time is cut into epochs of `target_update` steps;
-during an epoch the samplers act with the frozen target network while a trainer thread makes
-the epoch's updates on the memory as it stood at the boundary, and at each sync point the
-buffered transitions are flushed and the target takes the online weights (docs/design.md §2).
-
-Where things happen: an agent step in `DQN.act_and_learn` and `FastDQN._act_round`; an update
-in `fast_dqn.learner` (on the main thread for DQN, on the learner thread for FastDQN); the
-sync-point sequence in `TrainingLoop.at_sync_point`; the counters in `fast_dqn.counters`
-and the schedule in `fast_dqn.schedule`. Acting itself (frame stacks, epsilon-greedy, game
-scores) is in `fast_dqn.acting`; what a loop is built from, in `fast_dqn.loop_parts`; a
-resume, in `fast_dqn.launch.restore_loop`.
+Both solve the same problem (docs/design.md §1). DQN follows Mnih et al. (2015): act one step
+with the online network, store it, one minibatch update every `train_freq` steps. FastDQN
+follows Daley & Amato (2021): during an epoch of `target_update` steps the samplers act with
+the frozen target network while a learner thread makes the epoch's updates on the memory as
+it stood at the epoch's start; at each sync point the transitions are flushed and the target
+synced (docs/design.md §2). Both run the same sync-point sequence (`at_sync_point`).
 """
 
 from __future__ import annotations
@@ -97,13 +90,8 @@ class Draws(Protocol):
 
 @dataclasses.dataclass
 class UpdateTimes:
-    """Where the learner's two threads spent their time, summed since they started.
-
-    Wall time in the two kinds of call, and the threads' own CPU time (`time.thread_time`):
-    the host work of the learner, most of it under the interpreter lock. A wait that
-    releases the lock (a GPU's kernels, the benchmark's simulated ones) costs wall time but
-    no CPU time.
-    """
+    """The learner's two threads' wall and CPU time (`time.thread_time`: the host work, most
+    of it under the interpreter lock) in each kind of call, summed since they started."""
 
     draw_seconds: float = 0.0
     update_seconds: float = 0.0
@@ -116,25 +104,19 @@ class UpdateTimes:
 
 
 class LearnerThread:
-    """Runs an epoch's n minibatch updates on a named background thread: the design's
-    trainer thread (docs/design.md §2). The main thread hands it a number of updates per
-    epoch and, at the next sync point, waits until they are done.
+    """Runs an epoch's minibatch updates on a named background thread, the trainer of
+    docs/design.md §2; the main thread starts an epoch and waits for it at the sync point.
 
-    The work of one call is split in two: `draws.draw(k, buffer)` draws k minibatches from
-    the replay memory into buffer 0 or 1 (alternating), and `learner.update(batches, k)` makes
-    the k updates. A second thread draws the next call while this thread runs the current
-    one, so sampling overlaps the learner's update (on a GPU, its kernels; in the benchmark's
-    simulation, its wait); the two threads never use the same buffer at once. The calls are
-    drawn one after another in the epoch's order, so the minibatches do not depend on
-    timing. A call drawn but never made (the epoch was abandoned) is handed to
-    `draws.undo(buffer)`, so that its draws are taken back: the next update, after a resume,
-    draws the minibatch this one would have. The first exception raised on either thread is
-    stored and re-raised in the main thread by `wait` (or `check`), so a failing learner
-    stops the run instead of hanging it.
+    A second thread draws the next call's minibatches (`draws.draw`, into buffer 0 or 1 by
+    turns) while this one runs the current call's updates, so sampling overlaps the update;
+    the calls are drawn in the epoch's order, so the minibatches do not depend on timing. A
+    call drawn but never made (an abandoned epoch) is undone (`draws.undo`), so a resumed
+    run draws the minibatches this one would have. The first exception on either thread is
+    re-raised on the main thread by `wait` (or `check`): a failing learner stops the run
+    instead of hanging it.
 
     Ownership: during an epoch only these two threads touch the replay memory (reading) and
-    the online network; the main thread touches neither until `wait` returns, and `wait`
-    returns only when no draw is in flight.
+    the online network; `wait` returns only when no draw is in flight.
     """
 
     def __init__(self, learner: Learner, draws: Draws, counters: UpdateCount,
@@ -381,13 +363,11 @@ class TrainingLoop:
             self.counters.updates += 1
 
     def start_acting(self) -> None:
-        """Fresh games in every env, unless no step is left to take; then the evaluation
-        due, if one is (after a resume from a stop at a sync point: a stop inside an epoch
-        leaves it to the epoch's sync point, as an uninterrupted run makes it there).
+        """Fresh games in every env unless no step is left, then the evaluation due, if any
+        (one owed inside an epoch waits for its sync point, as in an uninterrupted run).
 
-        A resumed run's memory ends where its last game was cut off; that episode is closed
-        here, before new games are stored, and not when the checkpoint is read: a run
-        resumed only to finish its final work leaves the memory as it was saved."""
+        A resumed run's open episode is closed here, not when the checkpoint is read, so a
+        run resumed only to finish its final work leaves the memory as it was saved."""
         if self.counters.step < self.config.timesteps:
             self.memory.close_open_episode()
             self.actor.reset(seed=self.env_seed)
@@ -398,17 +378,10 @@ class TrainingLoop:
 
     def at_sync_point(self, previous_step: int, sync_target: bool) -> None:
         """What the schedule asks for once the agent has gone from `previous_step` to the
-        current step, in one order for both loops (docs/design.md §2):
-
-        1. the target network takes the online weights (when `sync_target`);
-        2. the training scalars since the last log, after the NaN guard;
-        3. an evaluation, when its period has passed;
-        4. a checkpoint, when its period has passed (the NaN guard runs first, so a diverged
-           network is never saved).
-
-        DQN calls it after every agent step (most have nothing due); FastDQN at every epoch
-        boundary, after the trainer is drained and the buffers are flushed.
-        """
+        current step, in one order for both loops (docs/design.md §2): the target sync, the
+        training scalars after the NaN guard, an evaluation, a checkpoint (after the guard,
+        so a diverged network is never saved). DQN calls it after every step, FastDQN at
+        each epoch's end, after the trainer is drained and the buffers flushed."""
         # Training scalars exist once the last step taken was a learning step.
         self._between_sync_points = False  # first: a stop in what follows resumes here
         learned = learning_started(self.counters.step - 1, self.config)
@@ -478,9 +451,8 @@ class TrainingLoop:
         return self.counters.step, self.evaluator.count, self.counters.updates
 
     def unstored_transitions(self) -> Transitions | None:
-        """Transitions acted but not yet in the replay memory, which a checkpoint holds
-        apart from it (FastDQN's, when a stop comes between an epoch's last step and its
-        last update); None when there are none."""
+        """Transitions acted but not in the memory, which a checkpoint holds apart (FastDQN's,
+        stopped between an epoch's last step and its last update), or None."""
         return None
 
     def finished(self) -> bool:
@@ -704,12 +676,10 @@ class FastDQN(TrainingLoop):
         return counters.step >= end and counters.updates >= counters.updates_due(end)
 
     def _cut_epoch_short(self, end: int) -> None:
-        """A stop before the epoch at `end` was done. Once its steps are all taken, its
-        transitions are held apart from the memory (a checkpoint saves them so), since the
-        updates it still owes sample the memory as it stood at the epoch's start: a resume
-        then makes them, stores the transitions and syncs the target, as an uninterrupted
-        run does at the boundary (`finish_epoch_cut_short`). A stop while acting stores
-        what was acted; the resumed run goes on acting from there."""
+        """A stop before the epoch at `end` was done. A stop while acting stores what was
+        acted. Once the steps are all taken, the transitions are held apart (and saved so),
+        since the updates still owed sample the memory as it stood at the epoch's start; a
+        resume makes them first (`finish_epoch_cut_short`)."""
         if self.counters.step < end:
             self._flush_buffers()
             return
@@ -718,14 +688,10 @@ class FastDQN(TrainingLoop):
         self._staging.clear()
 
     def finish_epoch_cut_short(self) -> None:
-        """After a resume from a stop that came once an epoch's steps were taken but not all
-        its updates: the rest of its updates (on this thread, before any acting), then the
-        epoch's transitions into the memory and the sync point, as at the boundary of an
-        uninterrupted run (the same updates on the same minibatches, so the same bytes).
-
-        A stop request ends them between two updates (there may be 2,500, minutes on a CPU);
-        the target then stays frozen and the transitions stay apart, and the checkpoint
-        written then holds the updates made; a resume from it makes the rest."""
+        """After a resume from a stop between an epoch's last step and its last update: the
+        rest of its updates (before any acting), then its transitions into the memory and
+        the sync point, as an uninterrupted run makes them (so the same bytes). A stop
+        request ends them between two updates; the checkpoint then holds the updates made."""
         counters = self.counters
         due = counters.updates_due(counters.step)
         # A checkpoint written before transitions were held apart marks such an epoch only
@@ -785,11 +751,8 @@ class FastDQN(TrainingLoop):
         return self.epsilon_greedy.draw(step)
 
     def _act_round(self, exploration: Exploration, end: int) -> Exploration | None:
-        """One round with `exploration`'s draws; returns the next round's (`_next_round`).
-
-        While the envs step, the loop does what needs neither their results nor whole frame
-        stacks: the stacks' shift, the last round's transitions into the staging area and
-        the next round's draws."""
+        """One round with `exploration`'s draws; returns the next round's. While the envs
+        step, the loop stages the last round's transitions and draws the next round's."""
         counters, num_envs = self.counters, self.actor.pool.num_envs
         self.actor.send(self.actor.actions(exploration, self.greedy_of_target,
                                            one_query=self.one_query))
@@ -807,9 +770,7 @@ class FastDQN(TrainingLoop):
             self._acted = None
 
     def _flush_buffers(self) -> None:
-        """The epoch's transitions into the memory, one sampler after another, in one write
-        straight from the staging area (where the frames are on the device, one assignment
-        per piece: a sampler's carried rows, then its staged ones)."""
+        """The epoch's transitions into the memory, sampler by sampler, from the staging area."""
         self.memory.add_in_order(self._take_buffers())
         self._staging.clear()
         self._epoch_start = self.counters.step

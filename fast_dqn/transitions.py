@@ -1,12 +1,9 @@
 """What one transition is, and what a minibatch of them is, wherever the frames live.
 
-`TRANSITION_COLUMNS` declares a transition's columns once (the role dopamine's storage
-signature plays); the actors' rounds, the staging area, the sampler buffers, the replay
-memory and its checkpoint arrays are all built from it. A minibatch reaches the network
-either as states (`Batch`, gathered on the host) or as the slots its states are made of
-(`SlotBatch`, gathered where the frames are); `fast_dqn.frame_store` decides which. What a
-minibatch carries beside its states is declared once too (`MINIBATCH_COLUMNS`), and both
-kinds are made from that declaration.
+`TRANSITION_COLUMNS` declares a transition's columns once (as dopamine's storage signature
+does), `MINIBATCH_COLUMNS` what a minibatch carries beside its states; the rounds, the
+staging area, the replay memory, its checkpoints and both kinds of minibatch (`Batch` of
+states, `SlotBatch` of slots) are built from them.
 """
 
 from __future__ import annotations
@@ -78,13 +75,10 @@ def replay_bytes(capacity: int) -> int:
     return capacity * BYTES_PER_TRANSITION
 
 
-# What a minibatch carries beside its two states, one value per transition (its shape and
-# dtype), declared once: `Batch`, `SlotBatch`, the host store's buffers and gathers, the
-# learner's traced update inputs and the benchmark's stand-in minibatches are all made from
-# it by name, so a column added here (and filled by `ReplayMemory.slot_batch`) reaches the
-# learning rule (fast_dqn/update_rule.py) from either frame store. The target of a
-# transition is `returns + discounts * max_a Q_target(next_state, a)`, which serves 1-step
-# and n-step returns alike (dqn_zoo's `discount_t`).
+# What a minibatch carries beside its two states, by name: a column added here (and filled
+# by `ReplayMemory.slot_batch`) reaches the learning rule from either frame store. The target
+# `returns + discounts * max_a Q_target(next_state, a)` serves 1-step and n-step returns
+# alike (dqn_zoo's `discount_t`).
 MINIBATCH_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
     "actions": ((), np.int32),
     "returns": ((), np.float32),  # the discounted sum of the clipped rewards

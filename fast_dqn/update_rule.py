@@ -1,31 +1,18 @@
 """The DQN learning rule, in one function: TD targets, the loss and the gradient step.
 
-`dqn_update` is the whole rule, read top to bottom: the targets from the target network
-(Mnih et al. 2015, or van Hasselt et al. 2016's Double DQN), the Huber loss on the TD error
-summed over the minibatch, and one step of the optimizer on the online network. It is a
-function of (online network, target network, optimizer, minibatch) and nothing else: the
-learner (fast_dqn/learner.py) traces it, compiles it, loops it K times in one call and
-dispatches it; a caller may hand the learner another function of the same signature
-(`Learner`'s `update_function`). TensorFlow's closest form of a pure update: it writes the
-new weights and optimizer slots into their variables instead of returning them.
+`dqn_update` is a function of (online network, target network, optimizer, minibatch) and
+nothing else, read top to bottom as dqn_zoo's: the learner (fast_dqn/learner.py) traces,
+compiles, loops and dispatches it, and may be handed another of the same signature.
 
-Nature's loss and optimizer (Mnih et al. 2015): the TD error is clipped to [-1, 1] in the
-backward pass, which is the gradient of a Huber loss with delta 1; centered RMSProp with
-learning rate 2.5e-4, rho 0.95 and epsilon 0.01 added inside the square root. The loss is
-summed over the minibatch, not averaged: DeepMind's Lua code back-propagates each sample's
-clipped TD error and accumulates the 32 gradients, and pfrl's Nature reproduction uses
-`batch_accumulator="sum"`. With a mean the gradient is 32 times smaller while the optimizer's
-epsilon stays 0.01, so most updates would be many times smaller than Nature's.
+Nature's rule (Mnih et al. 2015): the TD error clipped to [-1, 1] in the backward pass (the
+gradient of a Huber loss with delta 1), and centered RMSProp with epsilon inside the square
+root. The loss is summed over the minibatch, not averaged, as DeepMind's Lua code
+accumulates the 32 samples' gradients and pfrl's reproduction uses
+`batch_accumulator="sum"`: a mean makes the gradient 32 times smaller against the same
+optimizer epsilon, and most steps many times smaller than Nature's.
 
-Dopamine's JAX DQN (`--optimizer=adam --loss=mse`, docs/protocol.md cites its source): the
-squared TD error, without a factor 1/2, averaged over the minibatch; Adam as optax computes
-it, epsilon added to the square root of the bias-corrected second moment. Keras's own Adam
-adds its epsilon before the bias correction (the paper's epsilon-hat), which is another
-update for the same epsilon, so `DopamineAdam` writes the step out. The loss and the
-optimizer are chosen by name (`LOSSES`, `make_optimizer`); the defaults are Nature's.
-
-The minibatch is a `transitions.Batch` of tensors, read by column name: a column declared in
-`transitions.MINIBATCH_COLUMNS` reaches this function from either frame store.
+Dopamine's JAX DQN (`--optimizer=adam --loss=mse`, docs/protocol.md): the squared TD error
+without a factor 1/2, averaged; Adam as optax computes it (`DopamineAdam`).
 """
 
 from __future__ import annotations
@@ -76,8 +63,8 @@ class DopamineAdam(keras.optimizers.Optimizer):
 
         variable -= lr * (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)
 
-    Its moments are optimizer variables, so a checkpoint of the optimizer holds them and
-    the step count (`iterations`) as it does RMSProp's slots.
+    Keras's Adam adds epsilon before the bias correction, another step for the same
+    epsilon. The moments are optimizer variables, so checkpoints hold them.
     """
 
     def __init__(self, learning_rate: float, epsilon: float = ADAM_EPSILON,
@@ -150,12 +137,8 @@ LOSSES: dict[str, Loss] = {
 
 
 def td_targets(online: Any, target: Any, batch: Batch, *, double: bool) -> tf.Tensor:
-    """returns + discounts * max_a' Q_target(s', a'): the minibatch's discounts are 0 where
-    the learning episode ended, so a terminal transition is never bootstrapped.
-
-    With `double` (van Hasselt et al. 2016): returns + discounts * Q_target(s', a*), where
-    a* = argmax_a' Q_online(s', a').
-    """
+    """returns + discounts * max_a' Q_target(s', a'), the discount 0 at a terminal; with
+    `double` (van Hasselt et al. 2016), Q_target(s', argmax_a' Q_online(s', a'))."""
     target_q = target(batch.next_states, training=False)
     if double:
         chosen = tf.argmax(online(batch.next_states, training=False), axis=1,

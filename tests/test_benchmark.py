@@ -50,7 +50,7 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
                                                      / sorted(windows)[1])
     assert "median of 3 windows" in out
     assert result["simulated"] is False
-    assert result["xla"] == Config().xla == "auto"
+    assert result["xla"] == Config().xla == "on"
     for kind in ("dispatch_per_update", "dispatch_per_query"):
         assert result[kind]["xla_on"] == 1 and result[kind]["xla_off"] > 1
     assert result["dispatch_per_update"]["xla_off"] > result["dispatch_per_query"]["xla_off"]
@@ -62,7 +62,7 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     assert benchmark.main(argv) == 0
     result = last_json_line(capsys.readouterr().out)
     assert result["simulated"] is True
-    assert result["xla"] == "auto"  # on, as on a real GPU
+    assert result["xla"] == "on"  # as on a real GPU
     assert 0 < result["sim_trainer_busy"] <= 1.0
     assert 0 < result["sim_gpu_busy"] <= result["sim_trainer_busy"]
     assert result["sim_steps_per_second"] == result["fast_steps_per_second"]

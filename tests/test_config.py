@@ -325,9 +325,9 @@ VERSION_2_SETTINGS = {
     "rmsprop_epsilon", "loss", "discount", "initial_epsilon", "exploration_steps",
     "final_epsilon", "eval_episodes", "eval_epsilon", "eval_max_episode_steps", "protocol",
     "sticky_actions", "life_loss_terminal", "full_action_set", "noop_max", "max_episode_steps",
-    "double", "dueling", "logdir", "checkpoint_every", "checkpoint_replay", "progress_every",
-    "xla", "replay_device", "workers", "concurrent", "synchronize", "backend",
-    "updates_per_call"}
+    "double", "dueling", "n_step", "prioritized", "logdir", "checkpoint_every",
+    "checkpoint_replay", "progress_every", "xla", "replay_device", "workers", "concurrent",
+    "synchronize", "backend", "updates_per_call"}
 
 
 def test_config_json_holds_every_setting_of_its_version():
@@ -349,10 +349,11 @@ def test_a_config_json_of_version_1_is_read_with_the_settings_added_since_at_the
     config = Config.from_saved(VERSION_1, ALGO_FAST_DQN)
     added = VERSION_2_SETTINGS - set(VERSION_1)
     assert added == {"protocol", "life_loss_terminal", "full_action_set", "double", "dueling",
-                     "replay_device", "optimizer", "loss"}
+                     "replay_device", "optimizer", "loss", "n_step", "prioritized"}
     assert {name: getattr(config, name) for name in added} == {
         name: getattr(Config(), name) for name in added}
     assert (config.game, config.updates_per_call) == ("breakout", 4)
+    assert config.xla == "on"  # --xla=auto, which such runs recorded, compiled as on does
     for key in sorted(set(VERSION_1) & VERSION_2_SETTINGS):  # what version 1 held, it must
         with pytest.raises(ValueError, match=f"^{key!r} is missing$"):
             Config.from_saved({name: v for name, v in VERSION_1.items() if name != key},

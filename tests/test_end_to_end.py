@@ -64,7 +64,7 @@ def test_run_dqn_writes_every_run_file(tmp_path, capsys):
     run_dir = tmp_path / "dqn"
     assert main(RUN + [f"--logdir={run_dir}"], ALGO_DQN) == 0
     out = capsys.readouterr().out
-    assert "training on CPU" in out and "; XLA on" in out  # --xla=auto
+    assert "training on CPU" in out and "; XLA on" in out  # --xla=on
     assert json.loads((run_dir / "config.json").read_text())["xla_compiled"] is True
     summary = check_run_files(run_dir, ALGO_DQN, 2000)
     _, evaluations = read_rows(run_dir / "evaluations.csv")

@@ -95,7 +95,7 @@ def check_learned(loop: TrainingLoop) -> None:
 
 
 def real_network(config: Config, n_actions: int):
-    """The network a run builds (on the CPU: XLA, by --xla=auto)."""
+    """The network a run builds (on the CPU too: XLA, by --xla=on)."""
     from fast_dqn.learner import configure_device, make_learner
     configure_device()
     return make_learner(config, n_actions)
