@@ -145,13 +145,18 @@ def test_workers_error_suggests_a_divisor():
         validate(Config(workers=7, replay_start=56_000), ALGO_FAST_DQN)
 
 
-def test_defaults_are_valid_for_both_trainers():
+def test_the_defaults_are_valid_for_both_trainers_and_the_samplers_check_is_the_fast_ones():
     validate(Config(), ALGO_DQN)
     validate(Config(), ALGO_FAST_DQN)
+    validate(Config(workers=3), ALGO_DQN)  # the serial trainer has one env
+    with pytest.raises(ValueError, match="--workers"):
+        validate(Config(workers=3), ALGO_FAST_DQN)
 
 
-def test_largest_seed_is_valid():
+def test_the_seed_is_valid_up_to_its_largest_value_and_refused_past_it():
     validate(Config(seed=config_module.MAX_SEED), ALGO_FAST_DQN)
+    with pytest.raises(ValueError, match="--seed must be within"):
+        validate(Config(seed=config_module.MAX_SEED + 1), ALGO_FAST_DQN)
 
 
 def test_largest_timesteps_is_valid():

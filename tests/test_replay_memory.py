@@ -366,13 +366,10 @@ def test_a_million_transitions_fit_in_7_2_gb():
     assert per_slot <= BYTES_PER_TRANSITION
 
 
-def test_check_memory_for_an_absurd_capacity():
+def test_check_memory_refuses_an_absurd_capacity_and_passes_a_small_one():
     with pytest.raises(ValueError, match="--replay-capacity"):
         check_memory_for(10**12)
-
-
-def test_check_memory_for_a_small_capacity_passes():
-    check_memory_for(1000)
+    check_memory_for(1000)  # 7 MB
 
 
 def test_capacity_below_one_state_is_rejected():
