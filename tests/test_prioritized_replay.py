@@ -147,3 +147,33 @@ def test_a_memory_restored_from_its_arrays_draws_what_the_original_draws():
     restored.restore_generator(original.generator_state())
     np.testing.assert_array_equal(restored.priorities.tree, original.priorities.tree)
     np.testing.assert_array_equal(restored.sample_indices(500), original.sample_indices(500))
+
+
+def test_the_importance_exponent_goes_from_0_4_to_1_over_the_runs_updates():
+    """Schaul et al. (2016) anneal beta from beta_0 = 0.4 to 1 by the end of learning
+    (dqn_zoo: 0.4 to 1 over the run). 1,000 steps after a 200-step start at 4 steps per update
+    make 200 updates, numbered 0 to 199."""
+    from fast_dqn.config import Config
+    from fast_dqn.schedule import importance_exponent_at
+    config = Config(timesteps=1000, replay_start=200, train_freq=4)
+    assert importance_exponent_at(0, config) == pytest.approx(0.4)
+    assert importance_exponent_at(199, config) == pytest.approx(1.0)
+    assert importance_exponent_at(99, config) == pytest.approx(0.4 + 0.6 * 99 / 199)
+    assert importance_exponent_at(10_000, config) == pytest.approx(1.0)  # an extended run's
+
+
+def test_prioritized_replay_lowers_rmsprops_step_as_dqn_zoo_does_and_implies_nothing_else():
+    """dqn_zoo/prioritized/run_atari.py: learning rate 0.00025 / 4 and optimizer epsilon
+    (0.01 / 32**2) * (1 / 4)**2 for its mean loss, which is 0.01 / 16 for the summed loss
+    (dividing the loss by 32 divides the squared gradients by 32**2). A flag given wins; Adam
+    keeps its own learning rate; Double DQN stays off (Schaul et al. ran it on Double DQN:
+    here that is --double, given or not)."""
+    from fast_dqn.config import Config, new_run_settings
+    settings = new_run_settings({"prioritized": True})
+    assert settings["lr"] == pytest.approx(0.00025 / 4)
+    assert settings["rmsprop_epsilon"] == pytest.approx(0.01 / 16)
+    assert Config(**settings).double is False
+    assert new_run_settings({"prioritized": True, "lr": 1e-4})["lr"] == 1e-4
+    assert new_run_settings({"prioritized": True, "optimizer": "adam"})["lr"] == \
+        new_run_settings({"optimizer": "adam"})["lr"]
+    assert "lr" not in new_run_settings({})  # Nature's run takes the field's default
