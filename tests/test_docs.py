@@ -129,7 +129,8 @@ def test_every_environment_variable_the_package_reads_is_in_the_table():
         read |= environment_reads(module.read_text())
     assert {"FAST_DQN_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"} <= read
     assert read - rows == set()
-    scripts = "".join(path.read_text() for path in sorted((REPO / "scripts").glob("*.sh")))
+    scripts = "".join(path.read_text() for path in sorted([*(REPO / "scripts").glob("*.sh"),
+                                                           *(REPO / "tools").glob("*.sh")]))
     exported = set(re.findall(r"export ([A-Z0-9_]+)=", scripts))
     assert exported - rows == set()
     assert {"TF_FORCE_GPU_ALLOW_GROWTH"} <= rows

@@ -3,12 +3,13 @@
 # alternately, N pairs, then one table of medians and ratios. Run with --help for the options.
 set -euo pipefail
 
-# shellcheck source=lib.sh source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# The scripts' helpers (their REPO_ROOT, die_usage, note, ...): scripts/lib.sh.
+# shellcheck source=../scripts/lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 usage() {
   cat <<EOF
-Usage: scripts/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
+Usage: tools/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
 
 Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HEAD)
 alternately on this machine, BASE first, PAIRS times each, each commit from its own
@@ -61,7 +62,7 @@ while (($#)); do
   esac
 done
 
-TABLE_SCRIPT="$REPO_ROOT/scripts/ab_table.py"
+TABLE_SCRIPT="$REPO_ROOT/tools/ab_table.py"
 if [[ -n $TABLE_DIR ]]; then
   [[ -d $TABLE_DIR ]] || die_usage "--table: no directory '$TABLE_DIR'"
   exec "$PY" "$TABLE_SCRIPT" "$TABLE_DIR"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The table of scripts/ab_benchmark.sh: medians of each commit's benchmark figures and the
+"""The table of tools/ab_benchmark.sh: medians of each commit's benchmark figures and the
 ratio head / base, from the logs `base-N.log` and `head-N.log` in a directory.
 
-    python scripts/ab_table.py DIR
+    python tools/ab_table.py DIR
 
 Each log is the output of `python -m fast_dqn.benchmark`: its last JSON line gives the
 figures; the ms per update inside the fast loop is read from the "fast W=..." line, which
