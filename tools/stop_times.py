@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -44,45 +43,40 @@ class StageFailed(RuntimeError):
 
 
 class TrainerProcess:
-    """One run_fast_dqn.py process, watched by two threads: each line of its output and each
-    appearance (+) or removal (-) of checkpoint.tmp/ and checkpoint.old/ in its run
-    directory, stamped with time.monotonic(); with `signal_on_tmp`, SIGTERM the moment
-    checkpoint.tmp/ appears. Its output, stamped, also goes to `log`."""
+    """One run_fast_dqn.py process, watched: `watch()` stamps with time.monotonic() each new
+    line of its output (in `log`) and each appearance (+) or removal (-) of checkpoint.tmp/
+    and checkpoint.old/ in its run directory, and with `signal_on_tmp` sends SIGTERM the
+    moment checkpoint.tmp/ appears. The waits call it every 20 ms."""
 
     def __init__(self, argv: list[str], run_dir: Path, log: Path, signal_on_tmp: bool = False):
-        self.run_dir, self.signal_on_tmp = run_dir, signal_on_tmp
+        self.run_dir, self.log, self.signal_on_tmp = run_dir, log, signal_on_tmp
         self.lines: list[tuple[float, str]] = []
         self.events: list[tuple[float, str]] = []
+        self.present = {name: (run_dir / name).exists() for name in (TMP, OLD)}
         self.t_signal: float | None = None
-        self.t_launch, self.t_exit, self.returncode = time.monotonic(), 0.0, None
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "run_fast_dqn.py"), *argv], cwd=REPO, text=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.exited = threading.Event()
-        threading.Thread(target=self._read, args=(open(log, "w"),), daemon=True).start()
-        threading.Thread(target=self._poll, daemon=True).start()
+        self.t_launch, self.t_exit, self.read = time.monotonic(), 0.0, 0
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REPO / "run_fast_dqn.py"), *argv], cwd=REPO,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
-    def _read(self, log) -> None:
-        with log:
-            for line in self.process.stdout:
-                now = time.monotonic()
-                self.lines.append((now, line.rstrip("\n")))
-                log.write(f"{now - self.t_launch:9.3f} {line}")
-        self.returncode = self.process.wait()
-        self.t_exit = time.monotonic()
-        self.exited.set()
-
-    def _poll(self) -> None:
-        present = {name: (self.run_dir / name).exists() for name in (TMP, OLD)}
-        while not self.exited.is_set():
-            for name in present:
-                if (self.run_dir / name).exists() != present[name]:
-                    present[name] = not present[name]
-                    self.events.append((time.monotonic(), name + "+-"[not present[name]]))
-                    if name == TMP and present[name] and self.signal_on_tmp:
-                        self.send_sigterm()
-            time.sleep(0.02)
+    def watch(self) -> bool:
+        """Takes in what happened since the last call; whether the process still runs."""
+        running, now = self.process.poll() is None, time.monotonic()
+        text = self.log.read_text(errors="replace")[self.read:]
+        whole = text[:text.rfind("\n") + 1]
+        self.read += len(whole)
+        self.lines += [(now, line) for line in whole.splitlines()]
+        for name, was in self.present.items():
+            if (self.run_dir / name).exists() != was:
+                self.present[name] = not was
+                self.events.append((now, name + "+-"[was]))
+                if name == TMP and not was and self.signal_on_tmp:
+                    self.send_sigterm()
+        if not running and not self.t_exit:
+            self.t_exit = now
+        return running
 
     def send_sigterm(self) -> None:
         self.t_signal = self.t_signal or time.monotonic()
@@ -90,17 +84,18 @@ class TrainerProcess:
 
     def first(self, pattern: re.Pattern) -> float | None:
         """The time of the first line that matches `pattern`, or None."""
-        return next((t for t, line in list(self.lines) if pattern.search(line)), None)
+        return next((t for t, line in self.lines if pattern.search(line)), None)
 
     def last_step(self) -> int:
-        steps = [int(m[1]) for _, line in list(self.lines) if (m := PROGRESS.match(line))]
+        steps = [int(m[1]) for _, line in self.lines if (m := PROGRESS.match(line))]
         return steps[-1] if steps else -1
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Watches until `condition()`; StageFailed if the process exits or time runs out."""
         deadline = time.monotonic() + timeout
         while not condition():
-            if self.exited.is_set() or time.monotonic() > deadline:
-                raise StageFailed(f"no {what} (exit {self.process.poll()}); see the log")
+            if not self.watch() or time.monotonic() > deadline:
+                raise StageFailed(f"no {what} (exit {self.process.poll()}); see {self.log}")
             time.sleep(0.02)
 
     def write_seconds(self) -> float:
@@ -133,16 +128,18 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
         load = os.getloadavg()[0]
         if trainer.t_signal is None:
             trainer.send_sigterm()
-        if not trainer.exited.wait(args.stop_timeout):
-            trainer.process.kill()
-            raise StageFailed(f"{phase}: still running {args.stop_timeout:.0f} s on; killed")
+        deadline = time.monotonic() + args.stop_timeout
+        while trainer.watch():
+            if time.monotonic() > deadline:
+                raise StageFailed(f"{phase}: still running {args.stop_timeout:.0f} s on")
+            time.sleep(0.02)
         counters, gb = checkpoint_counters_and_gb(run_dir)
         step, updates = counters["step"], counters["updates"]
         seconds, write = trainer.t_exit - trainer.t_signal, trainer.write_seconds()
         stops.append({"phase": phase, "seconds": round(seconds, 2), "checkpoint_write":
                       round(write, 2), "other": round(seconds - write, 2), "checkpoint_gb":
-                      round(gb, 2), "step": step, "exit": trainer.returncode, "load": load,
-                      "confirmed": confirms(step, updates)})
+                      round(gb, 2), "step": step, "exit": trainer.process.returncode,
+                      "load": load, "confirmed": confirms(step, updates)})
         print(json.dumps(stops[-1]), flush=True)
         if not stops[-1]["confirmed"] and len(stops) < 4:
             raise StageFailed(f"{phase}: the checkpoint's step {step} does not confirm it")
@@ -179,7 +176,7 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
     stop(trainer, "evaluation (30 games)", lambda step, updates: step == C)
     trainer = resume("resume-2", cold=True, signal_on_tmp=True)
     trainer.wait_for(lambda: trainer.t_signal is not None, args.timeout, "checkpoint.tmp/")
-    epoch_seconds = trainer.t_signal - next((t for t, line in list(trainer.lines) if (
+    epoch_seconds = trainer.t_signal - next((t for t, line in trainer.lines if (
         m := PROGRESS.match(line)) and int(m[1]) > C), trainer.t_signal)
     stop(trainer, "periodic checkpoint being written", lambda step, updates: step == C + T)
     updates_before = checkpoint_counters_and_gb(run_dir)[0]["updates"]
@@ -219,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         status = 1
     finally:
         for trainer in trainers:
-            trainer.process.kill() if trainer.process.poll() is None else None
+            trainer.process.kill()  # if still running: a failed or interrupted measurement
         shutil.rmtree(workdir / "run", ignore_errors=True)
     print(json.dumps({"stops": stops, "resumes": resumes, "status": status}))
     return status
