@@ -224,7 +224,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "--flag=--replay-device=device")
     args = parser.parse_args(argv)
     if (args.out is None) == (args.digests is None):
-        parser.error("give --out (to train the runs) or --digests RUN_DIR... (not both)")
+        refuse("give --out (to train the runs) or --digests RUN_DIR... (not both)")
     return args
 
 
