@@ -251,8 +251,9 @@ def cycle(number: int, run_dir: Path, rng: random.Random, wait_seconds: float,
     finally:
         run.kill()
     step = check_exit(run_dir, run, status, sent, start, tally)
-    print(f"cycle {number}: {sent.name if sent else 'no signal'} {wait:.1f} s after the lock, "
-          f"exit {status}, checkpoint {start and start.step} -> {step}", flush=True)
+    print(f"cycle {number}: {sent.name if sent else 'no signal'} {wait:.1f} s after "
+          f"{'the lock' if start else 'the first checkpoint'}, exit {status}, checkpoint "
+          f"{start and start.step} -> {step}", flush=True)
 
 
 def final_run(run_dir: Path, tally: dict) -> None:
