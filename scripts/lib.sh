@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers shared by scripts/all_games.sh and scripts/speedtest.sh. Sourced, not run.
+# Helpers shared by the shell scripts in scripts/ and tools/ab_benchmark.sh. Sourced, not run.
 #
 # A sweep is a list of tasks (TASK_NAMES, TASK_DIRS, TASK_LOGS, TASK_CMDS: one entry per
 # training run). The scripts fill the list, then either print it (--dry-run), run it here

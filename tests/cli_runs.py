@@ -1,29 +1,117 @@
 """Running the entry points as subprocesses, for the end-to-end tests of stopping, resuming
-and failing: the harness the developer tools use too (tools/entry_point_runs.py), and what the
-tests share about such runs.
+and failing: the one harness that starts them, and what the tests share about such runs.
+
+A run starts from the repository root, on the CPU (where a seed fixes a run bit for bit),
+with stdin from /dev/null and stdout and stderr in files, LOG.out and LOG.err, rather than
+pipes: a full pipe would stall a chatty run, and a file can be read while the run goes on and
+after it ended.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pytest
 
 from fast_dqn import benchmark
 from fast_dqn.checkpoints import CHECKPOINT, MANIFEST
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN
-from tools import same_bytes
-from tools.entry_point_runs import (CPU_ONLY, REPO, RUN_DQN, RUN_FAST_DQN, STOP_SECONDS,
-                                    Finished, Launch, launch, step_of, with_handlers)
 
-__all__ = ["Finished", "Launch", "RUN_DQN", "RUN_FAST_DQN", "REPO", "STOP_SECONDS", "step_of",
-           "with_handlers"]
+REPO = Path(__file__).resolve().parent.parent
+RUN_FAST_DQN = REPO / "run_fast_dqn.py"
+RUN_DQN = REPO / "run_dqn.py"
+SAME_BYTES = REPO / "tools" / "same_bytes.py"
+# The CPU only, so that runs are deterministic on any machine; TensorFlow's logs kept short.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+STOP_SECONDS = 20  # a signalled run must be gone within this
+POLL_SECONDS = 0.02  # between two looks at a run's files or output
+
+
+class WaitFailed(AssertionError):
+    """What a wait was for did not happen: the run exited first, or the time ran out."""
+
+
+def step_of(manifest: dict) -> int:
+    """The agent step a checkpoint was taken at, from its manifest."""
+    return int(manifest["counters"]["step"])
+
+
+def wait_until(condition: Callable[[], bool], running: Callable[[], bool], timeout: float,
+               what: str) -> float:
+    """Polls `condition` until it holds while `running()` says the run goes on; returns the
+    moment it held (time.monotonic()). WaitFailed naming `what` if the run ends or `timeout`
+    seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if not running():
+            raise WaitFailed(f"the run exited before {what}")
+        if time.monotonic() > deadline:
+            raise WaitFailed(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(POLL_SECONDS)
+    return time.monotonic()
+
+
+class RunTimedOut(AssertionError):
+    """A run did not exit in the time given (it was killed)."""
+
+
+@dataclasses.dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float  # from start (or from the moment given, e.g. a signal) to exit
+
+
+@dataclasses.dataclass
+class Launch:
+    """An entry point running as a subprocess; its output in LOG.out and LOG.err."""
+
+    process: subprocess.Popen
+    log: Path
+    started: float  # time.monotonic()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stdout(self) -> str:
+        return self.log.with_suffix(".out").read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.log.with_suffix(".err").read_text(errors="replace")
+
+    def finish(self, timeout: float, since: float | None = None) -> Finished:
+        """Waits for the exit and collects the output; kills the run and raises RunTimedOut
+        after `timeout` s. `seconds` counts from `since` (time.monotonic()) if given."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RunTimedOut(f"{self.process.args} did not exit within {timeout} s") from None
+        seconds = time.monotonic() - (self.started if since is None else since)
+        return Finished(self.process.returncode, self.stdout(), self.stderr(), seconds)
+
+
+def with_handlers(signals: Mapping[int, Any]) -> Callable[[], None]:
+    """A child's set-up that installs `signals` (signal -> handler) before it runs."""
+    def install() -> None:
+        for signum, handler in signals.items():
+            signal.signal(signum, handler)
+
+    return install
+
 
 ENV = {**os.environ, **CPU_ONLY}  # for a test that starts a run itself (a terminal's)
 TINY = ["--game=breakout", "--replay-capacity=5000", "--replay-start=400",
@@ -38,10 +126,15 @@ FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"
 
 
 def start(script: Path, args: list[str], log: Path,
-          signals: dict[int, Any] | None = None) -> Launch:
-    """Starts an entry point from the repository root, with the signal handlers in
-    `signals` (e.g. SIGHUP ignored, as under `nohup`)."""
-    return launch(script, args, log, signals=signals)
+          signals: Mapping[int, Any] | None = None) -> Launch:
+    """Starts `python SCRIPT ARGS...` from the repository root on the CPU, with the signal
+    handlers in `signals` (e.g. SIGHUP ignored, as under `nohup`) installed before it runs."""
+    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, str(script), *args], cwd=REPO, env={**os.environ, **CPU_ONLY},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            preexec_fn=with_handlers(signals) if signals else None)
+    return Launch(process, log, time.monotonic())
 
 
 def run_cli(script: Path, args: list[str], log: Path, timeout: float = 120) -> Finished:
@@ -124,10 +217,14 @@ def wait_for_match(run: Launch, pattern: str, accept: Callable[[re.Match], bool]
         time.sleep(0.02)
 
 
-def run_bytes(run_dir: Path) -> dict[str, str]:
-    """The digests `tools/same_bytes.py` takes of a run: its CSVs without the wall-clock
-    column, its checkpoint's network tensors and its replay arrays."""
-    return same_bytes.file_digests(run_dir)
+def run_bytes(*run_dirs: Path) -> list[dict[str, str]]:
+    """Each run's digests, file by file, as `tools/same_bytes.py --digests` prints them: its
+    CSVs without the wall-clock column, its checkpoint's network tensors and replay arrays."""
+    result = subprocess.run([sys.executable, str(SAME_BYTES), "--digests", *map(str, run_dirs)],
+                            capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    digests = json.loads(result.stdout.splitlines()[-1])
+    return [digests[str(run_dir)] for run_dir in run_dirs]
 
 
 def interrupt(script: Path, args: list[str], run_dir: Path, signum: int) -> Finished:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.entry_point_runs import REPO
+from tests.cli_runs import REPO
 
 SUMMARIZE = REPO / "scripts" / "summarize.py"
 PY = sys.executable

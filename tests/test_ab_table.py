@@ -1,11 +1,21 @@
-"""scripts/ab_table.py: the A/B table's medians and ratios, from benchmark logs written here."""
+"""tools/ab_table.py: the A/B table's medians and ratios, from benchmark logs written here,
+run as tools/ab_benchmark.sh runs it."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from scripts import ab_table
+from tests.cli_runs import REPO
+
+AB_TABLE = REPO / "tools" / "ab_table.py"
+
+
+def ab_table(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(AB_TABLE), *argv], capture_output=True,
+                          text=True, timeout=60)
 
 
 def write_log(path: Path, fast: float, serial: float, update_ms: float,
@@ -19,14 +29,15 @@ def write_log(path: Path, fast: float, serial: float, update_ms: float,
                     f"{json.dumps(result)}\n")
 
 
-def test_medians_and_ratios_by_hand(tmp_path, capsys):
+def test_medians_and_ratios_by_hand(tmp_path):
     # base: fast 100, 120, 110 -> median 110; head: 130, 121, 125 -> median 125
     for index, (fast, ms) in enumerate([(100, 25.0), (120, 27.0), (110, 26.0)], start=1):
         write_log(tmp_path / f"base-{index}.log", fast, 100.0, ms, with_update_ms_key=False)
     for index, (fast, ms) in enumerate([(130, 24.0), (121, 23.0), (125, 22.0)], start=1):
         write_log(tmp_path / f"head-{index}.log", fast, 100.0, ms, with_update_ms_key=True)
-    assert ab_table.main([str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    result = ab_table(str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
     fast_row = next(line for line in out.splitlines() if line.startswith("fast steps/s"))
     # median 110 and 125, spread (120 - 100) / 110 and (130 - 121) / 125, ratio 125 / 110
     assert fast_row.split()[2:] == ["110", "18.2%", "125", "7.2%", "1.136"]
@@ -35,13 +46,15 @@ def test_medians_and_ratios_by_hand(tmp_path, capsys):
     assert ms_row.split()[-5:] == ["26.00", "7.7%", "23.00", "8.7%", "0.885"]
 
 
-def test_a_log_without_a_result_is_an_error(tmp_path, capsys):
+def test_a_log_without_a_result_is_an_error(tmp_path):
     write_log(tmp_path / "base-1.log", 100, 100, 25.0, True)
     (tmp_path / "head-1.log").write_text("Traceback (most recent call last):\n")
-    assert ab_table.main([str(tmp_path)]) == 1
-    assert "head-1.log: no result line" in capsys.readouterr().err
+    result = ab_table(str(tmp_path))
+    assert result.returncode == 1
+    assert "head-1.log: no result line" in result.stderr
 
 
 @pytest.mark.parametrize("argv", [[], ["/no/such/directory"]])
 def test_bad_arguments_exit_2(argv):
-    assert ab_table.main(argv) == 2
+    result = ab_table(*argv)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr

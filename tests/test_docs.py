@@ -3,12 +3,15 @@ package reads are in the table, and the design notes' walks are the code's."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli_runs import REPO
+from tests.cli_runs import CPU_ONLY, REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -126,7 +129,8 @@ def test_every_environment_variable_the_package_reads_is_in_the_table():
         read |= environment_reads(module.read_text())
     assert {"FAST_DQN_TF_LOGS", "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"} <= read
     assert read - rows == set()
-    scripts = "".join(path.read_text() for path in sorted((REPO / "scripts").glob("*.sh")))
+    scripts = "".join(path.read_text() for path in sorted([*(REPO / "scripts").glob("*.sh"),
+                                                           *(REPO / "tools").glob("*.sh")]))
     exported = set(re.findall(r"export ([A-Z0-9_]+)=", scripts))
     assert exported - rows == set()
     assert {"TF_FORCE_GPU_ALLOW_GROWTH"} <= rows
@@ -134,23 +138,26 @@ def test_every_environment_variable_the_package_reads_is_in_the_table():
     assert "docs/environment.md" in readme
 
 
+WALK_LINE = re.compile(r"(?P<name>.+): (?P<entries>\d+) entries, (?P<distinct>\d+) modules: "
+                       r"(?P<modules>\w+(?: > \w+)*)")
+
+
 @pytest.mark.slow  # trains a tiny real run
 def test_the_design_notes_walks_are_the_codes():
-    """docs/design.md's walk of one round and one update call is what tools/code_walk.py
-    reads off a real run: each walk's line appears there as the tool prints it."""
-    from tools import code_walk
-
+    """docs/design.md's walk of one round and one update call is what `python
+    tools/code_walk.py` reads off a real run: each walk's line appears there as the tool prints
+    it, and counts its entries and distinct modules right."""
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "code_walk.py")],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **CPU_ONLY})
+    assert result.returncode == 0, result.stderr[-3000:]
+    walks = result.stdout.splitlines()
+    assert len(walks) == 4, result.stdout
     design = (REPO / "docs" / "design.md").read_text()
-    walks = code_walk.walks([])
-    assert len(walks) == 4 and all(walk.modules for walk in walks)
-    for walk in walks:
-        assert walk.line() in design, f"docs/design.md lacks the walk as it is:\n{walk.line()}"
-
-
-def test_a_walk_counts_its_entries_and_modules():
-    from tools.code_walk import Walk
-
-    walk = Walk("a round", ["training_loops", "acting", "env_pools", "acting"])
-    assert walk.distinct() == 3
-    assert walk.line() == ("a round: 4 entries, 3 modules: "
-                           "training_loops > acting > env_pools > acting")
+    for line in walks:
+        match = WALK_LINE.fullmatch(line)
+        assert match, f"not a walk's line: {line}"
+        modules = match["modules"].split(" > ")
+        assert int(match["entries"]) == len(modules)
+        assert int(match["distinct"]) == len(set(modules))
+        assert line in design, f"docs/design.md lacks the walk as it is:\n{line}"

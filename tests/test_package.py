@@ -253,7 +253,7 @@ def start_installed(argv: list, cwd: Path, log: Path) -> Launch:
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen([str(arg) for arg in argv], cwd=cwd, env=outside_env(),
                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-    return Launch(process, log, time.monotonic(), time.time())
+    return Launch(process, log, time.monotonic())
 
 
 @pytest.mark.slow

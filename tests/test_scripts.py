@@ -26,10 +26,9 @@ from typing import Callable, Iterator
 import pytest
 
 from fast_dqn.atari_data import NATURE_GAMES
-from tests.cli_runs import FINAL_WINDOW_STOP, REPO, SMALL_BATCH
+from tests.cli_runs import FINAL_WINDOW_STOP, REPO, SMALL_BATCH, wait_until
 from tests.script_runs import (LEARNING_CHECK, PY, SUMMARIZE, learning_check, make_run, run,
                                write_json)
-from tools.entry_point_runs import wait_until
 
 ALL_GAMES = REPO / "scripts" / "all_games.sh"
 SPEEDTEST = REPO / "scripts" / "speedtest.sh"
@@ -1174,7 +1173,7 @@ def uninterrupted_run_bytes(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("uninterrupted")
     result = run(breakout_sweep(out), env=ENV, timeout=900)
     assert result.returncode == 0, result.stderr
-    return run_bytes(out / "breakout-seed0")
+    return run_bytes(out / "breakout-seed0")[0]
 
 
 @pytest.mark.slow
@@ -1215,7 +1214,7 @@ def test_a_second_sweep_into_the_same_out_leaves_the_live_run_whole(tmp_path, se
     if second_starts != "0.5 s later":  # the lock names its holder by then
         assert (run_dir / ".lock").read_text().strip() in stderr[other]
     assert not list(out.glob("breakout-seed0.incomplete-*"))
-    assert run_bytes(run_dir) == uninterrupted_run_bytes
+    assert run_bytes(run_dir)[0] == uninterrupted_run_bytes
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
     log = (out / "breakout-seed0.log").read_text()
     assert "in use by another process" not in log and "\0" not in log
@@ -1278,8 +1277,9 @@ def shellcheck_binary() -> str:
 
 @pytest.mark.slow
 def test_every_shell_script_passes_shellcheck():
-    scripts = sorted((REPO / "scripts").glob("*.sh")) + [REPO / ".ci" / "run"]
-    assert len(scripts) >= 4
+    scripts = [*sorted((REPO / "scripts").glob("*.sh")), *sorted((REPO / "tools").glob("*.sh")),
+               REPO / ".ci" / "run"]
+    assert REPO / "tools" / "ab_benchmark.sh" in scripts and len(scripts) >= 5
     result = run([shellcheck_binary(), "--external-sources", *scripts])
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tools.entry_point_runs import REPO
+from tests.cli_runs import REPO
 
 # A signal within 6 s of the run taking its lock (the soak's default: 16 s): the kills land in
 # the start-up or the first seconds of acting, and each launch's --timesteps (its wait's worth
@@ -18,7 +18,7 @@ WAIT_SECONDS = 6
 
 @pytest.mark.slow  # the soak starts the trainer and a sweep as subprocesses
 def test_a_run_killed_three_times_finishes_with_every_row_once(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "tools.soak", "--kills", "3",
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "soak.py"), "--kills", "3",
                              "--wait-seconds", str(WAIT_SECONDS), "--out", str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]

@@ -1,19 +1,16 @@
 """The modules one round of the fast trainer and one update call enter, read off a real run.
 
-    python tools/code_walk.py [--functions] [--updates-per-call K] [--replay-device host|device]
+It runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in
+a temporary directory) and records, with a profiler hook on the calling thread, the calls
+into fast_dqn modules during one round after the replay start (`FastDQN._act_round`), one
+round in which a game ends, and one call of the update thread after the calls that trace
+TensorFlow's functions (`LearnerThread._timed_draw` and `LearnerThread._timed_update`). It prints each walk as
+the modules in the order they are entered (a call from one module into another is an entry;
+one within a module is none; only Python frames are seen, not the compiled learning rule),
+with the count of entries and of distinct modules, and with --functions each entry's
+function. docs/design.md's walks are its output, which tests/test_docs.py checks:
 
-Runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in a
-temporary directory) and records, with a profiler hook on the calling thread, the calls into
-fast_dqn modules during one round taken after the replay start (`FastDQN._act_round`, from
-its call to its return), one round in which a game ends, and one call of the update thread
-(`LearnerThread._timed_draw` and `LearnerThread._timed_update`, on the threads that run them:
-the draw of its minibatches and the learner's update). It prints each
-walk as the modules in the order they are entered (each call from one module into another is
-an entry; a call within a module is none), with the count of entries and of distinct
-modules. docs/design.md's walks are this output; tests/test_docs.py checks that they agree.
-
-Only Python frames are seen: the traced TensorFlow functions run the learning rule
-(update_rule.dqn_update) inside the compiled graph, where no Python is called.
+    python tools/code_walk.py --functions
 """
 
 from __future__ import annotations
@@ -47,33 +44,20 @@ _GENERATOR = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
 class Walk(NamedTuple):
-    """The fast_dqn modules entered, in order (each call from one module into another is an
-    entry), and the function each entry called."""
+    """The fast_dqn modules entered, in order, and the function each entry called."""
 
     name: str
     modules: list[str]
-    functions: list[str] = []
-
-    def distinct(self) -> int:
-        return len(set(self.modules))
+    functions: list[str]
 
     def line(self) -> str:
-        return (f"{self.name}: {len(self.modules)} entries, {self.distinct()} modules: "
+        return (f"{self.name}: {len(self.modules)} entries, {len(set(self.modules))} modules: "
                 + " > ".join(self.modules))
-
-    def entries(self) -> list[str]:
-        """Each entry as module.function, the function it began with."""
-        return [f"{module}.{function}" for module, function in zip(self.modules,
-                                                                    self.functions)]
 
 
 def _module_of(frame: Any) -> str | None:
-    if frame is None:
-        return None
-    name = frame.f_globals.get("__name__", "")
-    if name == PACKAGE or name.startswith(PACKAGE + "."):
-        return name.removeprefix(PACKAGE + ".")
-    return None
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name.removeprefix(PACKAGE + ".") if name.startswith(PACKAGE + ".") else None
 
 
 @contextlib.contextmanager
@@ -99,11 +83,11 @@ def recording(modules: list[str], functions: list[str]) -> Iterator[None]:
         sys.setprofile(previous)
 
 
-def traced_once(function: Callable, walk: tuple[list[str], list[str]],
-                when: Callable[[Any], bool], done: threading.Event,
+def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
+                done: threading.Event,
                 keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
-    """`function` (a method), its walk recorded into `walk` (modules, functions) on the
-    calls for which `when(self)` holds, until one recorded walk's modules satisfy `keep`."""
+    """`function` (a method), its walk recorded into `walk` on the calls for which
+    `when(self)` holds, until one recorded walk's modules satisfy `keep`."""
     lock = threading.Lock()
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -118,7 +102,7 @@ def traced_once(function: Callable, walk: tuple[list[str], list[str]],
                 return function(self, *args, **kwargs)
         finally:
             if keep(modules):
-                walk[0][:], walk[1][:] = modules, functions
+                walk.modules[:], walk.functions[:] = modules, functions
                 done.set()
 
     return wrapper
@@ -130,70 +114,54 @@ def after_calls(count: int) -> Callable[[Any], bool]:
     return lambda instance: next(calls) >= count
 
 
-def walks(extra_flags: list[str]) -> list[Walk]:
+def walks() -> list[Walk]:
     """Runs the tiny run and returns the walks of one round and one update call."""
     from fast_dqn import launch
     from fast_dqn.config import ALGO_FAST_DQN
     from fast_dqn.training_loops import FastDQN, LearnerThread
 
-    round_walk: tuple[list[str], list[str]] = ([], [])
-    game_end_walk: tuple[list[str], list[str]] = ([], [])
-    prepare_walk: tuple[list[str], list[str]] = ([], [])
-    update_walk: tuple[list[str], list[str]] = ([], [])
-    seen = [threading.Event() for _ in range(4)]
+    found = [Walk(name, [], []) for name in (
+        "one round (FastDQN._act_round)", "one round in which a game ends",
+        "one update call, drawing (LearnerThread._timed_draw)",
+        "one update call, updating (LearnerThread._timed_update)")]
+    seen = [threading.Event() for _ in found]
     learning = lambda loop: loop.counters.step >= ROUND_AT  # noqa: E731
-    act_round = traced_once(FastDQN._act_round, round_walk, learning, seen[0])
+    act_round = traced_once(FastDQN._act_round, found[0], learning, seen[0])
     patched = {
         (FastDQN, "_act_round"): traced_once(
-            act_round, game_end_walk, learning, seen[1],
+            act_round, found[1], learning, seen[1],
             keep=lambda modules: "run_logs" in modules),  # the round in which a game ends
         (LearnerThread, "_timed_draw"): traced_once(
-            LearnerThread._timed_draw, prepare_walk, after_calls(TRACED_CALLS), seen[2]),
+            LearnerThread._timed_draw, found[2], after_calls(TRACED_CALLS), seen[2]),
         (LearnerThread, "_timed_update"): traced_once(
-            LearnerThread._timed_update, update_walk, after_calls(TRACED_CALLS), seen[3]),
+            LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS), seen[3]),
     }
     originals = {key: getattr(*key) for key in patched}
     for (owner, name), wrapper in patched.items():
         setattr(owner, name, wrapper)
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            out = Path(scratch) / "run"
-            with contextlib.redirect_stdout(sys.stderr):
-                status = launch.main([*RUN_FLAGS, *extra_flags, f"--logdir={out}"],
-                                     ALGO_FAST_DQN)
+        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
+            status = launch.main([*RUN_FLAGS, f"--logdir={Path(scratch) / 'run'}"],
+                                 ALGO_FAST_DQN)
     finally:
         for (owner, name), original in originals.items():
             setattr(owner, name, original)
     if status != 0 or not all(event.is_set() for event in seen):
         raise SystemExit(f"code_walk: the run ended with status {status} before each walk "
                          f"({[event.is_set() for event in seen]})")
-    return [Walk("one round (FastDQN._act_round)", *round_walk),
-            Walk("one round in which a game ends", *game_end_walk),
-            Walk("one update call, drawing (LearnerThread._timed_draw)", *prepare_walk),
-            Walk("one update call, updating (LearnerThread._timed_update)", *update_walk)]
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python tools/code_walk.py",
-        description="The fast_dqn modules one round of the fast trainer and one update call "
-                    "enter, read off a tiny real run.")
-    parser.add_argument("--updates-per-call", type=int,
-                        help="K minibatch updates per call of the update thread (default: "
-                             "the trainer's)")
-    parser.add_argument("--replay-device", choices=("host", "device"),
-                        help="where the replay memory's frames live (default: the trainer's "
-                             "choice, the host on a CPU)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--functions", action="store_true",
                         help="also print each entry as module.function, one per line")
     args = parser.parse_args(argv)
-    flags = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
-             if name != "functions" and value is not None]
-    for walk in walks(flags):
+    for walk in walks():
         print(walk.line())
-        if args.functions:
-            for number, entry in enumerate(walk.entries(), 1):
-                print(f"  {number:2d}. {entry}")
+        for number, entry in enumerate(zip(walk.modules, walk.functions) if args.functions
+                                       else (), 1):
+            print(f"  {number:2d}. {'.'.join(entry)}")
     return 0
 
 

@@ -1,27 +1,19 @@
 #!/usr/bin/env python3
 """Checks that a change "keeps the bytes": fixed-seed tiny runs write the same content.
 
-The script trains six tiny fixed-seed CPU runs with `--xla=off` (the fast trainer with
-W = 4 as is, with `--updates-per-call=1`, with `--concurrent=false`; the serial trainer;
-and each trainer stopped at 2,000 steps and resumed to 4,000) and prints one SHA-256
-digest per run over what is deterministic in it:
+It trains six tiny fixed-seed CPU runs (the fast trainer as is, with --updates-per-call=1 and
+with --concurrent=false; the serial trainer; each trainer stopped at 2,000 steps and resumed
+to 4,000) and prints one SHA-256 digest per run over what is deterministic in it: the CSVs
+without their wall-clock `hours` column, every tensor of the checkpoint's networks and every
+replay array (not manifest.json, config.json, summary.json or TensorBoard's events, which
+hold timings). The last line is a JSON object {run: digest, "files": {run/file: digest}};
+--compare FILE lists what differs from such a saved output and exits 1 if anything does;
+--digests trains nothing and prints {RUN_DIR: {file: digest}} of runs made elsewhere (the
+tests compare runs so). Run from the repository root around a change:
 
-- `episodes.csv` and `evaluations.csv` without their wall-clock `hours` column;
-- every tensor of the checkpoint's TensorFlow network checkpoint (name, dtype, shape, bytes);
-- every replay array `checkpoint/replay/*.npy` (name, dtype, shape, bytes).
-
-Not hashed: manifest.json (its layout changes between versions; its counters are covered by
-the CSVs and the arrays), config.json, summary.json and the TensorBoard events (timings).
-
-Use it around a change:
-
-    python tools/same_bytes.py --out /tmp/sb-before --verbose > before.txt   # old code
-    python tools/same_bytes.py --out /tmp/sb-after --verbose --compare before.txt
-
-The last line of the output is a JSON object {run: digest, "files": {run/file: digest}};
-`--compare FILE` reads that line from a saved output, lists every run and file whose digest
-differs (before the JSON line, so the new output can serve as a baseline too) and exits 1
-if any does, 0 if all match.
+    python tools/same_bytes.py --out /tmp/sb-before > before.txt   # the old code
+    python tools/same_bytes.py --out /tmp/sb-after --compare before.txt
+    python tools/same_bytes.py --digests RUN_DIR [RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -29,11 +21,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import csv
-import dataclasses
 import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,10 +34,6 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python tools/same_bytes.py` puts tools/ first
-    sys.path.insert(0, str(REPO))
-
-from tools.entry_point_runs import launch  # noqa: E402
 
 # The tiny run every variant starts from: long enough to learn (replay start 1,000), sync the
 # target network, evaluate twice and checkpoint twice, short enough to take ~30 s on a CPU.
@@ -60,81 +48,61 @@ CSV_FILES = ("episodes.csv", "evaluations.csv")
 WALL_CLOCK_COLUMN = "hours"
 NETWORK_PREFIX = Path("checkpoint") / "network" / "ckpt"
 REPLAY_DIR = Path("checkpoint") / "replay"
-# Tensors left out of the network digest. TensorFlow's serialized object graph
-# (_CHECKPOINTABLE_OBJECT_GRAPH) is not: it repeated bit for bit across identical runs (at
-# d7f640c and 04bdeda), and it records which object each tensor belongs to.
-EXCLUDED_TENSORS: frozenset[str] = frozenset()
-
+# On the CPU, where a seed fixes a run bit for bit; TensorFlow's logs kept short.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 STDERR_TAIL_LINES = 30
 RUN_HOURS = 2  # a tiny run takes about a minute; longer, it is stuck
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One named run: its commands, executed in order into the same run directory."""
-
-    name: str
-    commands: tuple[tuple[str, ...], ...]
 
 
 class RunFailed(RuntimeError):
     """A run's command exited non-zero; the message holds its stderr tail."""
 
 
-def fresh_command(trainer: str, extra: Sequence[str] = (),
-                  timesteps: str = FINAL_STEPS) -> tuple[str, ...]:
-    """A new run's trainer argv (without the interpreter and --logdir)."""
-    fast_only = ("--workers=4",) if trainer == FAST else ()
-    return (trainer, *COMMON_FLAGS, timesteps, *fast_only, *extra)
+def all_runs(extra: Sequence[str] = ()) -> dict[str, list[list[str]]]:
+    """The six runs: each one's trainer commands, run in order into its directory ("{logdir}"),
+    longest first so that two at a time finish close together. `extra` flags go to every new
+    run: a setting that must not change the bytes (e.g. --replay-device=device), compared
+    with a baseline made without it."""
+    def new(trainer: str, *flags: str, timesteps: str = FINAL_STEPS) -> list[str]:
+        fast_only = ["--workers=4"] if trainer == FAST else []
+        return [trainer, *COMMON_FLAGS, timesteps, *fast_only, *flags, *extra,
+                "--logdir={logdir}"]
+
+    def resumed(trainer: str) -> list[list[str]]:
+        return [new(trainer, timesteps=STOP_AT), [trainer, "--resume", "{logdir}", FINAL_STEPS]]
+
+    return {"fast-w4-resumed": resumed(FAST), "serial-resumed": resumed(SERIAL),
+            "serial": [new(SERIAL)],
+            "fast-w4-concurrent-false": [new(FAST, "--concurrent=false")], "fast-w4": [new(FAST)],
+            "fast-w4-updates-per-call-1": [new(FAST, "--updates-per-call=1")]}
 
 
-def resumed_runs(trainer: str, name: str, extra: Sequence[str] = ()) -> Run:
-    """A run stopped at 2,000 steps, then resumed to 4,000 with --resume."""
-    first = fresh_command(trainer, extra, timesteps=STOP_AT)
-    return Run(name, (first, (trainer, "--resume", "{logdir}", FINAL_STEPS)))
-
-
-def all_runs(extra: Sequence[str] = ()) -> list[Run]:
-    """The six runs, longest first so that two at a time finish close together; `extra`
-    flags go to every new run (a setting that must not change the bytes, e.g.
-    --replay-device=device, compared with a baseline made without it)."""
-    extra = tuple(extra)
-    return [
-        resumed_runs(FAST, "fast-w4-resumed", extra),
-        resumed_runs(SERIAL, "serial-resumed", extra),
-        Run("serial", (fresh_command(SERIAL, extra),)),
-        Run("fast-w4-concurrent-false", (fresh_command(FAST, ("--concurrent=false", *extra)),)),
-        Run("fast-w4", (fresh_command(FAST, extra),)),
-        Run("fast-w4-updates-per-call-1",
-            (fresh_command(FAST, ("--updates-per-call=1", *extra)),)),
-    ]
-
-
-def command_argv(command: Sequence[str], logdir: Path) -> list[str]:
-    """The trainer's argv of one command (after the interpreter), with --logdir for a new
-    run."""
-    if "{logdir}" in command:
-        return [str(logdir) if arg == "{logdir}" else arg for arg in command]
-    return [*command, f"--logdir={logdir}"]
-
-
-def execute(run: Run, repo: Path, out: Path) -> float:
-    """Executes a run's commands in order; returns its seconds. Raises RunFailed."""
+def execute(name: str, commands: list[list[str]], repo: Path, out: Path) -> float:
+    """Runs a run's commands in order from `repo` on the CPU, each one's output in
+    OUT/NAME-I.out and .err; returns its seconds. Raises RunFailed."""
     start = time.monotonic()
-    for index, command in enumerate(run.commands):
-        argv = command_argv(command, out / run.name)
-        launched = launch(argv[0], argv[1:], out / f"{run.name}-{index}", repo=repo)
-        code = launched.finish(timeout=RUN_HOURS * 3600).returncode
+    for index, command in enumerate(commands):
+        argv = [arg.replace("{logdir}", str(out / name)) for arg in command]
+        log = out / f"{name}-{index}"
+        with open(f"{log}.out", "w") as stdout, open(f"{log}.err", "w") as stderr:
+            try:
+                code = subprocess.run([sys.executable, *argv], cwd=repo, stdout=stdout,
+                                      stderr=stderr, stdin=subprocess.DEVNULL,
+                                      env={**os.environ, **CPU_ONLY},
+                                      timeout=RUN_HOURS * 3600).returncode
+            except subprocess.TimeoutExpired:
+                code = f"nothing: killed after {RUN_HOURS} h"
         if code != 0:
-            raise RunFailed(f"{run.name}: `{' '.join(argv)}` exited {code}; stderr tail:\n"
-                            + launched.stderr_tail(STDERR_TAIL_LINES))
+            tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-STDERR_TAIL_LINES:])
+            raise RunFailed(f"{name}: `{' '.join(argv)}` exited {code}; stderr tail:\n{tail}")
     return time.monotonic() - start
 
 
-def execute_all(runs: Sequence[Run], repo: Path, out: Path, jobs: int) -> None:
+def execute_all(runs: dict[str, list[list[str]]], repo: Path, out: Path, jobs: int) -> None:
     """Executes the runs `jobs` at a time; exits 1 with the stderr tail of a failed run."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(execute, run, repo, out): run for run in runs}
+        futures = {pool.submit(execute, name, commands, repo, out): name
+                   for name, commands in runs.items()}
         for future in concurrent.futures.as_completed(futures):
             try:
                 seconds = future.result()
@@ -143,7 +111,7 @@ def execute_all(runs: Sequence[Run], repo: Path, out: Path, jobs: int) -> None:
                 for other in futures:
                     other.cancel()  # the ones not started yet; running ones finish
                 sys.exit(1)
-            print(f"# {futures[future].name} ran in {seconds:.0f} s", file=sys.stderr)
+            print(f"# {futures[future]} ran in {seconds:.0f} s", file=sys.stderr)
 
 
 def csv_without_wall_clock(path: Path) -> bytes:
@@ -166,13 +134,6 @@ def update_with_array(digest: "hashlib._Hash", name: str, array: np.ndarray) -> 
     digest.update(data)
 
 
-def as_array(value: object) -> np.ndarray:
-    """A checkpoint tensor as an array; TensorFlow returns string scalars as bytes."""
-    if isinstance(value, bytes):
-        return np.frombuffer(value, dtype=np.uint8)
-    return np.asarray(value)
-
-
 def network_digest(prefix: Path) -> str:
     """The digest of every tensor in a TensorFlow checkpoint, in name order."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -182,27 +143,26 @@ def network_digest(prefix: Path) -> str:
     dtypes = reader.get_variable_to_dtype_map()
     digest = hashlib.sha256()
     for name in sorted(reader.get_variable_to_shape_map()):
-        if name in EXCLUDED_TENSORS:
-            continue
         digest.update(dtypes[name].name.encode())
-        update_with_array(digest, name, as_array(reader.get_tensor(name)))
-    return digest.hexdigest()
-
-
-def npy_digest(path: Path) -> str:
-    """The digest of one .npy array (its file name, dtype, shape and bytes)."""
-    digest = hashlib.sha256()
-    update_with_array(digest, path.name, np.load(path, allow_pickle=False))
+        value = reader.get_tensor(name)  # a string scalar comes as bytes
+        update_with_array(digest, name, np.frombuffer(value, dtype=np.uint8)
+                          if isinstance(value, bytes) else np.asarray(value))
     return digest.hexdigest()
 
 
 def file_digests(run_dir: Path) -> dict[str, str]:
-    """The digest of each hashed file of a run, keyed by its path in the run directory."""
+    """The digest of each hashed file of a run, keyed by its path in the run directory;
+    exits 2 with one line if the run lacks one."""
+    for path in [*CSV_FILES, f"{NETWORK_PREFIX}.index"]:
+        if not (run_dir / path).is_file():
+            refuse(f"{run_dir} has no {path}: not a run with a checkpoint")
     digests = {name: hashlib.sha256(csv_without_wall_clock(run_dir / name)).hexdigest()
                for name in CSV_FILES}
     digests[NETWORK_PREFIX.as_posix()] = network_digest(run_dir / NETWORK_PREFIX)
     for path in sorted((run_dir / REPLAY_DIR).glob("*.npy")):
-        digests[(REPLAY_DIR / path.name).as_posix()] = npy_digest(path)
+        digest = hashlib.sha256()  # over its file name, dtype, shape and bytes
+        update_with_array(digest, path.name, np.load(path, allow_pickle=False))
+        digests[(REPLAY_DIR / path.name).as_posix()] = digest.hexdigest()
     return digests
 
 
@@ -214,73 +174,78 @@ def run_digest(files: Mapping[str, str]) -> str:
 
 def differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     """Every run and file whose digest differs or is present on one side only."""
-    lines = []
-    for key in sorted(set(old) | set(new)):
-        if key == "files":
-            continue
-        if old.get(key) != new.get(key):
-            lines.append(f"differs: {key}")
-    old_files, new_files = old.get("files", {}), new.get("files", {})
-    assert isinstance(old_files, dict) and isinstance(new_files, dict)
-    for key in sorted(set(old_files) | set(new_files)):
-        if key not in old_files or key not in new_files:
-            side = "baseline" if key not in old_files else "this run"
-            lines.append(f"differs: {key} (missing in {side})")
-        elif old_files[key] != new_files[key]:
-            lines.append(f"differs: {key}")
-    return lines
+    def flat(summary: Mapping[str, object]) -> dict[str, object]:
+        return {**{k: v for k, v in summary.items() if k != "files"}, **summary["files"]}
+
+    old, new = flat(old), flat(new)
+    return [f"differs: {key}" + ("" if key in old and key in new else
+                                 f" (missing in {'this run' if key in old else 'baseline'})")
+            for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+
+
+def refuse(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"same_bytes.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def last_line_json(path: Path) -> dict[str, object]:
-    """The JSON object on the last non-empty line of a saved output."""
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    if not lines:
-        sys.exit(f"error: {path} is empty")
-    return json.loads(lines[-1])
+    """The JSON summary on the last non-empty line of a saved output."""
+    try:
+        summary = json.loads([line for line in path.read_text().splitlines() if line.strip()][-1])
+        if isinstance(summary["files"], dict):
+            return summary
+    except (OSError, IndexError, ValueError, TypeError, KeyError) as error:
+        refuse(f"--compare {path}: its last line is not this script's JSON summary ({error!r})")
+    refuse(f"--compare {path}: its last line is not this script's JSON summary")
 
 
 def check_out_dir(out: Path) -> None:
     """Refuses an --out directory that holds anything (runs must start from nothing)."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        sys.exit(f"error: --out {out} exists and is not an empty directory")
+        refuse(f"--out {out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=Path,
                         help="directory for the runs (must not exist or be empty)")
+    parser.add_argument("--digests", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="train nothing: print the file digests of these runs")
     parser.add_argument("--repo", type=Path, default=REPO,
                         help="repository root whose trainers run (default: this script's)")
-    parser.add_argument("--verbose", action="store_true", help="also print per-file digests")
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="saved output to compare with (exit 1 on any difference)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default: 2)")
     parser.add_argument("--flag", action="append", default=[], metavar="FLAG",
                         help="a trainer flag given to every new run (repeatable), e.g. "
                              "--flag=--replay-device=device")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if (args.out is None) == (args.digests is None):
+        refuse("give --out (to train the runs) or --digests RUN_DIR... (not both)")
+    return args
 
 
-def report(runs: Iterable[Run], out: Path, verbose: bool) -> dict[str, object]:
-    """Prints each run's digest (and its files' with verbose); returns the JSON summary."""
+def report(runs: Iterable[str], out: Path) -> dict[str, object]:
+    """Prints each run's digest; returns the JSON summary, with every file's digest."""
     summary: dict[str, object] = {}
     files: dict[str, str] = {}
-    for run in sorted(runs, key=lambda r: r.name):
-        digests = file_digests(out / run.name)
-        summary[run.name] = run_digest(digests)
-        print(f"{run.name} {summary[run.name]}")
-        for name, digest in digests.items():
-            files[f"{run.name}/{name}"] = digest
-            if verbose:
-                print(f"{run.name}/{name} {digest}")
+    for run in sorted(runs):
+        digests = file_digests(out / run)
+        summary[run] = run_digest(digests)
+        print(f"{run} {summary[run]}")
+        files.update((f"{run}/{name}", digest) for name, digest in digests.items())
     summary["files"] = files
     return summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.digests:
+        print(json.dumps({str(run_dir): file_digests(run_dir) for run_dir in args.digests}))
+        return 0
     baseline = last_line_json(args.compare) if args.compare else None  # fail before running
     out = args.out.resolve()
     check_out_dir(out)
@@ -288,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     execute_all(runs, args.repo.resolve(), out, args.jobs)
     print(f"# all runs in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    summary = report(runs, out, args.verbose)
+    summary = report(runs, out)
     status = 0
     if baseline is not None:
         diffs = differences(baseline, summary)

@@ -3,17 +3,18 @@
 # alternately, N pairs, then one table of medians and ratios. Run with --help for the options.
 set -euo pipefail
 
-# shellcheck source=lib.sh source-path=SCRIPTDIR
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=../scripts/lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 usage() {
   cat <<EOF
-Usage: scripts/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
+Usage: tools/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
 
 Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HEAD)
 alternately on this machine, BASE first, PAIRS times each, each commit from its own
 detached worktree, one benchmark at a time; then prints one table of the medians of
-each figure over the pairs, their spread, and HEAD / BASE.
+each figure over the pairs, their spread, and HEAD / BASE (tools/ab_table.py OUT
+prints it again).
 
 Default benchmark flags:
   --game=pong --workers 8
@@ -22,28 +23,20 @@ With --simulated (the GPU regime: the network work replaced by waits, docs/throu
   --steps=30000 --random-steps=2000 --skip-serial
 Flags after -- replace these defaults whole.
 
-Run it for any change to the loop, the acting, the trainer, the update or the frame store
-(docs/throughput.md, "A/B of two commits"). Nothing else should run on the machine
-meanwhile: a default pair takes about 6 minutes on 2 cores.
+Nothing else should run meanwhile: a default pair takes about 6 minutes on 2 cores
+(docs/throughput.md, "A/B of two commits").
 
 Options:
   --pairs N       benchmark runs of each commit (default: 3)
   --simulated     the simulated-GPU defaults above
   --out DIR       where the worktrees and logs go (default: a new directory under /tmp)
   --python PY     Python interpreter with the project's requirements (default: python)
-  --table DIR     only print the table of the logs already in DIR
   -h, --help      show this help
 EOF
 }
 
-PAIRS=3
-SIMULATED=0
-OUT=
-PY=python
-TABLE_DIR=
-POSITIONAL=()
-BENCH_FLAGS=()
-GIVEN_FLAGS=0
+PAIRS=3 SIMULATED=0 OUT='' PY=python GIVEN_FLAGS=0
+POSITIONAL=() BENCH_FLAGS=()
 
 split_equals "$@"
 set -- "${SPLIT_ARGS[@]}"
@@ -53,19 +46,12 @@ while (($#)); do
     --simulated) SIMULATED=1; shift ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
-    --table) need_value "$1" $#; TABLE_DIR=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     --) shift; BENCH_FLAGS=("$@"); GIVEN_FLAGS=1; break ;;
     -*) die_usage "unknown option '$1'" ;;
     *) POSITIONAL+=("$1"); shift ;;
   esac
 done
-
-TABLE_SCRIPT="$REPO_ROOT/scripts/ab_table.py"
-if [[ -n $TABLE_DIR ]]; then
-  [[ -d $TABLE_DIR ]] || die_usage "--table: no directory '$TABLE_DIR'"
-  exec "$PY" "$TABLE_SCRIPT" "$TABLE_DIR"
-fi
 
 ((${#POSITIONAL[@]} >= 1 && ${#POSITIONAL[@]} <= 2)) || die_usage "give BASE and optionally HEAD"
 is_positive_int "$PAIRS" || die_usage "--pairs: expected a positive whole number, got '$PAIRS'"
@@ -130,4 +116,4 @@ for ((pair = 1; pair <= PAIRS; pair++)); do
   done
 done
 
-"$PY" "$TABLE_SCRIPT" "$OUT"
+"$PY" "$REPO_ROOT/tools/ab_table.py" "$OUT"

@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""The table of scripts/ab_benchmark.sh: medians of each commit's benchmark figures and the
-ratio head / base, from the logs `base-N.log` and `head-N.log` in a directory.
+"""The table of tools/ab_benchmark.sh: medians of each commit's benchmark figures and the
+ratio head / base, from the logs base-N.log and head-N.log (each the output of `python -m
+fast_dqn.benchmark`) in a directory. A log's last JSON line gives its figures; the ms per
+update in the fast loop is read from its "fast W=..." line (older benchmarks leave it out of
+the JSON):
 
-    python scripts/ab_table.py DIR
-
-Each log is the output of `python -m fast_dqn.benchmark`: its last JSON line gives the
-figures; the ms per update inside the fast loop is read from the "fast W=..." line, which
-every version of the benchmark prints (older ones leave it out of the JSON).
+    python tools/ab_table.py DIR
 """
 
 from __future__ import annotations
