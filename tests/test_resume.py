@@ -213,7 +213,7 @@ def test_two_resumes_with_n_step_returns_and_priorities_are_identical(tmp_path, 
     for run in runs:
         result = run.finish(timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
-    digests = [run_bytes(copy) for copy in copies]
+    digests = run_bytes(*copies)
     assert "checkpoint/replay/priorities.npy" in digests[0]
     assert digests[0] == digests[1]
     manifests = [read_manifest(copy / CHECKPOINT) for copy in copies]
