@@ -463,6 +463,9 @@ def variant_help_lines() -> list[str]:
         field = next(f for f in dataclasses.fields(Config) if f.name == variant.field)
         if isinstance(variant.nature, bool):
             usage, meaning = variant.flag, variant.labels[True]
+        elif isinstance(variant.labels, str):  # a count: one label for every value
+            usage = f"{variant.flag}=N"
+            meaning = f"{variant.labels.format('N')} (default: {variant.nature})"
         else:
             usage = f"{variant.flag}={'|'.join(field.metadata['choices'])}"
             meaning = "; ".join(f"{value}: {label}" for value, label in variant.labels.items())

@@ -23,6 +23,7 @@ import secrets
 import shutil
 import socket
 import stat
+import time
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +48,13 @@ _DISTRIBUTIONS = {
 NOT_INSTALLED = "not installed"
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DELETION_SECONDS = 2.0  # how long a vanished file's directory is watched for its deletion
+
+
+def _not_found(error: BaseException) -> bool:
+    """A file or directory the write needed is not there (TensorFlow says NotFound)."""
+    return (getattr(error, "errno", None) == errno.ENOENT
+            or type(error).__name__ == "NotFoundError")
 
 
 class RunDirError(ValueError):
@@ -343,6 +351,14 @@ class OpenDirectory:
             directory = directory._parent
         return False
 
+    def _gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if self.gone():
+                return True
+        return False
+
     def top(self) -> "OpenDirectory":
         return self if self._parent is None else self._parent.top()
 
@@ -352,8 +368,10 @@ class OpenDirectory:
             raise RunDirGone(self.top().path)
 
     def failure(self, name: str, error: BaseException) -> WriteFailed:
-        """The one-line error for a failed write of `name` in this directory."""
-        if self.gone():
+        """The one-line error for a failed write of `name` in this directory. A file of the
+        run that vanished under the write is a deletion of the run directory under way
+        (`rm -r` removes the files first): it is given a moment to show as one."""
+        if self.gone() or (_not_found(error) and self._gone_within(DELETION_SECONDS)):
             return RunDirGone(self.top().path)
         if isinstance(error, WriteFailed):
             return error

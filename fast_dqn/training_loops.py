@@ -354,13 +354,17 @@ class TrainingLoop:
             self.run_log.log_scalars(step, {"episode/return": game.score,
                                             "episode/length": float(game.length)})
 
-    def update_inline_until(self, updates: int, stoppable: bool = False) -> None:
+    def update_inline_until(self, updates: int, stoppable: bool = False,
+                            per_call: int = 1) -> None:
         """Minibatch updates on the main thread (DQN, and FastDQN without --concurrent) until
-        the run has made `updates`; with `stoppable`, or until a stop is requested."""
+        the run has made `updates`, in calls of `per_call`; with `stoppable`, or until a stop
+        is requested. Priorities are written back after each call, so with prioritized
+        replay the calls must be the ones the run would have made."""
         while self.counters.updates < updates and not (stoppable and self.stop_requested()):
-            minibatch = self.draws.draw(1, buffer=0, first_update=self.counters.updates)
-            self.draws.write_back(0, self.learner.update(minibatch, 1))
-            self.counters.updates += 1
+            count = min(per_call, updates - self.counters.updates)
+            minibatches = self.draws.draw(count, buffer=0, first_update=self.counters.updates)
+            self.draws.write_back(0, self.learner.update(minibatches, count))
+            self.counters.updates += count
 
     def start_acting(self) -> None:
         """Fresh games in every env unless no step is left, then the evaluation due, if any
@@ -691,7 +695,7 @@ class FastDQN(TrainingLoop):
         """After a resume from a stop between an epoch's last step and its last update: the
         rest of its updates (before any acting), then its transitions into the memory and
         the sync point, as an uninterrupted run makes them (so the same bytes). A stop
-        request ends them between two updates; the checkpoint then holds the updates made."""
+        request ends them between two calls; the checkpoint then holds the updates made."""
         counters = self.counters
         due = counters.updates_due(counters.step)
         # A checkpoint written before transitions were held apart marks such an epoch only
@@ -700,7 +704,10 @@ class FastDQN(TrainingLoop):
             counters.updates < due and target_sync_due(counters.step, self.config))
         if not cut_short:
             return
-        self.update_inline_until(due, stoppable=True)
+        # The learner thread makes whole calls from the epoch's start: the rest are calls of
+        # updates_per_call too (without the thread, of one update each).
+        per_call = self.draws.updates_per_call if self.update_thread is not None else 1
+        self.update_inline_until(due, stoppable=True, per_call=per_call)
         if counters.updates < due:
             return
         if self._unstored is not None:

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -516,3 +517,32 @@ def test_without_a_path_through_the_descriptor_a_move_stops_tensorflow_writes(tm
             with directory.for_tensorflow("events") as events:
                 path.rename(tmp_path / "run.moved")  # while TensorFlow writes
     assert not path.exists()
+
+
+def test_a_file_that_vanishes_while_the_run_directory_is_deleted_is_that_deletion(tmp_path):
+    """Regression: under load, `rm -r RUN` had removed the checkpoint's files but not yet the
+    run directory when TensorFlow's save failed with NotFound, and the run stopped with
+    "cannot write .../checkpoint.tmp/network: ... No such file or directory" instead of
+    saying its directory was deleted."""
+    path = tmp_path / "run"
+    (path / "checkpoint.tmp").mkdir(parents=True)
+    with OpenDirectory.at(path) as directory, directory.subdirectory("checkpoint.tmp") as staging:
+        deleting = threading.Timer(0.3, shutil.rmtree, args=(path,))
+        deleting.start()  # the deletion ends after the write has failed
+        vanished = FileNotFoundError(errno.ENOENT, "No such file or directory")
+        try:
+            failure = staging.failure("network", vanished)
+        finally:
+            deleting.join()
+    assert isinstance(failure, RunDirGone)
+
+
+def test_a_file_that_vanishes_while_its_directory_stays_is_a_write_failure(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(run_dir_module, "DELETION_SECONDS", 0.2)
+    path = tmp_path / "run"
+    path.mkdir()
+    with OpenDirectory.at(path) as directory:
+        failure = directory.failure("network", FileNotFoundError(errno.ENOENT, "gone"))
+    assert not isinstance(failure, RunDirGone)
+    assert str(failure).startswith(f"cannot write {path / 'network'}: ")

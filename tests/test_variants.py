@@ -192,7 +192,9 @@ def test_learning_check_help_lists_every_variant_flag(tmp_path):
                           ("--double", "Double DQN target"),
                           ("--dueling", "dueling network"),
                           ("--optimizer=rmsprop|adam", "adam: Adam (Dopamine's)"),
-                          ("--loss=huber|mse", "mse: mean squared loss (Dopamine's)")]:
+                          ("--loss=huber|mse", "mse: mean squared loss (Dopamine's)"),
+                          ("--n-step=N", "N-step returns (default: 1)"),
+                          ("--prioritized", "prioritized replay")]:
         assert any(line.split()[:1] == [flag] and meaning in line for line in lines), flag
 
 
