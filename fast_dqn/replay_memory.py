@@ -142,13 +142,18 @@ class ReplayMemory:
         into overwritten frames (the oldest HISTORY - 1 slots)."""
         slots = np.asarray(slots)
         ages = self._ages(slots)
-        window = self._window(slots)
-        terminals = self.columns.terminals[window]
-        ends_at = np.where(terminals.any(axis=1), terminals.argmax(axis=1), self.n_step)
-        # The slots before the return's last one, or all n without a terminal, continue it.
-        crossed = self.columns.episode_ends[window] & (np.arange(self.n_step) < ends_at[:, None])
-        ok = ((ages < self.size) & (ages >= ends_at) & ~crossed.any(axis=1)
-              & self.columns.sampleable[slots])
+        if self.n_step == 1:  # the same rule for one slot, in a few operations (hot path)
+            followed = ((ages >= 1) & ~self.columns.episode_ends[slots]
+                        | self.columns.terminals[slots])
+        else:
+            window = self._window(slots)
+            terminals = self.columns.terminals[window]
+            ends_at = np.where(terminals.any(axis=1), terminals.argmax(axis=1), self.n_step)
+            # The slots before the return's last one, or all n without a terminal, continue it.
+            crossed = (self.columns.episode_ends[window]
+                       & (np.arange(self.n_step) < ends_at[:, None]))
+            followed = (ages >= ends_at) & ~crossed.any(axis=1)
+        ok = (ages < self.size) & followed & self.columns.sampleable[slots]
         if self.size == self.capacity:
             ok &= ages <= self.capacity - HISTORY
         return ok
