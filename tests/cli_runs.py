@@ -128,12 +128,14 @@ FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"
 def start(script: Path, args: list[str], log: Path,
           signals: Mapping[int, Any] | None = None) -> Launch:
     """Starts `python SCRIPT ARGS...` from the repository root on the CPU, with the signal
-    handlers in `signals` (e.g. SIGHUP ignored, as under `nohup`) installed before it runs."""
+    handlers in `signals` (e.g. SIGHUP ignored, as under `nohup`) installed before it runs;
+    SIGHUP otherwise at its default, whatever the suite was started under (a suite started
+    with nohup made a run ignore the SIGHUP a test sent it)."""
+    handlers = {signal.SIGHUP: signal.SIG_DFL, **(signals or {})}
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         process = subprocess.Popen(
             [sys.executable, str(script), *args], cwd=REPO, env={**os.environ, **CPU_ONLY},
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            preexec_fn=with_handlers(signals) if signals else None)
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=with_handlers(handlers))
     return Launch(process, log, time.monotonic())
 
 

@@ -822,8 +822,9 @@ def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoin
     from tests.synthetic_env import CorridorPool
     from tests.fakes import FakeRunLog, RecordingNetwork
 
+    # One update per learner call: a stop between calls ends the made-up updates after any.
     config = Config(timesteps=timesteps, replay_start=100, target_update=100, evaluate=0,
-                    replay_capacity=2000, workers=2, exploration_steps=100)
+                    replay_capacity=2000, workers=2, exploration_steps=100, updates_per_call=1)
     return FastDQN(LoopParts(
         config=config, learner=network or RecordingNetwork(tape),
         memory=ReplayMemory(config.replay_capacity, np.random.default_rng(0)),
@@ -871,7 +872,7 @@ def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_re
 def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishes_them():
     """Regression: the updates a resumed run makes up before it acts (above) did not look at
     the stop request, so a Ctrl-C waited for all of them (up to 2,500: a minute or two on a
-    CPU, seen on a README run). Now the request ends them between two updates, nothing acts,
+    CPU, seen on a README run). Now the request ends them between two calls, nothing acts,
     the target stays frozen, and a resume of the same checkpoint ends as if never stopped."""
     from fast_dqn.stop_request import StopRequest
     from tests.fakes import RecordingNetwork, Tape
