@@ -26,8 +26,8 @@ from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Confi
                              new_run_settings, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
-from fast_dqn.loop_parts import LoopParts
-from fast_dqn.quiet_tensorflow import select_device
+from fast_dqn.loop_interfaces import LoopParts
+from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory, make_replay_memory
 from fast_dqn.transitions import SlotBatch, Transitions, minibatch_columns
 from fast_dqn.run_logs import NullRunLog
@@ -203,7 +203,7 @@ class LearningWindow:
         loop.counters.on_learning_start.append(self.start)
 
     def _readings(self) -> tuple[float, UpdateTimes, float, float]:
-        thread = getattr(self._loop, "update_thread", None)
+        thread = getattr(self._loop, "learner_thread", None)
         times = dataclasses.replace(thread.times) if thread is not None else UpdateTimes()
         simulated = 0.0 if self._device is None else self._device.simulated_seconds
         return time.thread_time(), times, simulated, time.process_time()
@@ -359,7 +359,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulated = args.trainer_stub_ms is not None
     if args.switch_interval_ms is not None:
         sys.setswitchinterval(args.switch_interval_ms / 1000.0)
-    from fast_dqn.learner import configure_device
     device = configure_device()
     print(f"simulated GPU ({args.trainer_stub_ms} ms per update, {args.query_stub_ms} ms per "
           "query); the host side on this machine" if simulated else device, flush=True)

@@ -10,9 +10,9 @@ import time
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
-from fast_dqn import saved_state
+from fast_dqn import state_fields
 from fast_dqn.config import Config
-from fast_dqn.saved_state import StateError
+from fast_dqn.state_fields import StateError
 from fast_dqn.schedule import learning_started, updates_due
 
 AVERAGE_WINDOW = 100  # games in the running averages, as the original tool used
@@ -58,11 +58,11 @@ class EpisodeStats:
         Raises:
             StateError: a key is missing or a value is out of range or inconsistent.
         """
-        window = saved_state.integer(state, "window", 1)
-        episodes = saved_state.integer(state, "episodes")
+        window = state_fields.integer(state, "window", 1)
+        episodes = state_fields.integer(state, "episodes")
         kept = min(window, episodes)
-        lengths = saved_state.numbers(state, "lengths", kept, low=1)
-        returns = saved_state.numbers(state, "returns", kept)
+        lengths = state_fields.numbers(state, "lengths", kept, low=1)
+        returns = state_fields.numbers(state, "returns", kept)
         if len(lengths) != kept or len(returns) != kept:
             raise StateError(f"the episode statistics keep {len(lengths)} lengths and "
                              f"{len(returns)} returns of {episodes} games; expected {kept}")
@@ -175,16 +175,16 @@ class RunCounters:
         """
         # The fast trainer's last round may end up to W - 1 steps past --timesteps.
         last_step = self.config.timesteps + self.config.workers - 1
-        step = saved_state.integer(state, "step", 0, last_step)
-        updates = saved_state.integer(state, "updates")
-        refill_until = saved_state.integer(state, "refill_until", 0, step)
-        before_refill = saved_state.integer(state, "updates_before_refill", 0, updates)
-        hours = saved_state.number(state, "hours", low=0.0)
-        learning = (saved_state.number(state, "learning_seconds", low=0.0),
-                    saved_state.integer(state, "learning_steps", 0, step),
-                    saved_state.integer(state, "learning_updates", 0, updates))
+        step = state_fields.integer(state, "step", 0, last_step)
+        updates = state_fields.integer(state, "updates")
+        refill_until = state_fields.integer(state, "refill_until", 0, step)
+        before_refill = state_fields.integer(state, "updates_before_refill", 0, updates)
+        hours = state_fields.number(state, "hours", low=0.0)
+        learning = (state_fields.number(state, "learning_seconds", low=0.0),
+                    state_fields.integer(state, "learning_steps", 0, step),
+                    state_fields.integer(state, "learning_updates", 0, updates))
         games = EpisodeStats()
-        games.restore(saved_state.section(state, "games"))
+        games.restore(state_fields.section(state, "games"))
         # The fast trainer makes an epoch's updates while its steps are taken, so a run
         # stopped mid-epoch may be up to one epoch ahead of the steps.
         ahead = step + self.config.target_update

@@ -18,7 +18,7 @@ import numpy as np
 from fast_dqn.config import FRAME_SIZE
 from fast_dqn.direct_calls import borrowed_tensor
 from fast_dqn.frame_store import FrameStore, HostFrames
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
 with quiet_tensorflow_start():

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fast_dqn.host_arrays import is_tensor_aligned
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 
 with quiet_tensorflow_start():
     import tensorflow as tf

@@ -12,12 +12,12 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 import numpy as np
 
-from fast_dqn import saved_state
+from fast_dqn import state_fields
 from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.config import Config
 from fast_dqn.schedule import period_passed
 from fast_dqn.env_pools import EnvPool, PoolStopped
-from fast_dqn.saved_state import StateError
+from fast_dqn.state_fields import StateError
 
 
 def evaluate(pool: EnvPool, greedy: GreedyFn, *, epsilon: float, seed: int,
@@ -130,15 +130,15 @@ class Evaluator:
         Raises:
             StateError: a key is missing or a value is out of range (nothing is changed then).
         """
-        count = saved_state.integer(state, "evaluations", 0, step)
-        evaluated_at = saved_state.integer(state, "evaluated_at", 0, step)
+        count = state_fields.integer(state, "evaluations", 0, step)
+        evaluated_at = state_fields.integer(state, "evaluated_at", 0, step)
         last = state.get("last_evaluation", "missing")
         if last is not None:
-            last = dict(saved_state.section(state, "last_evaluation"))
-            saved_state.integer(last, "timestep", evaluated_at, evaluated_at)
+            last = dict(state_fields.section(state, "last_evaluation"))
+            state_fields.integer(last, "timestep", evaluated_at, evaluated_at)
             for key in ("mean", "std", "hours"):
-                saved_state.number(last, key)
-            saved_state.integer(last, "episodes", 1)
+                state_fields.number(last, key)
+            state_fields.integer(last, "episodes", 1)
         if (count == 0) != (last is None):
             raise StateError(f"{count} evaluations but last_evaluation is {last!r}")
         self.count, self.evaluated_at, self.last = count, evaluated_at, last

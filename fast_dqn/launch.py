@@ -36,15 +36,15 @@ from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_name,
                              given_settings, make_parser, new_run_settings, protocol_overrides,
                              validate)
-from fast_dqn.loop_parts import LoopParts
+from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.progress import Progress
-from fast_dqn.quiet_tensorflow import select_device
+from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.replay_memory import make_replay_memory
 from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.env_pools import SERIAL, EnvPool, GroupedPool, make_env_pool
-from fast_dqn.saved_state import StateError, integer, section
+from fast_dqn.state_fields import StateError, integer, section
 from fast_dqn.schedule import final_step, steps_at_sync_points
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.transitions import Transitions, replay_bytes
@@ -207,7 +207,7 @@ def checkpoint_bytes(config: Config) -> int:
 def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
-    from fast_dqn.learner import configure_device, make_learner  # TensorFlow here
+    from fast_dqn.learner import make_learner  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import random
 import sys
 import threading
@@ -21,7 +20,7 @@ import numpy as np
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import Dispatch, DirectCalls, run_call
 from fast_dqn.networks import build_nature_cnn, greedy
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.replay_memory import Minibatches
 from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
 from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer
@@ -41,26 +40,6 @@ OPTIMIZER_CHECKPOINT_KEYS = {"rmsprop": "optimizer", "adam": "adam_optimizer"}
 
 # xla -> the traced function of each of CALL_PURPOSES: what a learner's calls run.
 TracedCalls = Callable[[bool], Mapping[str, Any]]
-
-
-def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
-    """Picks the device and returns one line that names it ("<activity> on GPU: ...").
-
-    GPUs get memory growth so that several runs of a sweep can share one card. On the CPU,
-    ops are made deterministic so that a seed fixes a run bit for bit.
-    """
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:
-            pass  # already initialized: the setting is fixed for this process
-    if gpus:
-        details = tf.config.experimental.get_device_details(gpus[0])
-        return f"{activity} on GPU: {details.get('device_name', gpus[0].name)}"
-    if deterministic_cpu:
-        tf.config.experimental.enable_op_determinism()
-    return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
 def gather_states(frames: tf.Tensor, slots: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:

@@ -6,7 +6,7 @@ import math
 import random
 from typing import Any
 
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.transitions import STATE_SHAPE
 
 with quiet_tensorflow_start():

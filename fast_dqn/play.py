@@ -44,7 +44,7 @@ from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, 
                                   verify_checkpoint)
 from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import Actor, GreedyFn
-from fast_dqn.quiet_tensorflow import select_device
+from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.run_dir import (CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError,
                               WriteFailed, free_bytes, write_failure)
 from fast_dqn.env_pools import SerialEnvPool
@@ -567,7 +567,6 @@ def _open_recorder(target: VideoTarget | None, pool: SerialEnvPool,
 
 def _load_greedy(run: RunToPlay, n_actions: int) -> GreedyFn:
     """The greedy actions of the run's online network."""
-    from fast_dqn.learner import configure_device
 
     print(configure_device(activity="playing"), flush=True)
     network = load_network(run.config, n_actions, run.checkpoint)

@@ -30,7 +30,7 @@ class _OpenPause:
 
 @dataclass
 class _Phase:
-    label: str  # what the line says, e.g. "waiting for the trainer"
+    label: str  # what the line says, e.g. "waiting for the learner"
     start: float
     step: int  # the step it began at
 
@@ -125,7 +125,7 @@ class Progress:
             self._phase = outer
 
     def phase(self, kind: str, label: str | None = None, *, lasting: bool = False) -> None:
-        """Marks the start of a phase that is not a pause (e.g. "waiting for the trainer"):
+        """Marks the start of a phase that is not a pause (e.g. "waiting for the learner"):
         off a terminal a line "KIND at step N" says so; on one the line names it (`label`)
         until the step moves on, another phase begins or `end_phase`, and with `lasting`
         "KIND at step N" is printed above it too. Its time stays in the rate."""

@@ -5,7 +5,7 @@ store (fast_dqn/frame_store.py); the memory keeps the other columns, decides whi
 are valid and draws minibatches with its own generator. After dopamine's replay buffer, a
 slot's `terminal` (no bootstrap) is kept apart from its `episode_end` (no state reaches back
 across it: a terminal, the episode cap or a flush); `sampleable` is false for context copies
-and for a flushed piece's provisional last transition (`staging.EnvBuffer`). Frames from
+and for a flushed piece's provisional last transition (`staging.SamplerStaging`). Frames from
 before an episode's start are zero, as the actor's `FrameHistory` makes them:
 
     slots:     ... | f5 | f6 | f7 | f8 | f9 | ...
@@ -293,7 +293,7 @@ class ReplayMemory:
 
     def restore_generator(self, state: Mapping[str, Any]) -> None:
         """Sets the generator back to a `generator_state()` (a checkpoint's, read by
-        `saved_state.generator_state`; or one taken before draws that are taken back)."""
+        `state_fields.generator_state`; or one taken before draws that are taken back)."""
         self._rng.bit_generator.state = dict(state)
 
     def set_extent(self, cursor: int, size: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
 from fast_dqn.learner import SLOT_UPDATES, Learner, gathered_batch, learner_settings
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
 with quiet_tensorflow_start():

@@ -1,5 +1,5 @@
 """One epoch's transitions on their way into the replay memory (FastDQN's flush):
-staged per round (`StagingArea`), then flushed sampler by sampler (`EnvBuffer`) at the sync
+staged per round (`StagingArea`), then flushed sampler by sampler (`SamplerStaging`) at the sync
 point (docs/design.md §3, "Pieces at a flush")."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fast_dqn.transitions import Transitions, concatenate, select, zero_transiti
 _ALIGNED_FRAMES = TENSOR_ALIGNMENT // math.gcd(FRAME_SIZE * FRAME_SIZE, TENSOR_ALIGNMENT)
 
 
-class EnvBuffer:
+class SamplerStaging:
     """One sampler's transitions between two sync points, flushed whole at each one.
 
     Buffers are flushed in sampler order, so the memory's contents do not depend on thread

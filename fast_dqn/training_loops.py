@@ -21,19 +21,19 @@ from typing import Any, Callable, ContextManager, Mapping, Protocol
 
 import numpy as np
 
-from fast_dqn import saved_state
+from fast_dqn import state_fields
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
 from fast_dqn.config import ALGO_FAST_DQN, Config
 from fast_dqn.counters import RunCounters
 from fast_dqn.schedule import (epoch_end, epsilon_at, importance_exponent_at, learning_started,
                                period_passed, round_up, target_sync_due)
 from fast_dqn.evaluation import Evaluator
-from fast_dqn.loop_parts import Learner, LoopParts
+from fast_dqn.loop_interfaces import Learner, LoopParts
 from fast_dqn.replay_memory import MinibatchDraws
 from fast_dqn.transitions import Transitions, concatenate, replay_bytes
 from fast_dqn.run_logs import EpisodeRow
-from fast_dqn.saved_state import StateError
-from fast_dqn.staging import EnvBuffer, StagingArea
+from fast_dqn.state_fields import StateError
+from fast_dqn.staging import SamplerStaging, StagingArea
 from fast_dqn.stop_request import StopRequest
 
 
@@ -529,18 +529,18 @@ class TrainingLoop:
         Raises:
             StateError: a part's state is missing a key or holds a value out of range.
         """
-        rng_state = saved_state.generator_state(state, "rng")
-        replay_rng_state = saved_state.generator_state(state, "replay_rng")
+        rng_state = state_fields.generator_state(state, "rng")
+        replay_rng_state = state_fields.generator_state(state, "replay_rng")
         if self.memory.priorities is not None:
-            self.memory.priorities.max_seen = saved_state.number(state, "replay_max_priority",
+            self.memory.priorities.max_seen = state_fields.number(state, "replay_max_priority",
                                                                  low=0.0)
-        self.counters.restore(saved_state.section(state, "counters"))
-        self.evaluator.restore(saved_state.section(state, "evaluator"), self.counters.step)
+        self.counters.restore(state_fields.section(state, "counters"))
+        self.evaluator.restore(state_fields.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
         self.memory.restore_generator(replay_rng_state)
         # Checkpoints written before the key existed resumed as at a sync point.
         self._between_sync_points = ("between_sync_points" in state
-                                     and saved_state.boolean(state, "between_sync_points"))
+                                     and state_fields.boolean(state, "between_sync_points"))
         self.env_seed = self.config.seed + self.counters.step
         self._updates_logged = self.counters.updates  # the network's sums start at zero
         self._saved = self._checkpoint_position()
@@ -576,11 +576,11 @@ def saved_run_finished(config: Config, state: Mapping[str, Any], replay_restored
         StateError: a part's state is missing a key or holds a value out of range.
     """
     counters = RunCounters(config)
-    counters.restore(saved_state.section(state, "counters"))
+    counters.restore(state_fields.section(state, "counters"))
     if not replay_restored:
         counters.start_refill()
     evaluator = Evaluator(config, None, None)  # restored to be asked, never run
-    evaluator.restore(saved_state.section(state, "evaluator"), counters.step)
+    evaluator.restore(state_fields.section(state, "evaluator"), counters.step)
     unstored = replay_restored and unstored_count(state) > 0
     return work_done(config, counters, evaluator, unstored)
 
@@ -590,7 +590,7 @@ def unstored_count(state: Mapping[str, Any]) -> int:
     written before there were any)."""
     if "unstored_transitions" not in state:
         return 0
-    return saved_state.integer(state, "unstored_transitions", 0)
+    return state_fields.integer(state, "unstored_transitions", 0)
 
 
 class DQN(TrainingLoop):
@@ -623,10 +623,10 @@ class FastDQN(TrainingLoop):
         super().__init__(parts)
         self.one_query = self.config.synchronize
         num_envs = self.actor.pool.num_envs
-        self.buffers = [EnvBuffer(self.config.n_step) for _ in range(num_envs)]
-        self.update_thread: LearnerThread | None = None
+        self.buffers = [SamplerStaging(self.config.n_step) for _ in range(num_envs)]
+        self.learner_thread: LearnerThread | None = None
         if self.config.concurrent:
-            self.update_thread = LearnerThread(self.learner, self.draws, self.counters)
+            self.learner_thread = LearnerThread(self.learner, self.draws, self.counters)
         rounds = round_up(self.config.target_update, num_envs) // num_envs
         self._staging = StagingArea(rounds, num_envs)
         self._acted: Transitions | None = None  # the last round's, staged in the next one
@@ -671,8 +671,8 @@ class FastDQN(TrainingLoop):
                 self.update_progress()
             self.update_progress()
         finally:
-            if self.update_thread is not None:
-                self.update_thread.close()
+            if self.learner_thread is not None:
+                self.learner_thread.close()
 
     def _epoch_done(self, end: int) -> bool:
         """Whether the epoch ending at `end` has taken all its steps and made all its updates."""
@@ -706,7 +706,7 @@ class FastDQN(TrainingLoop):
             return
         # The learner thread makes whole calls from the epoch's start: the rest are calls of
         # updates_per_call too (without the thread, of one update each).
-        per_call = self.draws.updates_per_call if self.update_thread is not None else 1
+        per_call = self.draws.updates_per_call if self.learner_thread is not None else 1
         self.update_inline_until(due, stoppable=True, per_call=per_call)
         if counters.updates < due:
             return
@@ -722,15 +722,15 @@ class FastDQN(TrainingLoop):
         epoch_updates = counters.updates_due(end) - counters.updates
         self._epoch_start = counters.step
         self._between_sync_points = True
-        in_background = self.update_thread is not None and epoch_updates > 0
+        in_background = self.learner_thread is not None and epoch_updates > 0
         if in_background:
-            self.update_thread.start_epoch(epoch_updates)
+            self.learner_thread.start_epoch(epoch_updates)
             self._updates_running = True
         self._staging.clear()
         exploration = self._next_round(counters.step, end)
         while exploration is not None:
             exploration = self._act_round(exploration, end)
-            if self.update_thread is None:  # the epoch's updates due by now
+            if self.learner_thread is None:  # the epoch's updates due by now
                 self.update_inline_until(min(counters.updates_due(counters.step),
                                              counters.updates_due(end)))
             self.update_progress_now_and_then()
@@ -738,10 +738,10 @@ class FastDQN(TrainingLoop):
         self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
             if self.progress is not None:
-                self.progress.phase("waiting for the trainer")
+                self.progress.phase("waiting for the learner")
             # On a stop request the rest of the epoch's updates are abandoned.
             try:
-                self.update_thread.wait(abandon_if=self._stop_or_tick)
+                self.learner_thread.wait(abandon_if=self._stop_or_tick)
             finally:
                 self._updates_running = False
             if self.progress is not None:
@@ -752,7 +752,7 @@ class FastDQN(TrainingLoop):
         there: at its end, on a stop request, or once the trainer has failed. The draws are
         made only for a round that is then taken, so the generator's state (a checkpoint
         holds it) counts exactly the rounds taken."""
-        updates_failed = self.update_thread is not None and self.update_thread.failed
+        updates_failed = self.learner_thread is not None and self.learner_thread.failed
         if step >= end or self.stop_requested(step) or updates_failed:
             return None
         return self.epsilon_greedy.draw(step)

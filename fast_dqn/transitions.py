@@ -24,7 +24,7 @@ TRANSITION_COLUMNS: dict[str, tuple[tuple[int, ...], type]] = {
     "rewards": ((), np.float32),  # raw game rewards until the memory clips them
     "terminals": ((), np.bool_),  # the learning episode ended: no bootstrap
     "episode_ends": ((), np.bool_),  # terminal, or cut off: no state reaches back across it
-    "sampleable": ((), np.bool_),  # False for context-only copies (see EnvBuffer)
+    "sampleable": ((), np.bool_),  # False for context-only copies (see SamplerStaging)
 }
 
 class Transitions(NamedTuple):

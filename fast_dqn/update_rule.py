@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from fast_dqn.quiet_tensorflow import quiet_tensorflow_start
+from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.transitions import Batch
 
 with quiet_tensorflow_start():

@@ -9,6 +9,7 @@ after it ended.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json

@@ -28,7 +28,7 @@ def cpu_device() -> str:
     """TensorFlow's device set up as a run sets it (deterministic ops on the CPU), once for
     the session; its line names the device. Test files that build networks use it with
     `pytestmark = pytest.mark.usefixtures("cpu_device")`."""
-    from fast_dqn.learner import configure_device
+    from fast_dqn.tensorflow_start import configure_device
 
     line = configure_device()
     assert "CPU" in line or "GPU" in line

@@ -62,7 +62,7 @@ class _Network:
 
 def test_fast_samplers_take_epsilon_from_the_global_step_each_executes(monkeypatch):
     """With W workers, sampler i draws its epsilon from step `step + i`."""
-    from fast_dqn.loop_parts import LoopParts
+    from fast_dqn.loop_interfaces import LoopParts
     from fast_dqn.replay_memory import ReplayMemory
 
     config = Config(replay_start=0, exploration_steps=8, workers=4, concurrent=False)

@@ -11,7 +11,7 @@ import pytest
 from fast_dqn import counters
 from fast_dqn.config import Config
 from fast_dqn.counters import EpisodeStats, RunCounters
-from fast_dqn.saved_state import StateError
+from fast_dqn.state_fields import StateError
 from tests.fakes import NATURE, FakeClock, episodes_of
 
 

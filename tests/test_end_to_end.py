@@ -128,7 +128,7 @@ def test_fast_dqn_is_deterministic_whatever_the_thread_timing(tmp_path, monkeypa
     """Same seed, same run; in the second, the trainer's updates and the calls of the acting
     loop's rounds (the pool's send and receive, which the fast loop makes) are slowed by
     random sleeps, so the two threads interleave differently. (Flushing the epoch's
-    transitions before waiting for the trainer, so that it samples a memory being written,
+    transitions before waiting for the learner, so that it samples a memory being written,
     made this test fail.) One minibatch per trainer call, so that the trainer draws from the
     memory all through each epoch, not only in the first moments of it. Epochs of 200 steps
     (50 updates; the trainer, slower than the acting here even unslowed, is still drawing

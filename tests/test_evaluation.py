@@ -9,7 +9,7 @@ import pytest
 
 from fast_dqn.training_loops import DQN
 from fast_dqn.config import Config
-from fast_dqn.loop_parts import LoopParts
+from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.evaluation import Evaluated, evaluate
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory

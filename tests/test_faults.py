@@ -165,7 +165,7 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
     args = [*FAST, "--timesteps=20000", "--target-update=800", "--evaluate=0",
             "--checkpoint-every=0", f"--logdir={run_dir}"]
     # Once the epoch's 800 steps are acted, the loop waits for the trainer's 200 updates.
-    sigterm_at_line(args, tmp_path, "waiting for the trainer at step 1200",
+    sigterm_at_line(args, tmp_path, "waiting for the learner at step 1200",
                     "stopping at step 1200: finishing the trainer's update call")
     done = summary(run_dir)
     # Abandoned, not waited for: inside the first epoch of learning (steps 400-1200).
@@ -181,7 +181,7 @@ def test_a_crash_in_native_code_leaves_a_thread_dump_on_stderr(tmp_path):
                                "--checkpoint-every=0", f"--logdir={tmp_path / 'run'}"],
                 tmp_path / "crashed")
     # The end of the first epoch of learning: the main thread waits for the trainer's.
-    wait_for_line(run, "waiting for the trainer at step 800")
+    wait_for_line(run, "waiting for the learner at step 800")
     result = signal_and_finish(run, signal.SIGSEGV)
     assert result.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in result.stderr, result.stderr[-3000:]

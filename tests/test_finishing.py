@@ -85,7 +85,7 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     With n-step returns and priorities, the priorities are in the bytes compared."""
     run_dir = tmp_path / "run"
     # The run stops itself once its acting is over, its trainer held (a SIGTERM sent from
-    # here at its "waiting for the trainer" line could come after the trainer was done).
+    # here at its "waiting for the learner" line could come after the trainer was done).
     stopped = start(FINAL_WINDOW_STOP, ["TERM", RUN_FAST_DQN.name, *FINAL_EPOCH, *pieces,
                                         f"--logdir={run_dir}"],
                     tmp_path / "run-1").finish(timeout=300)

@@ -45,14 +45,14 @@ class CountedThread(LearnerThread):
         return made
 
 
-def update_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
+def learner_thread(update, prepare=lambda count, buffer: None, name: str = "trainer",
                    updates_per_call: int = 1, undo_draws=lambda buffer: None) -> CountedThread:
     return CountedThread(Calls(update, prepare, updates_per_call, undo_draws), name=name)
 
 
 def test_runs_the_epochs_updates_on_its_own_thread():
     threads = []
-    trainer = update_thread(lambda _, count: threads.append(threading.current_thread().name))
+    trainer = learner_thread(lambda _, count: threads.append(threading.current_thread().name))
     trainer.start_epoch(5)
     first = trainer.wait()
     trainer.start_epoch(3)
@@ -70,7 +70,7 @@ def test_an_exception_is_re_raised_by_wait_and_stops_the_epoch():
         if len(calls) == 3:
             raise RuntimeError("broken update")
 
-    trainer = update_thread(update)
+    trainer = learner_thread(update)
     trainer.start_epoch(100)
     with pytest.raises(RuntimeError, match="broken update"):
         trainer.wait()
@@ -121,7 +121,7 @@ def test_a_stop_request_abandons_the_epoch_within_moments():
         if len(made) == 3:
             stop.requested.set()
 
-    trainer = update_thread(update)
+    trainer = learner_thread(update)
     trainer.start_epoch(10_000)
     made_count = trainer.wait(abandon_if=stop)
     stop.gating = False
@@ -143,7 +143,7 @@ def test_close_is_idempotent_and_joins_the_thread():
         updating.set()
         time.sleep(0.001)
 
-    trainer = update_thread(update, name="trainer-closed-twice")
+    trainer = learner_thread(update, name="trainer-closed-twice")
     trainer.start_epoch(1_000_000)
     assert updating.wait(GIVE_UP_SECONDS)
     trainer.close()
@@ -155,7 +155,7 @@ def test_close_is_idempotent_and_joins_the_thread():
 
 def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
     calls = []
-    trainer = update_thread(lambda _, count: calls.append(count), updates_per_call=4)
+    trainer = learner_thread(lambda _, count: calls.append(count), updates_per_call=4)
     trainer.start_epoch(10)
     first = trainer.wait()
     trainer.start_epoch(8)
@@ -166,7 +166,7 @@ def test_an_epoch_is_cut_into_calls_of_at_most_updates_per_call():
 
 
 def test_wait_returns_the_updates_made_since_the_last_wait():
-    trainer = update_thread(lambda _, count: None, updates_per_call=3)
+    trainer = learner_thread(lambda _, count: None, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     assert trainer.wait() == 0  # nothing started since
@@ -201,7 +201,7 @@ def test_the_next_call_is_prepared_while_the_current_one_updates():
                                                    timeout=GIVE_UP_SECONDS))
             events.append(("update", prepared, count))
 
-    trainer = update_thread(update, prepare=prepare, updates_per_call=3)
+    trainer = learner_thread(update, prepare=prepare, updates_per_call=3)
     trainer.start_epoch(7)
     assert trainer.wait() == 7
     trainer.close()
@@ -230,7 +230,7 @@ def test_an_abandoned_epoch_leaves_no_preparation_running():
         updating.set()
         time.sleep(0.005)
 
-    trainer = update_thread(update, prepare=prepare)
+    trainer = learner_thread(update, prepare=prepare)
     trainer.start_epoch(100_000)
     assert updating.wait(GIVE_UP_SECONDS)  # an update under way: at least one is made
     made = trainer.wait(abandon_if=lambda: True)
@@ -244,7 +244,7 @@ def test_an_exception_in_prepare_is_re_raised_by_wait():
         raise RuntimeError("broken sampling")
 
     updates = []
-    trainer = update_thread(lambda _, count: updates.append(count), prepare=prepare)
+    trainer = learner_thread(lambda _, count: updates.append(count), prepare=prepare)
     trainer.start_epoch(5)
     with pytest.raises(RuntimeError, match="broken sampling"):
         trainer.wait()
@@ -264,7 +264,7 @@ def test_the_trainer_counts_its_threads_cpu_time_apart_from_their_waits():
         time.sleep(0.02)
         spin_cpu(0.01)
 
-    trainer = update_thread(update, prepare=lambda count, buffer: spin_cpu(0.005),
+    trainer = learner_thread(update, prepare=lambda count, buffer: spin_cpu(0.005),
                             updates_per_call=2)
     trainer.start_epoch(20)  # 10 calls
     assert trainer.wait() == 20
@@ -293,7 +293,7 @@ def test_a_call_prepared_but_never_made_is_handed_back_to_undo_draws():
         made.append(buffer)
         stop.requested.set()
 
-    trainer = update_thread(update, prepare=prepare, updates_per_call=1,
+    trainer = learner_thread(update, prepare=prepare, updates_per_call=1,
                             undo_draws=discarded.append)
     trainer.start_epoch(100)
     assert trainer.wait(abandon_if=stop) == len(made)

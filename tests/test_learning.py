@@ -22,10 +22,10 @@ import pytest
 from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop
 from fast_dqn.schedule import epsilon_at, updates_due
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, validate
-from fast_dqn.loop_parts import LoopParts
+from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.replay_memory import ReplayMemory, make_replay_memory
 from fast_dqn.transitions import Batch, acted_transitions
-from fast_dqn.staging import EnvBuffer
+from fast_dqn.staging import SamplerStaging
 from fast_dqn.env_pools import PoolStep
 from tests.fakes import FakeRunLog, RecordingNetwork, Tape, q_values
 from tests.synthetic_env import (GOAL, GOAL_REWARD, LEFT, PIT_REWARD, RIGHT, START_CELLS,
@@ -96,7 +96,8 @@ def check_learned(loop: TrainingLoop) -> None:
 
 def real_network(config: Config, n_actions: int):
     """The network a run builds (on the CPU too: XLA, by --xla=on)."""
-    from fast_dqn.learner import configure_device, make_learner
+    from fast_dqn.learner import make_learner
+    from fast_dqn.tensorflow_start import configure_device
     configure_device()
     return make_learner(config, n_actions)
 
@@ -369,7 +370,7 @@ def test_the_acting_loop_stops_within_rounds_of_a_trainer_failure():
         if loop.counters.step < config.replay_start:
             return
         deadline = time.monotonic() + 60
-        while not loop.update_thread.failed and time.monotonic() < deadline:
+        while not loop.learner_thread.failed and time.monotonic() < deadline:
             time.sleep(0.001)
 
     pool = CorridorPool(config.workers, on_step=step_once_the_trainer_failed)
@@ -425,7 +426,7 @@ def test_fast_dqn_orchestration_tape(concurrent):
     assert all(count == 1 for count in flushes_per_sync)
     # the memory holds the samplers' transitions, flushed in sampler order at the boundaries
     expected = ReplayMemory(config.replay_capacity, np.random.default_rng(0))
-    buffers = [EnvBuffer() for _ in range(config.workers)]
+    buffers = [SamplerStaging() for _ in range(config.workers)]
     rounds_done = 0
     for step, _ in syncs:
         rounds = step // config.workers

@@ -116,11 +116,11 @@ def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
     progress, stream, clock = plain(1_000_000, every_seconds=30.0)
     clock.now = 10.0
     report(progress, 1000)  # not due yet
-    progress.phase("waiting for the trainer")
-    assert stream.getvalue() == "waiting for the trainer at step 1000\n"
+    progress.phase("waiting for the learner")
+    assert stream.getvalue() == "waiting for the learner at step 1000\n"
     clock.now = 40.0
     report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted; the phase named
-    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the trainer "
+    assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the learner "
                                         "0m30s | 25 steps/s training | ")
     clock.now = 70.0
     report(progress, 1400)  # acting again: the phase is over; 1400 steps / 70 s
@@ -210,7 +210,7 @@ def test_once_learning_started_the_rate_and_eta_come_from_whole_epochs():
     report(progress, 11_000)  # the samplers ran ahead: 10 000 steps in 10 s, epoch not done
     # The running rate would say 1000 steps/s and an ETA of 90 000 / 1000 = 1m30s.
     assert "| ? steps/s training | ETA ? |" in last_line(stream)
-    progress.phase("waiting for the trainer")
+    progress.phase("waiting for the learner")
     clock.now = 105.0
     progress.epoch_ended(11_000)  # the whole epoch: 10 000 steps in 100 s
     report(progress, 11_000)  # 90 000 / 100 = 900 s
@@ -390,11 +390,11 @@ def test_on_a_terminal_the_line_names_its_phase_while_it_lasts():
     progress = Progress(10_000, stream=stream, clock=clock)
     clock.now = 1.0
     report(progress, 1000)
-    progress.phase("waiting for the trainer")
-    assert drawn(stream).startswith("step 1000/10000 (10.0%) | waiting for the trainer | ")
+    progress.phase("waiting for the learner")
+    assert drawn(stream).startswith("step 1000/10000 (10.0%) | waiting for the learner | ")
     clock.now = 3.0
     progress.tick()  # what the loop calls while it waits
-    assert "| waiting for the trainer 0m02s | " in drawn(stream)
+    assert "| waiting for the learner 0m02s | " in drawn(stream)
     progress.end_phase()
     with progress.paused("evaluation", "evaluating 30 games"):
         assert "| evaluating 30 games | " in drawn(stream)
@@ -405,7 +405,7 @@ def test_on_a_terminal_the_line_names_its_phase_while_it_lasts():
     report(progress, 1000)
     assert "evaluating" not in drawn(stream) and "waiting" not in drawn(stream)
     assert "\n" not in stream.getvalue()  # a phase leaves no line behind on a terminal
-    progress.phase("waiting for the trainer")
+    progress.phase("waiting for the learner")
     clock.now = 12.0
     report(progress, 1400)  # acting again: the phase is over
     assert "waiting" not in drawn(stream)

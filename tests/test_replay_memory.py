@@ -17,7 +17,7 @@ import pytest
 from fast_dqn.config import HISTORY
 from fast_dqn.launch import check_memory_for
 from fast_dqn.replay_memory import ReplayMemory, clip_reward
-from fast_dqn.staging import EnvBuffer
+from fast_dqn.staging import SamplerStaging
 from fast_dqn.transitions import (BYTES_PER_TRANSITION, FRAME_SHAPE, acted_transitions,
                                   zero_transitions)
 from tests.fakes import (actor_states, expected_valid, id_frame, ids_of, naive_transitions,
@@ -457,7 +457,7 @@ def test_check_valid_accepts_memories_built_by_add_and_by_flushes():
     # a first flush of one round per env: only unfinished pieces, none of them sampleable
     flushed = ReplayMemory(16, np.random.default_rng(0))
     for env in range(4):
-        buffer = EnvBuffer()
+        buffer = SamplerStaging()
         buffer.extend(acted_transitions(id_frame(env)[None], np.array([0]), np.zeros(1),
                                         np.zeros(1, bool), np.zeros(1, bool)))
         flushed.add_in_order(buffer.take())

@@ -670,7 +670,7 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_unin
     import numpy as np
 
     from fast_dqn.training_loops import FastDQN
-    from fast_dqn.loop_parts import LoopParts
+    from fast_dqn.loop_interfaces import LoopParts
     from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
@@ -782,7 +782,7 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
     import numpy as np
 
     from fast_dqn.training_loops import DQN
-    from fast_dqn.loop_parts import LoopParts
+    from fast_dqn.loop_interfaces import LoopParts
     from fast_dqn.config import Config
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
@@ -817,7 +817,7 @@ def test_a_refill_after_a_resume_without_replay_survives_the_next_resume():
 def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoint=None):
     """A tiny FastDQN on the corridor env whose epochs are 100 steps (25 updates) long."""
     from fast_dqn.training_loops import FastDQN
-    from fast_dqn.loop_parts import LoopParts
+    from fast_dqn.loop_interfaces import LoopParts
     from fast_dqn.replay_memory import ReplayMemory
     from tests.synthetic_env import CorridorPool
     from tests.fakes import FakeRunLog, RecordingNetwork

@@ -222,7 +222,7 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
                          f"--logdir={run_dir}"], tmp_path / "terminal", script=LINE_STOP)
     assert terminal.finish() == 128 + signal.SIGINT, (tmp_path / "terminal.err").read_text()
     drawn = drawn_lines(terminal.output)
-    for phase in ("| waiting for the trainer |", "| evaluating 2 games |",
+    for phase in ("| waiting for the learner |", "| evaluating 2 games |",
                   "| writing the checkpoint |"):
         assert any(line.startswith("step ") and phase in line for line in drawn), phase
     shown = [line for line in screen(terminal.output) if line]

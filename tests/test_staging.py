@@ -12,7 +12,7 @@ import pytest
 
 from fast_dqn.config import HISTORY
 from fast_dqn.replay_memory import ReplayMemory
-from fast_dqn.staging import EnvBuffer, StagingArea
+from fast_dqn.staging import SamplerStaging, StagingArea
 from fast_dqn.transitions import FRAME_SHAPE, Transitions, acted_transitions, concatenate
 
 from tests.fakes import (Stream, actor_states, id_frame, naive_n_step, naive_transitions,
@@ -48,7 +48,7 @@ def run_samplers(streams: list[Stream], memory: ReplayMemory, sync_rounds: set[i
                  rng: np.random.Generator) -> None:
     """Feeds W buffers round by round (in random-sized chunks, as an epoch's staging area
     would) and flushes them in sampler order at the sync rounds and at the end."""
-    buffers = [EnvBuffer(memory.n_step) for _ in streams]
+    buffers = [SamplerStaging(memory.n_step) for _ in streams]
     rounds = len(streams[0].steps)
     pending = [[] for _ in streams]
 
@@ -151,7 +151,7 @@ def test_sampler_buffers_with_wrap_around(capacity, seed, n):
 @pytest.mark.parametrize("context_rows", [0, 1, 2, 3])
 def test_unfinished_episode_is_carried_with_its_context(context_rows):
     """flush k:  | ... a_n [a_n+1: end, not sampled] |  flush k+1: | (context) a_n+1 ... |"""
-    buffer = EnvBuffer()
+    buffer = SamplerStaging()
     ids = np.arange(1, context_rows + 2)
     buffer.extend(acted_transitions(np.stack([id_frame(i) for i in ids]), ids, np.zeros(len(ids)),
                   np.zeros(len(ids), bool), np.zeros(len(ids), bool)))

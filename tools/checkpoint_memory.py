@@ -35,7 +35,7 @@ def peak_gb() -> float:
 def make_memory(capacity: int, replay_device: str):
     """The memory a run builds with --replay-capacity and --replay-device."""
     from fast_dqn.device_frames import make_frame_store
-    from fast_dqn.learner import configure_device
+    from fast_dqn.tensorflow_start import configure_device
     from fast_dqn.replay_memory import ReplayMemory
 
     configure_device()

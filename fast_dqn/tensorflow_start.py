@@ -1,14 +1,14 @@
-"""A quiet TensorFlow start: its C++ start-up lines are held back unless something is wrong.
+"""Starting TensorFlow: the device it computes on, and a start that keeps its C++ lines back.
 
-Importing TensorFlow on a machine without a GPU prints lines to stderr from C++ (absl's
-preamble, the oneDNN notice, "Could not find cuda drivers") before its logging is set up, so
-TF_CPP_MIN_LOG_LEVEL cannot silence them, and they would be a new user's first read. The
-import and the GPU listing run with fd 2 captured, shown only when the import fails or no
-GPU is visible and the lines name a GPU problem other than "no NVIDIA driver" (or the machine
-has an NVIDIA device). `FAST_DQN_TF_LOGS=1` leaves them alone. `select_device` applies
-`--device` here, since TensorFlow reads CUDA_VISIBLE_DEVICES once, when it first looks.
+`select_device` applies `--device` before TensorFlow is imported, since TensorFlow reads
+CUDA_VISIBLE_DEVICES once, when it first looks; `configure_device` sets up the chosen device
+once TensorFlow is loaded. Importing TensorFlow on a machine without a GPU prints lines to
+stderr from C++ (absl's preamble, the oneDNN notice, "Could not find cuda drivers") before its
+logging is set up, so TF_CPP_MIN_LOG_LEVEL cannot silence them, and they would be a new user's
+first read. The import and the GPU listing run with fd 2 captured, shown only when the import
+fails or no GPU is visible and the lines name a GPU problem other than "no NVIDIA driver" (or
+the machine has an NVIDIA device). `FAST_DQN_TF_LOGS=1` leaves them alone.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -75,6 +75,29 @@ def select_device(device: str) -> None:
         if not tf.config.list_physical_devices("GPU"):
             raise ValueError(f"--device=gpu: TensorFlow sees no GPU here ({_why_no_gpu()}); "
                              "--device=auto or cpu trains on the CPU")
+
+
+def configure_device(deterministic_cpu: bool = True, activity: str = "training") -> str:
+    """Picks the device and returns one line that names it ("<activity> on GPU: ...").
+
+    GPUs get memory growth so that several runs of a sweep can share one card. On the CPU,
+    ops are made deterministic so that a seed fixes a run bit for bit.
+    """
+    with quiet_tensorflow_start():
+        import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass  # already initialized: the setting is fixed for this process
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        return f"{activity} on GPU: {details.get('device_name', gpus[0].name)}"
+    if deterministic_cpu:
+        tf.config.experimental.enable_op_determinism()
+    return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
 def _hide_gpus() -> None:

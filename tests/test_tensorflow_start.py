@@ -1,4 +1,4 @@
-"""TensorFlow's C++ start-up lines are held back on a healthy start (fast_dqn/quiet_tensorflow.py).
+"""TensorFlow's C++ start-up lines are held back on a healthy start (fast_dqn/tensorflow_start.py).
 
 The context manager is driven here by writes to file descriptor 2, as TensorFlow's C++ code
 makes them; tests/test_cli.py checks a real run's first lines.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fast_dqn import quiet_tensorflow
-from fast_dqn.quiet_tensorflow import TF_LOGS_ENV, gpu_trouble, quiet_tensorflow_start
+from fast_dqn import tensorflow_start
+from fast_dqn.tensorflow_start import TF_LOGS_ENV, gpu_trouble, quiet_tensorflow_start
 from tests.cli_runs import REPO, TINY
 from tests.fakes import write_checkpoint, write_run_dir
 
@@ -36,8 +36,8 @@ Please make sure the missing libraries mentioned above are installed properly.
 def cpu_machine(monkeypatch):
     """No GPU visible and no NVIDIA driver, whatever machine runs the tests."""
     monkeypatch.delenv(TF_LOGS_ENV, raising=False)
-    monkeypatch.setattr(quiet_tensorflow, "_gpu_visible", lambda: False)
-    monkeypatch.setattr(quiet_tensorflow, "_NVIDIA_DEVICE", Path("/nonexistent/nvidiactl"))
+    monkeypatch.setattr(tensorflow_start, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(tensorflow_start, "_NVIDIA_DEVICE", Path("/nonexistent/nvidiactl"))
 
 
 def write_fd2(text: str) -> None:
@@ -74,7 +74,7 @@ def test_gpu_trouble_is_shown_with_a_note(capfd):
 def test_nvidia_machine_without_a_visible_gpu_is_reported(capfd, monkeypatch, tmp_path):
     device = tmp_path / "nvidiactl"
     device.touch()
-    monkeypatch.setattr(quiet_tensorflow, "_NVIDIA_DEVICE", device)
+    monkeypatch.setattr(tensorflow_start, "_NVIDIA_DEVICE", device)
     with quiet_tensorflow_start():
         write_fd2(CPU_MACHINE_START)
     err = capfd.readouterr().err
@@ -82,7 +82,7 @@ def test_nvidia_machine_without_a_visible_gpu_is_reported(capfd, monkeypatch, tm
 
 
 def test_visible_gpu_is_quiet(capfd, monkeypatch):
-    monkeypatch.setattr(quiet_tensorflow, "_gpu_visible", lambda: True)
+    monkeypatch.setattr(tensorflow_start, "_gpu_visible", lambda: True)
     with quiet_tensorflow_start():
         write_fd2(CPU_MACHINE_START)
     assert capfd.readouterr().err == ""
@@ -113,10 +113,10 @@ def test_gpu_trouble(captured, nvidia_device, trouble):
 def test_python_level_writes_are_held_back_too_in_a_real_process():
     """Outside pytest's capture sys.stderr writes to fd 2, as in a run (Python warnings)."""
     code = ("import os, sys\n"
-            "from fast_dqn import quiet_tensorflow\n"
-            "quiet_tensorflow._gpu_visible = lambda: False\n"
-            "quiet_tensorflow._NVIDIA_DEVICE = quiet_tensorflow.Path('/nonexistent')\n"
-            "with quiet_tensorflow.quiet_tensorflow_start():\n"
+            "from fast_dqn import tensorflow_start\n"
+            "tensorflow_start._gpu_visible = lambda: False\n"
+            "tensorflow_start._NVIDIA_DEVICE = tensorflow_start.Path('/nonexistent')\n"
+            "with tensorflow_start.quiet_tensorflow_start():\n"
             "    os.write(2, b'I0000 port.cc] oneDNN custom operations are on\\n')\n"
             "    print('a Python warning', file=sys.stderr)\n"
             "print('after', file=sys.stderr)\n")
