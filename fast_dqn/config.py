@@ -46,9 +46,10 @@ _MACHADO_PRESET: dict[str, Any] = {"sticky_actions": 0.25, "life_loss_terminal":
                                    "max_episode_steps": 27_000}
 PROTOCOLS = ("nature", "machado")
 
-# The optimizers and losses `--optimizer` and `--loss` name (fast_dqn/update_rule.py makes
-# them): Nature's centered RMSProp and summed Huber loss, or the Adam and mean squared loss of
-# Dopamine's JAX DQN (docs/protocol.md cites its source for each value).
+# The optimizers and losses `--optimizer` and `--loss` name, the one list of each
+# (update_rule.make_optimizer and update_rule.loss_named make them): Nature's centered RMSProp
+# and summed Huber loss, or the Adam and mean squared loss of Dopamine's JAX DQN
+# (docs/protocol.md cites its source for each value).
 OPTIMIZERS = ("rmsprop", "adam")
 LOSSES = ("huber", "mse")
 # What `--optimizer=adam` sets unless a flag given on the command line sets it itself:

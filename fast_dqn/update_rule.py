@@ -103,8 +103,8 @@ class DopamineAdam(keras.optimizers.Optimizer):
 
 def make_optimizer(name: str, *, lr: float, rmsprop_rho: float,
                    rmsprop_epsilon: float) -> keras.optimizers.Optimizer:
-    """The optimizer `--optimizer` names: "rmsprop" (Nature's, with its rho and epsilon) or
-    "adam" (Dopamine's)."""
+    """The optimizer `--optimizer` names (config.OPTIMIZERS): "rmsprop" (Nature's, with its
+    rho and epsilon) or "adam" (Dopamine's)."""
     if name == "rmsprop":
         return nature_rmsprop(lr, rmsprop_rho, rmsprop_epsilon)
     if name == "adam":
@@ -128,12 +128,15 @@ class Loss(NamedTuple):
     reduce: Callable[[tf.Tensor], tf.Tensor]
 
 
-# The losses `--loss` names. huber: Nature's, summed (the module's docstring says why).
-# mse: Dopamine's losses.mse_loss, (target - Q)^2 with no 1/2, averaged by its train step.
-LOSSES: dict[str, Loss] = {
-    "huber": Loss(huber, tf.reduce_sum),
-    "mse": Loss(tf.square, tf.reduce_mean),
-}
+def loss_named(name: str) -> Loss:
+    """The loss `--loss` names (config.LOSSES). huber: Nature's, summed (the module's
+    docstring says why). mse: Dopamine's losses.mse_loss, (target - Q)^2 with no 1/2,
+    averaged by its train step."""
+    if name == "huber":
+        return Loss(huber, tf.reduce_sum)
+    if name == "mse":
+        return Loss(tf.square, tf.reduce_mean)
+    raise ValueError(f"unknown loss {name!r}")
 
 
 def td_targets(online: Any, target: Any, batch: Batch, *, double: bool) -> tf.Tensor:
@@ -151,11 +154,11 @@ def td_targets(online: Any, target: Any, batch: Batch, *, double: bool) -> tf.Te
 
 def dqn_update(online: Any, target: Any, optimizer: Any, batch: Batch, *, double: bool = False,
                loss: str = "huber") -> UpdateStats:
-    """One minibatch update of `online`: the loss `loss` names (LOSSES; Nature's summed
+    """One minibatch update of `online`: the loss `loss` names (`loss_named`; Nature's summed
     Huber loss by default) of its Q(s, a) against the TD targets, each transition's term
     weighted by the minibatch's importance-sampling weight, and one step of `optimizer` on
     its gradient."""
-    chosen_loss = LOSSES[loss]
+    chosen_loss = loss_named(loss)
     targets = tf.stop_gradient(td_targets(online, target, batch, double=double))
     with tf.GradientTape() as tape:
         q = online(batch.states, training=True)

@@ -287,14 +287,21 @@ def test_both_trainers_train_and_resume_with_adam_and_mse(tmp_path, capsys, scri
     assert summary(run_dir)["finished"] is True
 
 
-def test_the_flags_choices_are_the_names_the_update_rule_knows():
-    """config lists the names --loss and --optimizer take (it imports no TensorFlow), and
-    update_rule holds what they name: a name in one and not the other would be a flag that
-    fails only once the network is built, or a loss no flag reaches."""
-    assert set(config_module.LOSSES) == set(update_rule.LOSSES)
-    for name in config_module.OPTIMIZERS:
-        assert isinstance(update_rule.make_optimizer(name, lr=1e-4, rmsprop_rho=0.95,
-                                                     rmsprop_epsilon=0.01),
-                          tf.keras.optimizers.Optimizer)
-    with pytest.raises(ValueError, match="unknown optimizer"):
+@pytest.mark.parametrize("optimizer", config_module.OPTIMIZERS)
+@pytest.mark.parametrize("loss", config_module.LOSSES)
+def test_every_choice_of_the_flags_makes_an_update(optimizer, loss):
+    """Each name --optimizer and --loss offer (config's lists, the only ones) is one the
+    update rule makes: a name without its implementation would be a flag that fails only
+    once the network is built."""
+    online, target = LinearQ(ONLINE_W), LinearQ(TARGET_W)
+    made = update_rule.make_optimizer(optimizer, lr=0.1, rmsprop_rho=0.95, rmsprop_epsilon=0.01)
+    stats = dqn_update(online, target, made, hand_made_batch(0.9), loss=loss)
+    assert np.isfinite(float(stats.loss)) and float(stats.loss) > 0
+    assert not np.allclose(online.weights.numpy(), ONLINE_W)
+
+
+def test_a_name_the_update_rule_does_not_make_is_refused():
+    with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
         update_rule.make_optimizer("sgd", lr=1e-4, rmsprop_rho=0.95, rmsprop_epsilon=0.01)
+    with pytest.raises(ValueError, match="unknown loss 'l1'"):
+        update_rule.loss_named("l1")
