@@ -14,24 +14,20 @@ import contextlib
 import fcntl
 import faulthandler
 import io
-import json
 import os
 import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from fast_dqn.training_loops import (DQN, FastDQN, NonFiniteLoss, TrainingLoop, saved_run_finished,
-                             unstored_count)
-from fast_dqn.atari import GameSettings, game_of_new_run, resolve_game
-from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, CheckpointError,
-                                  check_checkpoint_names, clear_leftovers, latest_checkpoint,
-                                  network_prefix, path_too_long, read_replay_into,
-                                  read_unstored, replay_in, save_checkpoint, unstored_arrays,
-                                  verify_checkpoint)
+from fast_dqn.training_loops import DQN, FastDQN, NonFiniteLoss, TrainingLoop
+from fast_dqn.atari import GameSettings, game_of_new_run
+from fast_dqn.checkpoints import (CHECKPOINT, CheckpointError, check_checkpoint_names,
+                                  clear_leftovers, path_too_long, save_checkpoint,
+                                  unstored_arrays)
 from fast_dqn.code_version import CODE_VERSIONS, code_version, with_resume_entry
 from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_name,
                              given_settings, make_parser, new_run_settings, protocol_overrides,
@@ -40,12 +36,13 @@ from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.replay_memory import make_replay_memory
-from fast_dqn.run_dir import (CONFIG_FILE, LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
+from fast_dqn.resume import (checkpoint_finished, checkpoint_step, restore_loop, resumed_config,
+                             verified_checkpoint)
+from fast_dqn.run_dir import (LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
 from fast_dqn.env_pools import SERIAL, EnvPool, GroupedPool, make_env_pool
-from fast_dqn.state_fields import StateError, integer, section
-from fast_dqn.schedule import final_step, steps_at_sync_points
+from fast_dqn.schedule import steps_at_sync_points
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.transitions import Transitions, replay_bytes
 
@@ -56,7 +53,6 @@ DESCRIPTIONS = {
                    "Daley & Amato (2021): samplers act with the target network while a "
                    "trainer thread updates the online network.",
 }
-RESUME_FLAGS = ("timesteps", "refill_replay", "device")  # what may be given beside --resume
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).
 EVAL_GROUP_SIZE = 8
@@ -75,7 +71,9 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     parser = make_parser(algo, DESCRIPTIONS[algo])
     settings = given_settings(parser.parse_args(argv))
     if "resume" in settings:
-        return resumed_config(settings, algo)
+        config = resumed_config(settings, algo)
+        check_memory_for(config.replay_capacity, num_envs(config, algo))
+        return config
     if settings.get("refill_replay"):
         raise ValueError("--refill-replay only has meaning with --resume (it accepts a "
                          "checkpoint whose replay memory is missing); leave it out of a new run")
@@ -132,47 +130,6 @@ def check_memory_for(capacity: int, envs: int = 1, headroom_bytes: int = 2 * 102
             f"--workers={envs} environments need about {pool / 1e9:.1f} GB of memory beside "
             f"the replay memory's {needed / 1e9:.1f} GB (plus {headroom_bytes / 1e9:.0f} GB "
             f"headroom), but only {available / 1e9:.1f} GB is available; lower --workers")
-
-
-def resumed_config(settings: dict[str, Any], algo: str) -> Config:
-    """The settings of the run in --resume RUN_DIR; only --timesteps may change them (and
-    --device, which is not a setting of the run)."""
-    if not settings["resume"].strip():
-        raise ValueError("--resume needs the run directory to continue; got an empty path")
-    run_dir = Path(os.path.expanduser(settings.pop("resume")))
-    extra = sorted(set(settings) - set(RESUME_FLAGS))
-    if extra:
-        raise ValueError("only --timesteps, --refill-replay and --device may be given with "
-                         f"--resume; got {', '.join(flag_name(name) for name in extra)}")
-    saved = saved_config(run_dir)
-    if saved.get("algo") != algo:
-        raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
-    try:
-        config = Config.from_saved(saved, algo)
-    except ValueError as error:  # a hand edit
-        raise ValueError(f"cannot resume {run_dir}: {run_dir / CONFIG_FILE}: {error}") from None
-    config = config.replace(logdir=str(run_dir), resume=str(run_dir), **settings)
-    validate(config, algo)  # what the flags given beside --resume change
-    config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
-    check_memory_for(config.replay_capacity, num_envs(config, algo))
-    return config
-
-
-def saved_config(run_dir: Path) -> dict[str, Any]:
-    """A run's config.json as written (settings, algorithm, library versions).
-
-    Raises:
-        ValueError: there is none, or it is not a JSON object.
-    """
-    path = Path(run_dir) / CONFIG_FILE
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot resume {run_dir}: no readable {CONFIG_FILE} ({error})") \
-            from None
-    if not isinstance(saved, dict):
-        raise ValueError(f"cannot resume {run_dir}: {path} is not a JSON object")
-    return saved
 
 
 def make_pool(config: Config, num_envs: int, backend: str, seed: int,
@@ -506,79 +463,6 @@ def _silence_stdout() -> None:
 def _refuse(error: Exception | str) -> int:
     warn(f"{Path(sys.argv[0]).name}: error: {error}")
     return 2
-
-
-def checkpoint_step(manifest: dict) -> int:
-    """The agent step a (verified) manifest was saved at."""
-    return integer(section(manifest, "counters"), "step")
-
-
-def verified_checkpoint(config: Config, algo: str) -> tuple[Path, dict]:
-    """The run's latest checkpoint, every file read back against its manifest, and the
-    manifest; the run must not end before the checkpoint's step.
-
-    Raises:
-        CheckpointError, ValueError: one line naming the file or the setting at fault.
-    """
-    run_dir = Path(config.logdir)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise ValueError(f"cannot resume {run_dir}: it has no complete checkpoint")
-    manifest = verify_checkpoint(checkpoint, replay_optional=config.refill_replay)
-    try:
-        step = checkpoint_step(manifest)
-    except StateError as error:
-        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-    num_envs = config.workers if algo == ALGO_FAST_DQN else 1
-    if final_step(config, num_envs) < step:
-        raise ValueError(f"{run_dir} is at step {step} and --timesteps is {config.timesteps}; "
-                         f"a resume only extends a run: give --timesteps above {step}")
-    return checkpoint, manifest
-
-
-def checkpoint_finished(config: Config, checkpoint: Path, manifest: dict) -> bool:
-    """Whether a verified checkpoint holds all the work of `config.timesteps`.
-
-    Raises:
-        CheckpointError: the manifest's state is incomplete or out of range.
-    """
-    try:
-        return saved_run_finished(config, manifest, replay_in(checkpoint, manifest))
-    except StateError as error:
-        raise CheckpointError(f"{checkpoint / MANIFEST}: {error}") from None
-
-
-def restore_loop(loop: TrainingLoop, checkpoint: Path, manifest: Mapping[str, Any]) -> bool:
-    """Restores a built loop from a verified checkpoint: networks, replay arrays, the loop's
-    state, the transitions held apart (or a refill without a saved memory), then a check of
-    the memory's invariants. Only memory is changed. Returns whether the replay was saved.
-
-    Raises:
-        CheckpointError: a file or a value does not fit this run, or the memory read back
-            breaks an invariant.
-    """
-    try:
-        loop.learner.restore(network_prefix(checkpoint))
-    except ValueError as error:
-        raise CheckpointError(str(error)) from None
-    replay_restored = replay_in(checkpoint, manifest)
-    unstored = None
-    if replay_restored:
-        read_replay_into(checkpoint, loop.memory)
-        unstored = read_unstored(checkpoint, unstored_count(manifest))
-    try:
-        loop.restore(manifest)
-        if replay_restored:
-            loop.hold_unstored(unstored)
-    except StateError as error:
-        raise CheckpointError(f"{Path(checkpoint) / MANIFEST}: {error}") from None
-    if not replay_restored:  # the updates an epoch still owed go with the memory they sampled
-        loop.counters.start_refill()
-    try:
-        loop.memory.check_valid()
-    except ValueError as error:
-        raise CheckpointError(f"{checkpoint}: {error}") from None
-    return replay_restored
 
 
 def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:

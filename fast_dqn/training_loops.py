@@ -538,9 +538,7 @@ class TrainingLoop:
         self.evaluator.restore(state_fields.section(state, "evaluator"), self.counters.step)
         self.rng.bit_generator.state = rng_state
         self.memory.restore_generator(replay_rng_state)
-        # Checkpoints written before the key existed resumed as at a sync point.
-        self._between_sync_points = ("between_sync_points" in state
-                                     and state_fields.boolean(state, "between_sync_points"))
+        self._between_sync_points = state_fields.boolean(state, "between_sync_points")
         self.env_seed = self.config.seed + self.counters.step
         self._updates_logged = self.counters.updates  # the network's sums start at zero
         self._saved = self._checkpoint_position()
@@ -565,32 +563,6 @@ def work_done(config: Config, counters: RunCounters, evaluator: Evaluator,
     step = counters.step
     return (step >= config.timesteps and counters.updates >= counters.updates_due(step)
             and not evaluator.due(step) and not transitions_unstored)
-
-
-def saved_run_finished(config: Config, state: Mapping[str, Any], replay_restored: bool) -> bool:
-    """`work_done` for the state a checkpoint holds (its manifest), without building the run;
-    without its replay memory a run owes no updates or transitions any more (its refill
-    starts learning afresh).
-
-    Raises:
-        StateError: a part's state is missing a key or holds a value out of range.
-    """
-    counters = RunCounters(config)
-    counters.restore(state_fields.section(state, "counters"))
-    if not replay_restored:
-        counters.start_refill()
-    evaluator = Evaluator(config, None, None)  # restored to be asked, never run
-    evaluator.restore(state_fields.section(state, "evaluator"), counters.step)
-    unstored = replay_restored and unstored_count(state) > 0
-    return work_done(config, counters, evaluator, unstored)
-
-
-def unstored_count(state: Mapping[str, Any]) -> int:
-    """How many transitions a checkpoint holds apart from its memory (0 in checkpoints
-    written before there were any)."""
-    if "unstored_transitions" not in state:
-        return 0
-    return state_fields.integer(state, "unstored_transitions", 0)
 
 
 class DQN(TrainingLoop):
@@ -698,11 +670,7 @@ class FastDQN(TrainingLoop):
         request ends them between two calls; the checkpoint then holds the updates made."""
         counters = self.counters
         due = counters.updates_due(counters.step)
-        # A checkpoint written before transitions were held apart marks such an epoch only
-        # by its step, a target sync (the epoch's own transitions were stored then).
-        cut_short = self._unstored is not None or (
-            counters.updates < due and target_sync_due(counters.step, self.config))
-        if not cut_short:
+        if self._unstored is None:
             return
         # The learner thread makes whole calls from the epoch's start: the rest are calls of
         # updates_per_call too (without the thread, of one update each).

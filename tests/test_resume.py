@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fast_dqn import launch
+from fast_dqn import launch, resume
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, save_checkpoint)
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
@@ -623,7 +623,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     assert original.counters.updates > 0 and original.evaluator.count >= 1
 
     resumed_config = launch.prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN)
-    checkpoint, manifest = launch.verified_checkpoint(resumed_config, ALGO_FAST_DQN)
+    checkpoint, manifest = resume.verified_checkpoint(resumed_config, ALGO_FAST_DQN)
     restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, RunLogs(run_dir),
                                     initial_step=step_of(manifest))
     try:
