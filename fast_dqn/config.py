@@ -192,7 +192,7 @@ class Config:
                                fast_only=True)
     backend: str = _field("vector", "sampler pool: ale-py's C++ vector env, or one Python "
                           "thread per env", fast_only=True, choices=BACKENDS)
-    updates_per_call: int = _field(64, "minibatch updates the trainer draws and runs in one "
+    updates_per_call: int = _field(64, "minibatch updates the learner draws and runs in one "
                                    "call (the same updates as one per call; fewer calls "
                                    "cost the host less)", fast_only=True)
 

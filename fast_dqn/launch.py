@@ -51,7 +51,7 @@ DESCRIPTIONS = {
               "act 4 steps, train 1 minibatch, repeat.",
     ALGO_FAST_DQN: "Nature DQN on Atari, trained by the concurrent and synchronized scheme of "
                    "Daley & Amato (2021): samplers act with the target network while a "
-                   "trainer thread updates the online network.",
+                   "learner thread updates the online network.",
 }
 NETWORK_CHECKPOINT_BYTES = 64 * 1024**2  # networks and optimizer slots: ~30 MB, with room
 # Evaluation envs made and reset at a time: a stop waits for one group (docs/checkpoints.md).

@@ -283,12 +283,12 @@ class TrainingLoop:
 
     def stop_line(self, step: int | None = None) -> str:
         """What a stop taken now does before the process exits, e.g. "stopping at step
-        50800: finishing the trainer's update call, then writing the checkpoint (about
+        50800: finishing the learner's update call, then writing the checkpoint (about
         21 s)"."""
         step = self.counters.step if step is None else step
         steps = []
         if self._updates_running:
-            steps.append("finishing the trainer's update call")
+            steps.append("finishing the learner's update call")
         if self._evaluating:
             steps.append("dropping the evaluation under way (a resume plays it again)")
         if self._save_checkpoint is not None:

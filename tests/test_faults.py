@@ -166,7 +166,7 @@ def test_sigterm_during_a_trainer_epoch_stops_at_once(tmp_path):
             "--checkpoint-every=0", f"--logdir={run_dir}"]
     # Once the epoch's 800 steps are acted, the loop waits for the trainer's 200 updates.
     sigterm_at_line(args, tmp_path, "waiting for the learner at step 1200",
-                    "stopping at step 1200: finishing the trainer's update call")
+                    "stopping at step 1200: finishing the learner's update call")
     done = summary(run_dir)
     # Abandoned, not waited for: inside the first epoch of learning (steps 400-1200).
     assert 0 < done["updates"] < 200
