@@ -1,4 +1,5 @@
-"""The first SIGINT/SIGTERM/SIGHUP as a request to stop; the second as "stop now".
+"""The first SIGINT/SIGTERM/SIGHUP as a request to stop; the second as "stop now"; and the
+line with which a run says what its stop does.
 
 Schedulers stop runs with SIGTERM, then SIGKILL after a grace period: the loops look at the
 request once per round, evaluation step and trainer call, then checkpoint and exit
@@ -13,6 +14,8 @@ import signal
 import stat
 import threading
 import time
+
+from fast_dqn.transitions import replay_bytes
 
 # A second signal sooner than this after the first is the same request: GNU timeout, for
 # one, signals the run and then its whole process group, so the run gets the signal twice.
@@ -79,3 +82,41 @@ def _leave_lost_terminal() -> None:
     finally:
         if null is not None:
             os.close(null)
+
+
+def stop_line(step: int, *, updates_running: bool, evaluating: bool,
+              checkpoint: str | None) -> str:
+    """What a stop taken at `step` does before the process exits, e.g. "stopping at step
+    50800: finishing the learner's update call, then writing the checkpoint (about 21 s)";
+    `checkpoint` is what becomes of the checkpoint (None: the run writes none)."""
+    steps = []
+    if updates_running:
+        steps.append("finishing the learner's update call")
+    if evaluating:
+        steps.append("dropping the evaluation under way (a resume plays it again)")
+    if checkpoint is not None:
+        steps.append(checkpoint)
+    return f"stopping at step {step}: {', then '.join(steps) or 'now'}"
+
+
+def checkpoint_estimate(last_write: tuple[float, int] | None, stored: int,
+                        with_replay: bool) -> str:
+    """"writing the checkpoint (...)": its write time from the last one this process wrote
+    (`last_write`: its seconds and transitions; scaled by the memory's growth to `stored`),
+    else what it has to write."""
+    if last_write is not None:
+        seconds, stored_then = last_write
+        if with_replay and stored_then > 0:
+            seconds *= max(1.0, stored / stored_then)
+        if seconds < 1:
+            estimate = "under a second"
+        elif seconds < 120:
+            estimate = f"about {seconds:.0f} s"
+        else:
+            estimate = f"about {seconds / 60:.0f} min"
+        return f"writing the checkpoint ({estimate}, from the last one's write)"
+    if with_replay:
+        size = replay_bytes(stored)
+        size_text = f"{size / 1e6:.0f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"
+        return f"writing the checkpoint ({size_text} of replay memory and the networks)"
+    return "writing the checkpoint (the networks)"

@@ -30,11 +30,11 @@ from fast_dqn.schedule import (epoch_end, epsilon_at, importance_exponent_at, le
 from fast_dqn.evaluation import Evaluator
 from fast_dqn.loop_interfaces import Learner, LoopParts
 from fast_dqn.replay_memory import MinibatchDraws
-from fast_dqn.transitions import Transitions, concatenate, replay_bytes
+from fast_dqn.transitions import Transitions, concatenate
 from fast_dqn.run_logs import EpisodeRow
 from fast_dqn.state_fields import StateError
 from fast_dqn.staging import SamplerStaging, StagingArea
-from fast_dqn.stop_request import StopRequest
+from fast_dqn.stop_request import StopRequest, checkpoint_estimate, stop_line
 
 
 _PROGRESS_SECONDS = 0.5  # how often the loops hand the progress line their counters
@@ -50,18 +50,6 @@ def check_loss_finite(loss: float, count: int, step: int) -> None:
     if count and not np.isfinite(loss):
         raise NonFiniteLoss(f"training diverged at step {step}: the mean loss of the last "
                             f"{count} minibatches is {loss}; try a smaller --lr")
-
-
-def _seconds_text(seconds: float) -> str:
-    """`under a second`, `about 21 s`, `about 3 min`."""
-    if seconds < 1:
-        return "under a second"
-    return f"about {seconds:.0f} s" if seconds < 120 else f"about {seconds / 60:.0f} min"
-
-
-def _bytes_text(size: int) -> str:
-    """`370 MB`, `7.1 GB`."""
-    return f"{size / 1e6:.0f} MB" if size < 1e9 else f"{size / 1e9:.1f} GB"
 
 
 _POLL_SECONDS = 0.05  # how often `wait` looks at its abandon condition
@@ -282,34 +270,17 @@ class TrainingLoop:
         return True
 
     def stop_line(self, step: int | None = None) -> str:
-        """What a stop taken now does before the process exits, e.g. "stopping at step
-        50800: finishing the learner's update call, then writing the checkpoint (about
-        21 s)"."""
+        """What a stop taken now does before the process exits (`stop_request.stop_line`)."""
         step = self.counters.step if step is None else step
-        steps = []
-        if self._updates_running:
-            steps.append("finishing the learner's update call")
-        if self._evaluating:
-            steps.append("dropping the evaluation under way (a resume plays it again)")
+        checkpoint = None
         if self._save_checkpoint is not None:
             if self._saved == self._checkpoint_position() and not self._updates_running:
-                steps.append(f"its checkpoint at step {self.counters.step} is written")
+                checkpoint = f"its checkpoint at step {self.counters.step} is written"
             else:
-                steps.append(f"writing the checkpoint ({self._checkpoint_estimate(step)})")
-        return f"stopping at step {step}: {', then '.join(steps) or 'now'}"
-
-    def _checkpoint_estimate(self, step: int) -> str:
-        """The next checkpoint's write time, from the last one this process wrote (scaled
-        by the replay memory's growth since); else, what it has to write."""
-        stored = self._transitions_to_save(step)
-        if self._last_write is not None:
-            seconds, stored_then = self._last_write
-            if self.config.checkpoint_replay and stored_then > 0:
-                seconds *= max(1.0, stored / stored_then)
-            return f"{_seconds_text(seconds)}, from the last one's write"
-        if self.config.checkpoint_replay:
-            return f"{_bytes_text(replay_bytes(stored))} of replay memory and the networks"
-        return "the networks"
+                checkpoint = checkpoint_estimate(self._last_write, self._transitions_to_save(step),
+                                                 self.config.checkpoint_replay)
+        return stop_line(step, updates_running=self._updates_running,
+                         evaluating=self._evaluating, checkpoint=checkpoint)
 
     def _transitions_to_save(self, step: int) -> int:
         """The transitions a checkpoint taken once the loop stops at `step` holds."""
