@@ -78,19 +78,15 @@ class FrameHistory:
         self.states[:, -1] = frames
         return self.states
 
-    def push(self, frames: np.ndarray, after_episode_end: np.ndarray) -> np.ndarray:
-        """Appends each env's newest frame; `after_episode_end` marks envs whose last step
-        ended a learning episode, so that their new frame begins the next one."""
-        self.shift()
-        return self.put_newest(frames, after_episode_end)
-
     def shift(self) -> None:
-        """The first half of `push`: each stack's frames move one place older. The newest
-        place keeps its frame until `put_newest`, so the stacks are only whole again then."""
+        """Each stack's frames move one place older. The newest place keeps its frame until
+        `put_newest`, so the stacks are only whole again then."""
         self.states[:, :-1] = self.states[:, 1:]
 
     def put_newest(self, frames: np.ndarray, after_episode_end: np.ndarray) -> np.ndarray:
-        """The second half of `push`, after `shift`."""
+        """Puts each env's newest frame in, after `shift`; `after_episode_end` marks envs
+        whose last step ended a learning episode, so that their new frame begins the next
+        one."""
         self.states[:, -1] = frames
         if after_episode_end.any():  # an empty masked assignment still costs its call
             self.states[after_episode_end, :-1] = 0

@@ -221,14 +221,6 @@ class AtariEnv:
         """Lives left in the current game (0 for games without lives)."""
         return int(self._ale.lives())
 
-    @property
-    def episode_frame_number(self) -> int:
-        """Emulator frames since the current game's emulator reset (no-ops included)."""
-        return int(self._ale.getEpisodeFrameNumber())
-
-    def action_meanings(self) -> list[str]:
-        return list(self._env.unwrapped.get_action_meanings())
-
     def screen_rgb(self) -> np.ndarray:
         """The raw (210, 160, 3) uint8 RGB screen, for recording videos."""
         return self._ale.getScreenRGB()

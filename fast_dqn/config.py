@@ -196,9 +196,6 @@ class Config:
                                    "call (the same updates as one per call; fewer calls "
                                    "cost the host less)", fast_only=True)
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
-
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
@@ -606,19 +603,3 @@ def _validate_fast(config: Config, name: Callable[[str], str]) -> None:
 def _nearest_divisor(total: int, wanted: int) -> int:
     divisors = [d for d in range(1, total + 1) if total % d == 0]
     return min(divisors, key=lambda d: (abs(d - wanted), d))
-
-
-def flags_markdown_table() -> str:
-    """The README's table of flags, generated from `Config` (a test keeps them in step)."""
-    lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
-    for field in dataclasses.fields(Config):
-        default = field.default if field.default != "" else "(none)"
-        if isinstance(default, bool):
-            default = str(default).lower()
-        elif isinstance(default, int):
-            default = f"{default:,}"
-        meaning = field.metadata["help"]
-        if field.metadata["fast_only"]:
-            meaning += " (run_fast_dqn.py only)"
-        lines.append(f"| `{flag_name(field.name)}` | {default} | {meaning} |")
-    return "\n".join(lines)

@@ -83,7 +83,7 @@ class Progress:
         self._whole_epochs = False
         self._epoch_end: tuple[int, float, float] | None = None
         self._phase: _Phase | None = None
-        self._shown_step, self._shown_time = initial_step, now  # last line drawn (or start)
+        self._shown_time = now  # when the last line was drawn (or the start)
         self._shown_fields: tuple | None = None  # what the last line drawn showed
         self._bar = self._make_bar(initial_step) if _isatty(self._stream) else None
         self._output_lost = False  # a write failed (a terminal hung up): nothing more shown
@@ -311,7 +311,7 @@ class Progress:
             # itself (SIGHUP stops it), and a line that cannot be shown is not shown.
             self._bar = None
             self._output_lost = True
-        self._shown_step, self._shown_time = self._step, now
+        self._shown_time = now
         self._shown_fields = self._fields_now()
 
     def _write_line(self, text: str) -> None:

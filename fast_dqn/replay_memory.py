@@ -274,19 +274,6 @@ class ReplayMemory:
             targets["priorities"] = self.priorities.leaves
         return targets
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restores `state_dict()` from arrays in memory."""
-        if int(state["capacity"]) != self.capacity:
-            raise ValueError(f"checkpoint replay capacity {int(state['capacity'])} differs "
-                             f"from {self.capacity}")
-        for name, stored in self.columns._asdict().items():
-            if name != "frames":
-                stored[:len(state[name])] = state[name]
-        if self.priorities is not None:
-            self.priorities.leaves[:len(state["priorities"])] = state["priorities"]
-        self.frames.put_rows(0, np.asarray(state["frames"]))
-        self.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))
-
     def generator_state(self) -> dict[str, Any]:
         """The state of the generator that draws the minibatches (JSON-able)."""
         return self._rng.bit_generator.state

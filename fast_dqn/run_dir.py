@@ -669,14 +669,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Writes `obj` as indented, key-sorted, strict JSON to `path` atomically: NaN and
-    infinities as null, paths as strings, numpy values as Python ones."""
-    write_text_atomic(path, json_text(obj))
-
-
 def json_text(obj: Any) -> str:
-    """`obj` as `write_json_atomic` writes it."""
+    """`obj` as indented, key-sorted, strict JSON: NaN and infinities as null, paths as
+    strings, numpy values as Python ones."""
     return json.dumps(_json_safe(obj), indent=2, sort_keys=True, allow_nan=False,
                       default=_json_default) + "\n"
 

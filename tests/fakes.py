@@ -334,7 +334,8 @@ def actor_states(stream: Stream) -> list[tuple[np.ndarray, np.ndarray]]:
     for step in stream.steps:
         state = history.states[0].copy()
         assert (state[-1] == step.frame).all()
-        history.push(step.next_frame[None], np.array([step.episode_end]))
+        history.shift()
+        history.put_newest(step.next_frame[None], np.array([step.episode_end]))
         out.append((state, history.states[0].copy()))
     return out
 
@@ -445,3 +446,16 @@ def hand_made_batch(discount: float, weights: list[float] | None = None):
         weights=[1.0] * size if weights is None else weights)
     return Batch(**{name: tf.constant(value, tf.int32 if name == "actions" else tf.float32)
                     for name, value in columns.items()})
+
+
+def fill_memory(memory: Any, state: dict) -> None:
+    """Fills `memory` with the arrays of another memory's `state_dict()` as a checkpoint's
+    reader does (`checkpoints.read_replay_into`): into its `restore_targets`, then
+    `set_extent`."""
+    for name, target in memory.restore_targets().items():
+        rows = np.asarray(state[name])
+        if isinstance(target, np.ndarray):
+            target[:len(rows)] = rows
+        else:
+            target.put_rows(0, rows)
+    memory.set_extent(cursor=int(state["cursor"]), size=int(state["size"]))

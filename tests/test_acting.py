@@ -170,8 +170,10 @@ def test_frame_history_reset_and_starts_per_env():
     history = FrameHistory(2)
     history.reset(np.stack([id_frame(1), id_frame(2)]))
     assert [ids_of(s) for s in history.states] == [[0, 0, 0, 1], [0, 0, 0, 2]]
-    history.push(np.stack([id_frame(3), id_frame(4)]), np.array([False, True]))
-    history.push(np.stack([id_frame(5), id_frame(6)]), np.array([False, False]))
+    history.shift()
+    history.put_newest(np.stack([id_frame(3), id_frame(4)]), np.array([False, True]))
+    history.shift()
+    history.put_newest(np.stack([id_frame(5), id_frame(6)]), np.array([False, False]))
     assert [ids_of(s) for s in history.states] == [[0, 1, 3, 5], [0, 0, 4, 6]]
 
 

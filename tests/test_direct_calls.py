@@ -161,5 +161,6 @@ def test_the_actors_frame_stacks_are_lent_to_the_query_without_a_copy():
     history = FrameHistory(16)
     assert history.states.ctypes.data % 64 == 0
     tensor = borrowed_tensor(history.states)
-    history.push(np.full((16, 84, 84), 9, np.uint8), np.zeros(16, bool))
+    history.shift()
+    history.put_newest(np.full((16, 84, 84), 9, np.uint8), np.zeros(16, bool))
     assert tensor.numpy()[:, -1].min() == 9

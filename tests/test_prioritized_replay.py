@@ -13,6 +13,7 @@ import pytest
 from fast_dqn.replay_memory import (PRIORITY_EPSILON, PRIORITY_EXPONENT, MinibatchDraws,
                                     Priorities, ReplayMemory)
 from fast_dqn.transitions import acted_transitions
+from tests.fakes import fill_memory
 
 ALPHA = 0.6  # Schaul et al. (2016), Table 3 (proportional variant); dqn_zoo's priority_exponent
 
@@ -142,8 +143,8 @@ def test_a_memory_restored_from_its_arrays_draws_what_the_original_draws():
     original = long_episode_memory(64, 80, seed=4)  # wrapped
     original.priorities.write_back(np.arange(20), np.linspace(0, 3, 20))
     restored = ReplayMemory(64, np.random.default_rng(99), prioritized=True)
-    restored.load_state_dict({name: np.array(array) for name, array in
-                              original.state_dict().items()})
+    fill_memory(restored, {name: np.array(array) for name, array in
+                           original.state_dict().items()})
     restored.restore_generator(original.generator_state())
     np.testing.assert_array_equal(restored.priorities.tree, original.priorities.tree)
     np.testing.assert_array_equal(restored.sample_indices(500), original.sample_indices(500))

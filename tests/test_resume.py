@@ -847,9 +847,10 @@ def stopped_before_its_last_updates():
 
 
 def resumed(timesteps: int, saved, tape, stop=None, network=None, save_checkpoint=None):
+    from tests.fakes import fill_memory
     memory_state, state = saved
     loop = cut_short_loop(timesteps, tape, stop, network, save_checkpoint)
-    loop.memory.load_state_dict(memory_state)
+    fill_memory(loop.memory, memory_state)
     loop.restore(state)
     return loop
 

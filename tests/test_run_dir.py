@@ -21,9 +21,9 @@ import pytest
 from fast_dqn import run_dir as run_dir_module
 from fast_dqn.run_dir import (LOCK_FILE, OpenDirectory, RunDirectory, RunDirError, RunDirGone,
                               RunDirMoved, WriteFailed, check_run_dir_writable, default_run_dir,
-                              disk_space_warning, free_bytes, library_versions, open_atomic,
-                              write_bytes_atomic, write_failure, write_json_atomic,
-                              write_text_atomic)
+                              disk_space_warning, free_bytes, json_text, library_versions,
+                              open_atomic,
+                              write_bytes_atomic, write_failure, write_text_atomic)
 from tests.cli_runs import REPO
 
 
@@ -332,8 +332,8 @@ def test_disk_space_warning_at_the_edge_of_a_real_small_disk(tiny_disk):
 
 def test_atomic_write_replaces_content_and_leaves_no_temp_files(tmp_path):
     target = tmp_path / "summary.json"
-    write_json_atomic(target, {"a": 1})
-    write_json_atomic(target, {"a": 2, "b": [1.5, None]})
+    write_text_atomic(target, json_text({"a": 1}))
+    write_text_atomic(target, json_text({"a": 2, "b": [1.5, None]}))
     assert json.loads(target.read_text()) == {"a": 2, "b": [1.5, None]}
     write_text_atomic(tmp_path / "notes.txt", "hello\n")
     assert (tmp_path / "notes.txt").read_text() == "hello\n"
@@ -344,7 +344,7 @@ def test_atomic_write_replaces_content_and_leaves_no_temp_files(tmp_path):
 
 def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
     target = tmp_path / "config.json"
-    write_json_atomic(target, {"version": 1})
+    write_text_atomic(target, json_text({"version": 1}))
 
     def broken_replace(src, dst, **dir_fds):
         raise OSError("disk fell off")
@@ -352,7 +352,7 @@ def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(WriteFailed, match=f"cannot write {re.escape(str(target))}: disk fell off$"
                        ) as failure:
-        write_json_atomic(target, {"version": 2})
+        write_text_atomic(target, json_text({"version": 2}))
     assert not failure.value.disk_full and failure.value.path == target
     assert json.loads(target.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
@@ -375,7 +375,7 @@ def test_open_atomic_on_a_full_disk_is_write_failed_and_keeps_previous_file(
     # full; elsewhere os.fsync is made to answer ENOSPC as a full disk does.
     directory = tiny_disk if tiny_disk is not None else tmp_path / "disk"
     target = directory / "config.json"
-    write_json_atomic(target, {"version": 1})
+    write_text_atomic(target, json_text({"version": 1}))
     if tiny_disk is not None:
         fill_disk(tiny_disk)
         assert shutil.disk_usage(tiny_disk).free < 4096
@@ -407,7 +407,7 @@ def test_write_failure_tells_a_full_disk_from_other_errors(tmp_path):
 
 def test_json_is_strict(tmp_path):
     target = tmp_path / "s.json"
-    write_json_atomic(target, {"nan": math.nan, "inf": math.inf, "path": Path("x/y")})
+    write_text_atomic(target, json_text({"nan": math.nan, "inf": math.inf, "path": Path("x/y")}))
     assert json.loads(target.read_text()) == {"nan": None, "inf": None, "path": "x/y"}
 
 
@@ -425,7 +425,7 @@ def test_library_versions_names_every_library():
 def test_module_imports_without_tensorflow():
     code = ("import sys, tempfile, pathlib, fast_dqn.run_dir as r;"
             "d = pathlib.Path(tempfile.mkdtemp()) / 'run';"
-            "run = r.RunDirectory.create(d); r.write_json_atomic(d / 'x.json', {});"
+            "run = r.RunDirectory.create(d); r.write_text_atomic(d / 'x.json', '{}');"
             "r.library_versions(); run.discard();"
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
