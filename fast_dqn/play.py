@@ -8,12 +8,8 @@ network at epsilon 0.05, full games one after another in a pool of one env, acte
 training loops act (`acting.Actor`) with the run's own settings; each raw score and the mean
 are printed.
 
-`--video` records the raw RGB screen at 15 fps (real time at frame skip 4 on the 60 Hz
-Atari), each pixel as 2x2, since H.264 and VP9 keep colour at half resolution (4:2:0) and
-would smear the screen's one-pixel details; the codec is the first this OpenCV really writes
-(H.264, which browsers play inline, then VP9, then MPEG-4 part 2). Into the run directory it
-writes under the directory's lock, refused while a training run holds it. The file is
-renamed into place only when read back whole: OpenCV drops the file system's errors.
+`--video` records the games' screens (`fast_dqn.video`: real time, H.264 where this OpenCV
+has it, into the run directory only while no run holds it, renamed into place only whole).
 
 A stop signal ends play at its next step (exit 128 + the signal; the video removed). Bad
 input, and a checkpoint that fails `--resume`'s checks, get one line and exit status 2.
@@ -23,62 +19,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import functools
 import json
-import math
-import os
-import secrets
 import signal
 import statistics
 import sys
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
-import cv2
 import numpy as np
 
-from fast_dqn.atari import AtariEnv, GameSettings, make_atari_env, resolve_game
+from fast_dqn.atari import GameSettings, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
-from fast_dqn.config import FRAME_SKIP, Config, OneLineErrorParser, add_device_flag
+from fast_dqn.config import Config, OneLineErrorParser, add_device_flag
 from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.tensorflow_start import configure_device, select_device
-from fast_dqn.run_dir import (CONFIG_FILE, OpenDirectory, RunDirectory, RunDirError,
-                              WriteFailed, free_bytes, write_failure)
+from fast_dqn.run_dir import CONFIG_FILE, WriteFailed
 from fast_dqn.env_pools import SerialEnvPool
 from fast_dqn.stop_request import StopRequest
+from fast_dqn.video import (DEFAULT_VIDEO, VIDEO_FPS, VideoRecorder, VideoTarget,
+                            check_video_path, open_video_target)
 
 if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
     from fast_dqn.learner import Learner
 
 EVAL_EPSILON = 0.05  # Mnih et al. (2015): the evaluation policy's epsilon
-ATARI_HZ = 60  # emulator frames per second of the real console
-VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in real time
-VIDEO_SUFFIX = ".mp4"  # OpenCV picks the container by the file name's suffix
-VIDEO_SCALE = 2  # each Atari pixel as 2x2: 4:2:0 chroma then keeps every pixel's colour
-DEFAULT_VIDEO = object()  # `--video` without a path: into the run directory
-# FFmpeg writes files in chunks of this size: one that did not fit left less free than this
-FFMPEG_WRITE_BYTES = 32 * 1024
 
-
-class VideoCodec(NamedTuple):
-    fourcc: str
-    name: str
-    plays_in_browsers: str  # "" where browsers and notebooks play it inline; else a caveat
-
-
-# Tried in this order; the first one OpenCV really writes wins (pip's OpenCV wheels carry no
-# H.264 encoder, a build on a system FFmpeg with libx264 or OpenH264 may).
-VIDEO_CODECS = (
-    VideoCodec("avc1", "H.264", ""),
-    VideoCodec("H264", "H.264", ""),
-    VideoCodec("vp09", "VP9", "Chrome, Edge and Firefox play VP9 in MP4 inline, Safari and "
-               "some notebooks may not"),
-    VideoCodec("mp4v", "MPEG-4 part 2", "browsers and notebooks do not play it inline (a "
-               "desktop player does)"),
-)
 
 class RunToPlay(NamedTuple):
     """What `RUN_DIR` provides: the run's settings and its latest complete checkpoint."""
@@ -141,23 +108,6 @@ def check_args(args: argparse.Namespace) -> None:
         check_video_path(args.video)
 
 
-def check_video_path(path: Path) -> None:
-    """Raises ValueError unless an MP4 can be created at `path`.
-
-    Checked up front because OpenCV reports a file it cannot open only by `isOpened()` and
-    by warnings on stderr.
-    """
-    if path.is_dir():
-        raise ValueError(f"--video {path} is a directory; name a file in it")
-    if path.suffix.lower() != VIDEO_SUFFIX:
-        raise ValueError(f"--video must name an {VIDEO_SUFFIX} file; got {str(path)!r}")
-    parent = path.parent
-    if not parent.is_dir():
-        raise ValueError(f"cannot write --video {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write --video {path}: directory {parent} is not writable")
-
-
 def load_run(run_dir: Path) -> RunToPlay:
     """Reads the run's settings, finds its latest complete checkpoint and verifies it.
 
@@ -204,7 +154,7 @@ def _one_line(error: BaseException | str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Environment, network, video
+# Environment and network
 
 
 def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
@@ -216,11 +166,7 @@ def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
 
 def screen_of(pool: SerialEnvPool) -> np.ndarray:
     """The raw RGB screen of the pool's one env, for the video."""
-    return pool.run_in_envs(_screen_rgb)[0]
-
-
-def _screen_rgb(index: int, env: AtariEnv) -> np.ndarray:
-    return env.screen_rgb()
+    return pool.run_in_envs(lambda index, env: env.screen_rgb())[0]
 
 
 def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
@@ -235,223 +181,6 @@ def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
     network = make_learner(config, n_actions)
     network.restore_online(network_prefix(checkpoint))
     return network
-
-
-class VideoTarget(NamedTuple):
-    """Where the video goes: a name in a directory held open."""
-
-    directory: OpenDirectory
-    name: str
-
-    @property
-    def path(self) -> Path:
-        return self.directory.path / self.name
-
-
-def default_video_name(step: int | None) -> str:
-    return "play.mp4" if step is None else f"play-step{step}.mp4"
-
-
-def open_video_target(video: Path | object | None, run: RunToPlay, run_dir: Path,
-                      stack: contextlib.ExitStack) -> VideoTarget | None:
-    """Opens the video's directory for the rest of `stack`: the run directory, locked, for
-    `--video` alone (see the module docstring), else the given path's directory.
-
-    Raises:
-        ValueError: another process holds the run directory, or it cannot be written (one
-            line that says what to do).
-    """
-    if video is None:
-        return None
-    if isinstance(video, Path):
-        try:
-            directory = stack.enter_context(OpenDirectory.at(video.parent))
-        except OSError as error:
-            raise ValueError(f"cannot write --video {video}: {error.strerror or error}"
-                             ) from None
-        return VideoTarget(directory, video.name)
-    where = f"cannot write the video into {run_dir}"
-    if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise ValueError(f"{where}: it is not writable; give --video PATH")
-    try:
-        held = stack.enter_context(RunDirectory.reopen(run_dir))
-    except RunDirError as error:
-        raise ValueError(f"{where}: {error}, or give --video PATH") from None
-    return VideoTarget(held.directory, default_video_name(run.step))
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """fd 2 pointed at the null device for the block: FFmpeg and OpenCV print a few lines of
-    their own for every codec that a probe finds missing."""
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
-@functools.lru_cache(maxsize=None)
-def video_codec(frame_size: tuple[int, int]) -> VideoCodec:
-    """The first of `VIDEO_CODECS` that this OpenCV writes at `frame_size` (height, width):
-    a probe writes two frames to a temporary file and must read a frame back.
-
-    Raises:
-        ValueError: OpenCV writes none of them.
-    """
-    height, width = frame_size
-    frame = np.zeros((height, width, 3), np.uint8)
-    frame[: height // 2] = 255  # not a blank frame: some encoders treat one specially
-    with tempfile.TemporaryDirectory(prefix="fast_dqn-video-probe-") as probe_dir:
-        for codec in VIDEO_CODECS:
-            probe = os.path.join(probe_dir, f"{codec.fourcc}{VIDEO_SUFFIX}")
-            if _writes(probe, codec, frame):
-                return codec
-    raise ValueError("this OpenCV writes none of the video codecs "
-                     f"{', '.join(codec.fourcc for codec in VIDEO_CODECS)}")
-
-
-def _writes(path: str, codec: VideoCodec, frame: np.ndarray) -> bool:
-    height, width = frame.shape[:2]
-    with _quiet_stderr():
-        writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*codec.fourcc), VIDEO_FPS,
-                                 (width, height))
-        try:
-            if not writer.isOpened():
-                return False
-            writer.write(frame)
-            writer.write(frame)
-        finally:
-            writer.release()
-        capture = cv2.VideoCapture(path)
-        try:
-            ok, read = capture.read()
-        finally:
-            capture.release()
-    return bool(ok) and read is not None and read.shape == frame.shape
-
-
-def video_frame_size(screen_size: tuple[int, int]) -> tuple[int, int]:
-    """(height, width) of the video's frames for screens of `screen_size`."""
-    return screen_size[0] * VIDEO_SCALE, screen_size[1] * VIDEO_SCALE
-
-
-class VideoRecorder:
-    """Writes RGB screens, each pixel as VIDEO_SCALE x VIDEO_SCALE, to an MP4 atomically.
-
-    Frames go to a temporary file beside the target, made here (never through a link) and
-    written by OpenCV through the directory held open; leaving the `with` block normally
-    reads it back and renames it over the target, leaving it by an exception (or with a
-    file that does not hold every frame) removes it, so the target is never half-written.
-    """
-
-    def __init__(self, target: VideoTarget, screen_size: tuple[int, int], codec: VideoCodec,
-                 fps: float = VIDEO_FPS):
-        """`screen_size` is (height, width) of the RGB screens, as numpy shapes them."""
-        self.target = target
-        self.path = target.path
-        self.codec = codec
-        self.frames = 0
-        self.frame_size = video_frame_size(screen_size)
-        directory = target.directory
-        self._temp = (f".{Path(target.name).stem}.{os.getpid()}.{secrets.token_hex(4)}"
-                      f".tmp{VIDEO_SUFFIX}")
-        self._fd: int | None = None
-        self._writer: Any = None
-        self._through = contextlib.ExitStack()
-        try:
-            self._fd = directory.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            # OpenCV opens files by name: it gets one through the descriptor, as TensorFlow
-            # does for the run's own checkpoints.
-            self._temp_path = self._through.enter_context(directory.for_tensorflow(self._temp))
-            height, width = self.frame_size
-            self._writer = cv2.VideoWriter(self._temp_path,
-                                           cv2.VideoWriter_fourcc(*codec.fourcc), fps,
-                                           (width, height))
-        except OSError as error:
-            self._discard()
-            raise ValueError(f"cannot write --video {self.path}: {error.strerror or error}"
-                             ) from None
-        except BaseException:
-            self._discard()
-            raise
-        if not self._writer.isOpened():
-            self._discard()
-            raise ValueError(f"cannot write --video {self.path}: OpenCV cannot open a "
-                             f"{codec.fourcc} writer there")
-
-    def write(self, screen_rgb: np.ndarray) -> None:
-        frame = cv2.cvtColor(screen_rgb, cv2.COLOR_RGB2BGR)
-        if VIDEO_SCALE != 1:
-            frame = cv2.resize(frame, None, fx=VIDEO_SCALE, fy=VIDEO_SCALE,
-                               interpolation=cv2.INTER_NEAREST)
-        self._writer.write(frame)
-        self.frames += 1
-
-    def __enter__(self) -> "VideoRecorder":
-        return self
-
-    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
-        if exc_type is None:
-            self._commit()
-        else:
-            self._discard()
-
-    def _commit(self) -> None:
-        directory = self.target.directory
-        try:
-            self._writer.release()
-            self._check_frames_read_back()
-            os.fsync(self._fd)  # the file OpenCV wrote by name is the one made here
-            os.close(self._fd)
-            self._fd = None
-            self._through.close()  # where there is no path through the descriptor: still here?
-            directory.replace(self._temp, self.target.name)  # a link there is replaced
-            directory.sync()
-        except OSError as error:  # e.g. a full disk at the fsync
-            self._discard()
-            raise write_failure(self.path, error) from None
-        except BaseException:
-            self._discard()
-            raise
-
-    def _check_frames_read_back(self) -> None:
-        """Raises WriteFailed unless the temporary file holds every frame written: OpenCV
-        drops the file system's errors, and a full disk leaves a file without its index."""
-        with _quiet_stderr():  # FFmpeg's own lines on a broken file
-            capture = cv2.VideoCapture(self._temp_path)
-            try:
-                frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))  # 0 if it cannot open it
-            finally:
-                capture.release()
-        if frames == self.frames:
-            return
-        free = free_bytes(Path(self._temp_path).parent)
-        if free is not None and free < FFMPEG_WRITE_BYTES:
-            raise WriteFailed(self.path, os.strerror(errno.ENOSPC), disk_full=True)
-        raise WriteFailed(self.path, f"only {frames:,} of its {self.frames:,} frames can be "
-                          f"read back ({self.codec.fourcc}, written by OpenCV)", disk_full=False)
-
-    def _discard(self) -> None:
-        if self._writer is not None:
-            self._writer.release()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        with contextlib.suppress(Exception):
-            self._through.close()
-        with contextlib.suppress(OSError, ValueError):
-            os.unlink(self._temp, dir_fd=self.target.directory.fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_args(args)
             run = load_run(args.run_dir)
             select_device(args.device)  # before the network's module imports TensorFlow
-            target = open_video_target(args.video, run, args.run_dir, held)
+            target = open_video_target(args.video, args.run_dir, run.step, held)
         except ValueError as error:
             parser.error(_one_line(error))
         try:
@@ -540,7 +269,8 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
         try:
             pool = make_pool(run.config, seed=seed, max_steps=max_steps)
             stack.callback(pool.close)
-            recorder = _open_recorder(target, pool, stack)
+            recorder = (None if target is None else
+                        stack.enter_context(VideoRecorder(target, screen_of(pool).shape[:2])))
             greedy = _load_greedy(run, pool.n_actions)
         except ValueError as error:
             parser.error(_one_line(error))
@@ -556,18 +286,8 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
     return results, recorder
 
 
-def _open_recorder(target: VideoTarget | None, pool: SerialEnvPool,
-                   stack: contextlib.ExitStack) -> VideoRecorder | None:
-    if target is None:
-        return None
-    screen_size = screen_of(pool).shape[:2]
-    codec = video_codec(video_frame_size(screen_size))
-    return stack.enter_context(VideoRecorder(target, screen_size, codec))
-
-
 def _load_greedy(run: RunToPlay, n_actions: int) -> GreedyFn:
     """The greedy actions of the run's online network."""
-
     print(configure_device(activity="playing"), flush=True)
     network = load_network(run.config, n_actions, run.checkpoint)
     return functools.partial(network.greedy_actions, use_target=False)
@@ -590,9 +310,8 @@ def _print_game(index: int, games: int, result: GameResult) -> None:
 
 def _print_summary(results: Sequence[GameResult], recorder: VideoRecorder | None) -> None:
     scores = [result.score for result in results]
-    spread = statistics.pstdev(scores) if len(scores) > 1 else math.nan
-    print(f"mean score over {len(scores)} game(s): {statistics.fmean(scores):g}"
-          + ("" if math.isnan(spread) else f" (std {spread:g})"))
+    spread = f" (std {statistics.pstdev(scores):g})" if len(scores) > 1 else ""
+    print(f"mean score over {len(scores)} game(s): {statistics.fmean(scores):g}{spread}")
     if recorder is not None:
         height, width = recorder.frame_size
         print(f"video: {recorder.path} ({recorder.frames:,} frames, {VIDEO_FPS} fps, "

@@ -21,6 +21,7 @@ from fast_dqn import play
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.run_dir import OpenDirectory
+from fast_dqn.video import VideoRecorder, VideoTarget
 from tests.cli_runs import STOP_SECONDS, start, wait_for_line
 from tests.fakes import RUN_SEED, flip_byte, write_checkpoint, write_run_dir
 from tests.run_files import LONGEST_NAME, LONGEST_RUN_DIR, network_data, path_of_length, truncate
@@ -251,10 +252,8 @@ def test_play_games_feeds_padded_states_and_chains_games():
 
 def test_video_recorder_leaves_nothing_behind_when_interrupted(tmp_path):
     path = tmp_path / "game.mp4"
-    codec = play.video_codec(play.video_frame_size((210, 160)))
     with OpenDirectory.at(tmp_path) as directory, pytest.raises(KeyboardInterrupt):
-        with play.VideoRecorder(play.VideoTarget(directory, path.name), (210, 160),
-                                codec) as recorder:
+        with VideoRecorder(VideoTarget(directory, path.name), (210, 160)) as recorder:
             recorder.write(np.zeros((210, 160, 3), dtype=np.uint8))
             assert [p.suffix for p in tmp_path.iterdir()] == [".mp4"]  # the temporary file
             raise KeyboardInterrupt
