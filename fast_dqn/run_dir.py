@@ -658,17 +658,6 @@ def open_atomic(path: Path) -> Iterator[IO[bytes]]:
         yield file
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (see `open_atomic`)."""
-    with open_atomic(path) as file:
-        file.write(data)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Writes `text` (UTF-8) to `path` atomically (see `open_atomic`)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
 def json_text(obj: Any) -> str:
     """`obj` as indented, key-sorted, strict JSON: NaN and infinities as null, paths as
     strings, numpy values as Python ones."""

@@ -23,8 +23,13 @@ from fast_dqn.run_dir import (LOCK_FILE, OpenDirectory, RunDirectory, RunDirErro
                               RunDirMoved, WriteFailed, check_run_dir_writable, default_run_dir,
                               disk_space_warning, free_bytes, json_text, library_versions,
                               open_atomic,
-                              write_bytes_atomic, write_failure, write_text_atomic)
+                              write_failure)
 from tests.cli_runs import REPO
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    with open_atomic(path) as file:
+        file.write(data)
 
 
 # Takes the lock of a run directory in another process: argv = create|reopen, path and, to
@@ -332,19 +337,19 @@ def test_disk_space_warning_at_the_edge_of_a_real_small_disk(tiny_disk):
 
 def test_atomic_write_replaces_content_and_leaves_no_temp_files(tmp_path):
     target = tmp_path / "summary.json"
-    write_text_atomic(target, json_text({"a": 1}))
-    write_text_atomic(target, json_text({"a": 2, "b": [1.5, None]}))
+    write_atomic(target, json_text({"a": 1}).encode())
+    write_atomic(target, json_text({"a": 2, "b": [1.5, None]}).encode())
     assert json.loads(target.read_text()) == {"a": 2, "b": [1.5, None]}
-    write_text_atomic(tmp_path / "notes.txt", "hello\n")
+    write_atomic(tmp_path / "notes.txt", b"hello\n")
     assert (tmp_path / "notes.txt").read_text() == "hello\n"
-    write_bytes_atomic(tmp_path / "raw", b"\x00\x01")
+    write_atomic(tmp_path / "raw", b"\x00\x01")
     assert (tmp_path / "raw").read_bytes() == b"\x00\x01"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "raw", "summary.json"]
 
 
 def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
     target = tmp_path / "config.json"
-    write_text_atomic(target, json_text({"version": 1}))
+    write_atomic(target, json_text({"version": 1}).encode())
 
     def broken_replace(src, dst, **dir_fds):
         raise OSError("disk fell off")
@@ -352,7 +357,7 @@ def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(WriteFailed, match=f"cannot write {re.escape(str(target))}: disk fell off$"
                        ) as failure:
-        write_text_atomic(target, json_text({"version": 2}))
+        write_atomic(target, json_text({"version": 2}).encode())
     assert not failure.value.disk_full and failure.value.path == target
     assert json.loads(target.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
@@ -360,7 +365,7 @@ def test_failed_atomic_write_keeps_previous_file(tmp_path, monkeypatch):
 
 def test_an_error_in_the_block_keeps_previous_file_and_is_not_a_write_failure(tmp_path):
     target = tmp_path / "data"
-    write_bytes_atomic(target, b"old")
+    write_atomic(target, b"old")
     with pytest.raises(KeyError):
         with open_atomic(target) as file:
             file.write(b"new")
@@ -375,7 +380,7 @@ def test_open_atomic_on_a_full_disk_is_write_failed_and_keeps_previous_file(
     # full; elsewhere os.fsync is made to answer ENOSPC as a full disk does.
     directory = tiny_disk if tiny_disk is not None else tmp_path / "disk"
     target = directory / "config.json"
-    write_text_atomic(target, json_text({"version": 1}))
+    write_atomic(target, json_text({"version": 1}).encode())
     if tiny_disk is not None:
         fill_disk(tiny_disk)
         assert shutil.disk_usage(tiny_disk).free < 4096
@@ -407,7 +412,8 @@ def test_write_failure_tells_a_full_disk_from_other_errors(tmp_path):
 
 def test_json_is_strict(tmp_path):
     target = tmp_path / "s.json"
-    write_text_atomic(target, json_text({"nan": math.nan, "inf": math.inf, "path": Path("x/y")}))
+    text = json_text({"nan": math.nan, "inf": math.inf, "path": Path("x/y")})
+    write_atomic(target, text.encode())
     assert json.loads(target.read_text()) == {"nan": None, "inf": None, "path": "x/y"}
 
 
@@ -425,7 +431,7 @@ def test_library_versions_names_every_library():
 def test_module_imports_without_tensorflow():
     code = ("import sys, tempfile, pathlib, fast_dqn.run_dir as r;"
             "d = pathlib.Path(tempfile.mkdtemp()) / 'run';"
-            "run = r.RunDirectory.create(d); r.write_text_atomic(d / 'x.json', '{}');"
+            "run = r.RunDirectory.create(d); run.directory.write_bytes_atomic('x.json', b'{}');"
             "r.library_versions(); run.discard();"
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
@@ -486,7 +492,7 @@ def test_an_atomic_write_replaces_a_link_and_leaves_its_target_alone(tmp_path):
     victim.write_text("not the run's\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").symlink_to(victim)
-    write_text_atomic(tmp_path / "run" / "summary.json", "{}\n")
+    write_atomic(tmp_path / "run" / "summary.json", b"{}\n")
     assert victim.read_text() == "not the run's\n"
     assert not (tmp_path / "run" / "summary.json").is_symlink()
     assert (tmp_path / "run" / "summary.json").read_text() == "{}\n"
