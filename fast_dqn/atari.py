@@ -164,11 +164,6 @@ def game_of_new_run(name: str, config: Config, given: Collection[str]) -> str:
     return game
 
 
-def _check_interp(interp: str) -> None:
-    if interp not in _CV2_FLAGS:
-        raise ValueError(f"interp must be one of {', '.join(INTERPOLATIONS)}; got {interp!r}")
-
-
 class AtariStep(NamedTuple):
     """What one agent step (4 emulator frames) of an `AtariEnv` returns."""
 
@@ -203,9 +198,6 @@ class AtariEnv:
 
     def __init__(self, env: gym.Env, *, max_episode_steps: int, interp: str,
                  life_loss_terminal: bool = True, frame_size: int = FRAME_SIZE):
-        _check_interp(interp)
-        if max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be at least 1; got {max_episode_steps}")
         self._env = env
         self._ale = env.unwrapped.ale
         self._max_episode_steps = max_episode_steps
@@ -301,21 +293,6 @@ class GameSettings:
                    full_action_set=config.full_action_set, max_episode_steps=cap,
                    interp=config.interp)
 
-    def check(self) -> None:
-        """Raises ValueError for a game that is not a ROM id, a setting out of range or an
-        unknown interpolation."""
-        if self.game not in rom_ids():
-            raise ValueError(f"unknown game {self.game!r}: the env builders take an ale-py ROM "
-                             "id (resolve_game turns other spellings into one)")
-        _check_interp(self.interp)
-        if self.noop_max < 0:
-            raise ValueError(f"noop_max must be 0 or more; got {self.noop_max}")
-        if not 0.0 <= self.sticky_actions <= 1.0:
-            raise ValueError(f"sticky_actions must be within [0, 1]; got {self.sticky_actions}")
-        if self.max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be at least 1; got "
-                             f"{self.max_episode_steps}")
-
 
 def games_over(ended: Any, cut_off: Any, steps: Any, max_episode_steps: int) -> Any:
     """Whether a game is over, for both backends (bools for one env, arrays for a pool): it
@@ -325,12 +302,8 @@ def games_over(ended: Any, cut_off: Any, steps: Any, max_episode_steps: int) -> 
 
 
 def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
-    """One game with the Nature pipeline, reset with `seed`.
-
-    Raises:
-        ValueError: unknown game or interpolation, or a setting out of range.
-    """
-    settings.check()
+    """One game with the Nature pipeline, reset with `seed` (settings checked by
+    `config.validate`)."""
     base = gym.make(
         gymnasium_id(settings.game),
         frameskip=1,

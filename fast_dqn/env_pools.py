@@ -124,12 +124,6 @@ class VectorEnvPool:
     """
 
     def __init__(self, settings: GameSettings, num_envs: int, *, num_threads: int = 0):
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1; got {num_envs}")
-        settings.check()
-        if settings.interp != "area":
-            raise ValueError(f"interp {settings.interp!r} needs the threads backend; ale-py's "
-                             "vector env always resizes with area interpolation")
         self._env: AtariVectorEnv | None = AtariVectorEnv(
             settings.game, num_envs, stack_num=1, autoreset_mode="SameStep",
             life_loss_info=settings.life_loss_terminal, reward_clipping=False,
@@ -263,8 +257,6 @@ class ThreadEnvPool:
             env_factory: builds env i; it is called in sampler thread i, which owns the env.
             num_envs: W, the number of envs and sampler threads.
         """
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1; got {num_envs}")
         self.num_envs = num_envs
         self._outbox: queue.Queue = queue.Queue()
         self._round = 0  # replies of an earlier, interrupted round are dropped

@@ -185,14 +185,6 @@ def test_bad_actions_raise_value_error(backend):
     pool.close()
 
 
-def test_make_env_pool_rejects_bad_settings():
-    """(The backend is one the flags' choices allow: `--backend` checks it.)"""
-    with pytest.raises(ValueError, match="threads backend"):
-        make_pool("vector", interp="nearest")
-    with pytest.raises(ValueError, match="sticky_actions"):
-        make_pool("threads", sticky_actions=1.5)
-
-
 def test_run_in_env_threads_runs_in_each_envs_thread():
     pool = ThreadEnvPool(lambda i: FakeEnv(i), num_envs=3)
     names = pool.run_in_env_threads(lambda i: (i, threading.current_thread().name))
