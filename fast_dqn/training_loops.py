@@ -375,13 +375,16 @@ class TrainingLoop:
                 self.log_training()
             self.checkpoint()
 
-    def log_training(self) -> None:
-        """Training scalars over the updates since the last call, after the NaN guard."""
+    def log_training(self, write: bool = True) -> None:
+        """Training scalars over the updates since the last call, after the NaN guard; with
+        `write` false, the guard alone (the window's sums are dropped)."""
         count = self.counters.updates - self._updates_logged
         loss, mean_q = self.learner.take_train_stats(count)
         self._updates_logged = self.counters.updates
         step = self.counters.step
         check_loss_finite(loss, count, step)
+        if not write:
+            return
         steps_per_second, updates_per_second = self.counters.rates()
         scalars = {"train/epsilon": epsilon_at(step, self.config),
                    "train/steps_per_second": steps_per_second,
@@ -469,7 +472,11 @@ class TrainingLoop:
         try:
             self.act_and_learn()
             self.stop_requested()  # a stop not seen by the loop is announced all the same
-            self.log_training()  # also the last NaN guard before the checkpoint
+            # The last NaN guard before the checkpoint. A stopped run's partial window is not
+            # written: its resume writes that window's value at the next sync point, so a
+            # step never holds two (docs/design.md §4).
+            self.log_training(write=self.finished()
+                              and self.counters.updates > self._updates_logged)
             self.checkpoint()
         finally:
             if installed_here:
@@ -639,19 +646,18 @@ class FastDQN(TrainingLoop):
         rest of its updates (before any acting), then its transitions into the memory and
         the sync point, as an uninterrupted run makes them (so the same bytes). A stop
         request ends them between two calls; the checkpoint then holds the updates made."""
-        counters = self.counters
-        due = counters.updates_due(counters.step)
         if self._unstored is None:
             return
+        counters = self.counters
+        due = counters.updates_due(counters.step)
         # The learner thread makes whole calls from the epoch's start: the rest are calls of
         # updates_per_call too (without the thread, of one update each).
         per_call = self.draws.updates_per_call if self.learner_thread is not None else 1
         self.update_inline_until(due, stoppable=True, per_call=per_call)
         if counters.updates < due:
             return
-        if self._unstored is not None:
-            self.memory.add_in_order([self._unstored])
-            self._unstored = None
+        self.memory.add_in_order([self._unstored])
+        self._unstored = None
         self.at_sync_point(counters.step - 1, sync_target=True)
 
     def _run_epoch(self, end: int) -> None:

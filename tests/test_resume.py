@@ -833,25 +833,48 @@ def cut_short_loop(timesteps: int, tape, stop=None, network=None, save_checkpoin
 
 
 def stopped_before_its_last_updates():
-    """A run stopped at step 300 (a sync point) with the epoch's last 5 updates abandoned:
-    its memory and its state, as a checkpoint holds them."""
-    from tests.fakes import Tape
+    """A run stopped at step 300 (a sync point) with the epoch's last 5 updates not made, as
+    its checkpoint holds it: the memory, the state, and the epoch's transitions held apart.
+    The learner's 45th update waits for the samplers to reach step 300 and for the stop to
+    be taken, so the stop falls between the epoch's last step and its last update."""
+    import time
 
-    first = cut_short_loop(300, Tape())
-    first.act_and_learn()
-    state = first.state()
-    assert state["counters"]["updates"] == (300 - 100) // 4
-    for key in ("updates", "learning_updates"):  # the epoch 200-300's last 5 abandoned
-        state["counters"][key] -= 5
-    return first.memory.state_dict(), state
+    from fast_dqn.stop_request import StopRequest
+    from tests.fakes import RecordingNetwork, Tape
+
+    stop = StopRequest()
+    saved = []
+
+    class StopsInTheFinalWindow(RecordingNetwork):
+        def update(self, minibatches, count):
+            super().update(minibatches, count)
+            if self.online_version == (300 - 100) // 4 - 5:
+                while first.counters.step < 300:
+                    time.sleep(0.002)
+                stop.signal_number = 2  # as the SIGINT handler sets it
+                while not first.learner_thread._abandon.is_set():
+                    time.sleep(0.002)
+
+    def save(state, unstored):
+        saved.append(({name: np.array(array) for name, array in
+                       first.memory.state_dict().items()}, state, unstored))
+
+    first = cut_short_loop(400, Tape(), stop, StopsInTheFinalWindow(Tape()), save)
+    first.run()
+    memory, state, unstored = saved[-1]
+    assert state["counters"]["step"] == 300
+    assert state["counters"]["updates"] == (300 - 100) // 4 - 5
+    assert unstored is not None  # the epoch 200-300, with the pieces' context rows
+    return memory, state, unstored
 
 
 def resumed(timesteps: int, saved, tape, stop=None, network=None, save_checkpoint=None):
     from tests.fakes import fill_memory
-    memory_state, state = saved
+    memory_state, state, unstored = saved
     loop = cut_short_loop(timesteps, tape, stop, network, save_checkpoint)
     fill_memory(loop.memory, memory_state)
     loop.restore(state)
+    loop.hold_unstored(unstored)
     return loop
 
 
@@ -892,7 +915,7 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     checkpoints = []
     stopped = resumed(400, saved, tape, stop, network,
                       save_checkpoint=lambda state, unstored: checkpoints.append(
-                          (stopped.memory.state_dict(), state)))
+                          (stopped.memory.state_dict(), state, unstored)))
     stopped.run()
     assert [event[1] for event in tape.main_thread()] == ["train", "train"]
     assert stopped.counters.updates == (300 - 100) // 4 - 3
@@ -916,3 +939,36 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
     assert again.counters.updates == never_stopped.counters.updates
     for name, array in never_stopped.memory.state_dict().items():
         np.testing.assert_array_equal(again.memory.state_dict()[name], array, err_msg=name)
+
+
+def test_a_stopped_and_resumed_run_writes_one_training_value_per_step():
+    """Regression (issue 46): the stopped process wrote its partial window's train/loss at
+    the stopped step, and the resumed one wrote the rest of that window at the same step,
+    so TensorBoard held two values there (0.01178 and 0.00399 on a README run)."""
+    from fast_dqn.stop_request import StopRequest
+    from tests.fakes import RecordingNetwork, Tape
+
+    stop = StopRequest()
+
+    class StoppedAfterTwoUpdates(RecordingNetwork):
+        def update(self, minibatches, count):
+            super().update(minibatches, count)
+            if self.online_version == 2:
+                stop.signal_number = 2  # as the SIGINT handler sets it
+
+    checkpoints = []
+    stopped = resumed(400, stopped_before_its_last_updates(), Tape(), stop,
+                      StoppedAfterTwoUpdates(Tape()),
+                      save_checkpoint=lambda state, unstored: checkpoints.append(
+                          (stopped.memory.state_dict(), state, unstored)))
+    stopped.run()
+    finished = resumed(400, checkpoints[-1], Tape())
+    finished.run()
+    assert finished.finished()
+    steps = [step for loop in (stopped, finished) for step, scalars in loop.run_log.scalars
+             if "train/loss" in scalars]
+    assert 300 in steps  # the window the stop cut short, written once, by the resumed run
+    assert len(steps) == len(set(steps)), steps
+    every_step = [step for loop in (stopped, finished) for step, _ in loop.run_log.scalars
+                  if "train/epsilon" in _]
+    assert len(every_step) == len(set(every_step)), every_step
