@@ -27,10 +27,12 @@ usage() {
   cat <<EOF
 Usage: scripts/$PROG [options] [-- EXTRA FLAGS]
 
-Trains one trainer on one game with a short schedule, then prints the evaluation curve
-($EVAL_EPISODES games at epsilon 0.05 every E steps) and PASS if the best evaluation after the
-exploration decay (step >= $((REPLAY_START + EXPLORATION_STEPS))) reaches the threshold, FAIL
-otherwise:
+Trains one trainer on one game with a short schedule (once per --seed given), then prints
+each run's evaluation curve ($EVAL_EPISODES games at epsilon 0.05 every E steps), the best
+evaluation after the exploration decay (step >= $((REPLAY_START + EXPLORATION_STEPS))) and the
+mean of the last three, each beside random play's score (Nature, Extended Data Table 2), and
+PASS if every run's best reaches the threshold, FAIL otherwise; with several seeds, a table
+of them and their means:
   PY run_fast_dqn.py --workers=8 (or run_dqn.py) --game=G --seed=S --timesteps=T
       --replay-start=$REPLAY_START --exploration-steps=$EXPLORATION_STEPS --replay-capacity=T
       --evaluate=E --eval-episodes=$EVAL_EPISODES --checkpoint-every=0
@@ -46,10 +48,11 @@ Options:
   --game G          game (default: $GAME; the threshold is for it)
   --steps T         agent steps (default: $STEPS)
   --evaluate E      evaluation period in agent steps (default: $EVALUATE)
-  --seed S          seed (default: 0)
+  --seed S          seed (default: 0); give it again for more runs (--seed 0 --seed 1)
   --threshold X     score the best evaluation after the decay must reach
                     (default: $THRESHOLD)
-  --out DIR         run directory (default: runs/learning-check-GAME-TRAINER[-VARIANTS]-seedS)
+  --out DIR         run directory, for one seed (default:
+                    runs/learning-check-GAME-TRAINER[-VARIANTS]-seedS)
   --python PY       Python interpreter (default: python)
   -h, --help        show this help
   -- EXTRA FLAGS    passed to the trainer (e.g. -- --backend=threads)
@@ -73,7 +76,7 @@ EOF
 }
 
 TRAINER=fast
-SEED=0
+SEEDS=()
 GIVEN_VARIANTS=()  # the variant flags as given, for fast_dqn/config.py to read
 HELP=false
 OUT=
@@ -88,7 +91,7 @@ while (($#)); do
     --game) need_value "$1" $#; GAME=$2; shift 2 ;;
     --steps) need_value "$1" $#; STEPS=$2; shift 2 ;;
     --evaluate) need_value "$1" $#; EVALUATE=$2; shift 2 ;;
-    --seed) need_value "$1" $#; SEED=$2; shift 2 ;;
+    --seed) need_value "$1" $#; SEEDS+=("$2"); shift 2 ;;
     --threshold) need_value "$1" $#; THRESHOLD=$2; shift 2 ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
@@ -109,7 +112,11 @@ case $TRAINER in
 esac
 is_positive_int "$STEPS" || die_usage "--steps must be a positive integer; got '$STEPS'"
 is_positive_int "$EVALUATE" || die_usage "--evaluate must be a positive integer; got '$EVALUATE'"
-is_uint "$SEED" || die_usage "--seed must be a non-negative integer; got '$SEED'"
+((${#SEEDS[@]})) || SEEDS=(0)
+for SEED in "${SEEDS[@]}"; do
+  is_uint "$SEED" || die_usage "--seed must be a non-negative integer; got '$SEED'"
+done
+[[ -z $OUT || ${#SEEDS[@]} -eq 1 ]] || die_usage "--out names one run: give one --seed with it"
 [[ $THRESHOLD =~ ^-?[0-9]+([.][0-9]+)?$ ]] || die_usage "--threshold must be a number; got '$THRESHOLD'"
 ((10#$STEPS > REPLAY_START)) || die_usage "--steps must exceed the replay start ($REPLAY_START)"
 # The variants given, read by their declaration: the first line names them for the run
@@ -127,42 +134,75 @@ EOF
 mapfile -t VARIANT_FLAGS <<<"$VARIANTS"
 VARIANT_NAME=${VARIANT_FLAGS[0]}
 VARIANT_FLAGS=("${VARIANT_FLAGS[@]:1}")
-[[ -n $OUT ]] || OUT=runs/learning-check-$GAME-$TRAINER$VARIANT_NAME-seed$SEED
-OUT=$(absolute_path "$OUT")
-
-# A run is trained unless OUT already holds a finished one.
-if ! grep -qs '"finished": true' "$OUT/summary.json"; then
-  if [[ -e $OUT ]]; then
-    die_usage "$OUT exists but holds no finished run; remove it or choose another --out"
+# Each seed's run is trained unless its directory already holds a finished one.
+RUN_DIRS=()
+for SEED in "${SEEDS[@]}"; do
+  run_dir=${OUT:-runs/learning-check-$GAME-$TRAINER$VARIANT_NAME-seed$SEED}
+  run_dir=$(absolute_path "$run_dir")
+  RUN_DIRS+=("$run_dir")
+  if grep -qs '"finished": true' "$run_dir/summary.json"; then
+    continue
+  fi
+  if [[ -e $run_dir ]]; then
+    die_usage "$run_dir exists but holds no finished run; remove it or choose another --out"
   fi
   cmd=("$PY" "$REPO_ROOT/${SCRIPT[0]}" "${SCRIPT[@]:1}" "--game=$GAME" "--seed=$SEED"
        "--timesteps=$STEPS" "--replay-start=$REPLAY_START"
        "--exploration-steps=$EXPLORATION_STEPS" "--replay-capacity=$STEPS"
        "--evaluate=$EVALUATE" "--eval-episodes=$EVAL_EPISODES" "--checkpoint-every=0"
        "--checkpoint-replay=false" "${VARIANT_FLAGS[@]+"${VARIANT_FLAGS[@]}"}"
-       "--logdir=$OUT" "${EXTRA[@]+"${EXTRA[@]}"}")
+       "--logdir=$run_dir" "${EXTRA[@]+"${EXTRA[@]}"}")
   note "training: ${cmd[*]}"
   "${cmd[@]}" || die "the run failed (exit status $?); see its output above"
-fi
+done
 
-"$PY" - "$OUT" "$THRESHOLD" "$((REPLAY_START + EXPLORATION_STEPS))" <<'EOF'
+"$PY" - "$REPO_ROOT" "$GAME" "$THRESHOLD" "$((REPLAY_START + EXPLORATION_STEPS))" \
+  "${RUN_DIRS[@]}" <<'EOF'
 import csv
 import sys
 
-run_dir, threshold, decayed_at = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-with open(f"{run_dir}/evaluations.csv", newline="") as f:
-    rows = [(int(row["timestep"]), float(row["mean"]), float(row["std"]))
-            for row in csv.DictReader(f)]
-print(f"{'step':>9}  {'mean':>7}  {'std':>6}")
-for step, mean, std in rows:
-    print(f"{step:>9}  {mean:>7.1f}  {std:>6.1f}")
-judged = [mean for step, mean, _ in rows if step >= decayed_at]
-if not judged:
-    print(f"FAIL: no evaluation at or after step {decayed_at} in {run_dir}")
-    sys.exit(1)
-best = max(judged)
-verdict = "PASS" if best >= threshold else "FAIL"
-print(f"{verdict}: best evaluation from step {decayed_at} on {best:.1f} "
-      f"{'>=' if best >= threshold else '<'} threshold {threshold:g}")
-sys.exit(0 if verdict == "PASS" else 1)
+sys.path.insert(0, sys.argv[1])
+from fast_dqn.atari_data import reference_scores
+
+game, threshold, decayed_at = sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+try:
+    random_play = f"{reference_scores(game).random:g}"
+except ValueError:
+    random_play = "not in Nature's table"
+results = []  # (run directory, best after the decay, mean of the last three, verdict)
+for run_dir in sys.argv[5:]:
+    with open(f"{run_dir}/evaluations.csv", newline="") as f:
+        rows = [(int(row["timestep"]), float(row["mean"]), float(row["std"]))
+                for row in csv.DictReader(f)]
+    print(run_dir)
+    print(f"{'step':>9}  {'mean':>7}  {'std':>6}")
+    for step, mean, std in rows:
+        print(f"{step:>9}  {mean:>7.1f}  {std:>6.1f}")
+    judged = [mean for step, mean, _ in rows if step >= decayed_at]
+    if not judged:
+        print(f"FAIL: no evaluation at or after step {decayed_at} in {run_dir}")
+        results.append((run_dir, None, None, "FAIL"))
+        continue
+    best = max(judged)
+    last = [mean for _, mean, _ in rows[-3:]]
+    last_mean = sum(last) / len(last)
+    verdict = "PASS" if best >= threshold else "FAIL"
+    print(f"{verdict}: best evaluation from step {decayed_at} on {best:.1f} "
+          f"{'>=' if best >= threshold else '<'} threshold {threshold:g}; mean of the last "
+          f"{len(last)} evaluations {last_mean:.1f}; random play {random_play}")
+    results.append((run_dir, best, last_mean, verdict))
+if len(results) > 1:
+    judged = [result for result in results if result[1] is not None]
+    print(f"\n{'run':<50}  {'best':>7}  {'last 3':>7}")
+    for run_dir, best, last_mean, verdict in results:
+        figures = "      -        -" if best is None else f"{best:>7.1f}  {last_mean:>7.1f}"
+        print(f"{run_dir[-50:]:<50}  {figures}  {verdict}")
+    if judged:
+        best_mean = sum(result[1] for result in judged) / len(judged)
+        last_mean = sum(result[2] for result in judged) / len(judged)
+        print(f"{f'mean over {len(judged)} run(s)':<50}  {best_mean:>7.1f}  {last_mean:>7.1f}"
+              f"  (random play {random_play})")
+    passed = sum(result[3] == "PASS" for result in results)
+    print(f"{'PASS' if passed == len(results) else 'FAIL'}: {passed} of {len(results)} runs pass")
+sys.exit(0 if all(result[3] == "PASS" for result in results) else 1)
 EOF

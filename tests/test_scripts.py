@@ -1330,6 +1330,38 @@ def test_learning_check_rechecks_a_finished_run_without_training(tmp_path, fake_
 
 
 @pytest.mark.slow
+def test_learning_check_over_seeds_reports_best_and_last_three_against_random_play(
+        tmp_path, fake_learner):
+    """Issue 46: over its seeds, the best after the decay and the mean of the last three
+    evaluations, each beside random play (11.5 on Road Runner, Nature's Extended Data
+    Table 2), and a table with their means."""
+    env = {**os.environ, "FAKE_EVALS": "50000:900 75000:100 100000:400 125000:200",
+           "REAL_PYTHON": PY}
+    result = subprocess.run([str(LEARNING_CHECK), "--python", str(fake_learner), "--seed", "0",
+                             "--seed", "3"], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    # Best from step 70,000 on: 400 (the 900 came before the decay ended); the last three:
+    # (100 + 400 + 200) / 3 = 233.3.
+    line = ("PASS: best evaluation from step 70000 on 400.0 >= threshold 300; mean of the "
+            "last 3 evaluations 233.3; random play 11.5")
+    assert result.stdout.count(line) == 2
+    for seed in (0, 3):
+        assert (tmp_path / "runs" / f"learning-check-road_runner-fast-seed{seed}").is_dir()
+    mean_line = [row for row in result.stdout.splitlines() if row.startswith("mean over")]
+    assert mean_line and mean_line[0].split()[4:7] == ["400.0", "233.3", "(random"]
+    assert result.stdout.rstrip().endswith("PASS: 2 of 2 runs pass")
+
+
+@pytest.mark.slow
+def test_learning_check_takes_one_out_for_one_seed(tmp_path, fake_learner):
+    result = learning_check(["--seed", "0", "--seed", "1", "--out", tmp_path / "run"], "",
+                            fake_learner)
+    assert result.returncode == 2 and "--out names one run" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
 def test_learning_check_passes_the_variants_and_names_their_run(tmp_path, fake_learner):
     env = {**os.environ, "FAKE_EVALS": "80000:400", "REAL_PYTHON": PY}
     result = subprocess.run([str(LEARNING_CHECK), "--python", str(fake_learner), "--dueling",
