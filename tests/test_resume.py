@@ -878,6 +878,20 @@ def resumed(timesteps: int, saved, tape, stop=None, network=None, save_checkpoin
     return loop
 
 
+def stopping_after_two_updates(tape, stop):
+    """A recording network that requests `stop` once it has made two updates, as a SIGINT
+    taken then would."""
+    from tests.fakes import RecordingNetwork
+
+    class StoppedAfterTwoUpdates(RecordingNetwork):
+        def update(self, minibatches, count):
+            super().update(minibatches, count)
+            if self.online_version == 2:
+                stop.signal_number = 2  # as the SIGINT handler sets it
+
+    return StoppedAfterTwoUpdates(tape)
+
+
 def test_a_stop_between_an_epochs_last_step_and_its_last_update_is_made_up_on_resume():
     """Regression: a stop that came while the trainer finished an epoch whose steps were all
     taken left the boundary's target sync undone for good (the resumed run went straight to
@@ -903,15 +917,8 @@ def test_a_stop_during_the_made_up_updates_ends_them_and_the_next_resume_finishe
 
     saved = stopped_before_its_last_updates()
     stop = StopRequest()
-
-    class StoppedAfterTwoUpdates(RecordingNetwork):
-        def update(self, minibatches, count):
-            super().update(minibatches, count)
-            if self.online_version == 2:
-                stop.signal_number = 2  # as the SIGINT handler sets it
-
     tape = Tape()
-    network = StoppedAfterTwoUpdates(tape)
+    network = stopping_after_two_updates(tape, stop)
     checkpoints = []
     stopped = resumed(400, saved, tape, stop, network,
                       save_checkpoint=lambda state, unstored: checkpoints.append(
@@ -946,19 +953,12 @@ def test_a_stopped_and_resumed_run_writes_one_training_value_per_step():
     the stopped step, and the resumed one wrote the rest of that window at the same step,
     so TensorBoard held two values there (0.01178 and 0.00399 on a README run)."""
     from fast_dqn.stop_request import StopRequest
-    from tests.fakes import RecordingNetwork, Tape
+    from tests.fakes import Tape
 
     stop = StopRequest()
-
-    class StoppedAfterTwoUpdates(RecordingNetwork):
-        def update(self, minibatches, count):
-            super().update(minibatches, count)
-            if self.online_version == 2:
-                stop.signal_number = 2  # as the SIGINT handler sets it
-
     checkpoints = []
     stopped = resumed(400, stopped_before_its_last_updates(), Tape(), stop,
-                      StoppedAfterTwoUpdates(Tape()),
+                      stopping_after_two_updates(Tape(), stop),
                       save_checkpoint=lambda state, unstored: checkpoints.append(
                           (stopped.memory.state_dict(), state, unstored)))
     stopped.run()
