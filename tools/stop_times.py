@@ -36,6 +36,7 @@ PROGRESS = re.compile(r"^step (\d+)/\d+ ")
 LINES = {"run directory": re.compile(r"^run directory: "),
          "device": re.compile(r"^\w+ on (CPU|GPU)\b"), "resumed": re.compile(r"^resumed from ")}
 TMP, OLD = "checkpoint.tmp", "checkpoint.old"
+TIMEOUT, STOP_TIMEOUT = 3600.0, 1800.0  # seconds for a phase to come; for an exit
 
 
 class StageFailed(RuntimeError):
@@ -90,9 +91,9 @@ class TrainerProcess:
         steps = [int(m[1]) for _, line in self.lines if (m := PROGRESS.match(line))]
         return steps[-1] if steps else -1
 
-    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
         """Watches until `condition()`; StageFailed if the process exits or time runs out."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + TIMEOUT
         while not condition():
             if not self.watch() or time.monotonic() > deadline:
                 raise StageFailed(f"no {what} (exit {self.process.poll()}); see {self.log}")
@@ -128,10 +129,10 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
         load = os.getloadavg()[0]
         if trainer.t_signal is None:
             trainer.send_sigterm()
-        deadline = time.monotonic() + args.stop_timeout
+        deadline = time.monotonic() + STOP_TIMEOUT
         while trainer.watch():
             if time.monotonic() > deadline:
-                raise StageFailed(f"{phase}: still running {args.stop_timeout:.0f} s on")
+                raise StageFailed(f"{phase}: still running {STOP_TIMEOUT:.0f} s on")
             time.sleep(0.02)
         counters, gb = checkpoint_counters_and_gb(run_dir)
         step, updates = counters["step"], counters["updates"]
@@ -153,7 +154,7 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.close(fd)
         trainer = launch(name, ["--resume", str(run_dir)], **options)
-        trainer.wait_for(lambda: trainer.first(LINES["resumed"]) is not None, args.timeout,
+        trainer.wait_for(lambda: trainer.first(LINES["resumed"]) is not None,
                          '"resumed from" line')
         times = {key: round(trainer.first(pattern) - trainer.t_launch, 2)
                  for key, pattern in LINES.items() if trainer.first(pattern) is not None}
@@ -166,22 +167,22 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
         "--game=pong", "--workers=16", f"--replay-capacity={C}", f"--replay-start={C}",
         f"--evaluate={C}", f"--target-update={T}", f"--checkpoint-every={C + T}",
         f"--timesteps={C + 4 * T}", "--progress-every=1", f"--logdir={run_dir}"])
-    trainer.wait_for(lambda: trainer.last_step() >= args.phase1_fraction * C, args.timeout,
+    trainer.wait_for(lambda: trainer.last_step() >= args.phase1_fraction * C,
                      "progress line late in the random start")
     stop(trainer, "random start (memory filling)", lambda step, updates: step < C)
     trainer = resume("resume-1")
     trainer.wait_for(lambda: trainer.first(re.compile(f"^evaluation at step {C}$")) is not None,
-                     args.timeout, f"evaluation at step {C}")
+                     f"evaluation at step {C}")
     time.sleep(1.0)
     stop(trainer, "evaluation (30 games)", lambda step, updates: step == C)
     trainer = resume("resume-2", cold=True, signal_on_tmp=True)
-    trainer.wait_for(lambda: trainer.t_signal is not None, args.timeout, "checkpoint.tmp/")
+    trainer.wait_for(lambda: trainer.t_signal is not None, "checkpoint.tmp/")
     epoch_seconds = trainer.t_signal - next((t for t, line in trainer.lines if (
         m := PROGRESS.match(line)) and int(m[1]) > C), trainer.t_signal)
     stop(trainer, "periodic checkpoint being written", lambda step, updates: step == C + T)
     updates_before = checkpoint_counters_and_gb(run_dir)[0]["updates"]
     trainer = resume("resume-3")
-    trainer.wait_for(lambda: trainer.last_step() > C + T, args.timeout, "the next epoch")
+    trainer.wait_for(lambda: trainer.last_step() > C + T, "the next epoch")
     time.sleep(min(max(epoch_seconds / 2, 3.0), 120.0))
     stop(trainer, "trainer epoch (learning)",  # some of the epoch's T / 4 updates abandoned
          lambda step, updates: C + T < step <= C + 2 * T and 0 < updates - updates_before < T // 4)
@@ -194,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--target-update", type=int, default=10_000)
     parser.add_argument("--phase1-fraction", type=float, default=0.95)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="for a phase to come")
-    parser.add_argument("--stop-timeout", type=float, default=1800.0, help="for an exit")
     args = parser.parse_args(argv)
     if args.capacity % 16 or args.target_update % 16:
         parser.error("--capacity and --target-update must be multiples of 16 (W)")
