@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# A/B of two commits' throughput on this machine: python -m fast_dqn.benchmark of each,
-# alternately, N pairs, then one table of medians and ratios. Run with --help for the options.
+# A/B of two commits' throughput on this machine. Run with --help for the options.
 set -euo pipefail
 
 # shellcheck source=../scripts/lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+CPU_FLAGS=(--game=pong --workers 8)
+SIMULATED_FLAGS=(--game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
+  --steps=30000 --random-steps=2000 --skip-serial)
 
 usage() {
   cat <<EOF
@@ -16,11 +19,9 @@ detached worktree, one benchmark at a time; then prints one table of the medians
 each figure over the pairs, their spread, and HEAD / BASE (tools/ab_table.py OUT
 prints it again).
 
-Default benchmark flags:
-  --game=pong --workers 8
+Default benchmark flags: ${CPU_FLAGS[*]}
 With --simulated (the GPU regime: the network work replaced by waits, docs/throughput.md):
-  --game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
-  --steps=30000 --random-steps=2000 --skip-serial
+  ${SIMULATED_FLAGS[*]}
 Flags after -- replace these defaults whole.
 
 Nothing else should run meanwhile: a default pair takes about 6 minutes on 2 cores
@@ -65,48 +66,35 @@ HEAD_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$HEAD_REF^{commit}") 
 "$PY" -c 'import tensorflow, ale_py' 2>/dev/null ||
   die_usage "--python: '$PY' cannot import tensorflow and ale_py (install requirements.txt)"
 
-if ((!GIVEN_FLAGS)); then
-  if ((SIMULATED)); then
-    BENCH_FLAGS=(--game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
-      --steps=30000 --random-steps=2000 --skip-serial)
-  else
-    BENCH_FLAGS=(--game=pong --workers 8)
-  fi
+if ((!GIVEN_FLAGS && SIMULATED)); then
+  BENCH_FLAGS=("${SIMULATED_FLAGS[@]}")
+elif ((!GIVEN_FLAGS)); then
+  BENCH_FLAGS=("${CPU_FLAGS[@]}")
 fi
 
-if [[ -z $OUT ]]; then
-  OUT=$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")
-else
-  mkdir -p "$OUT"
-fi
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")}
 OUT=$(absolute_path "$OUT")
 TREES="$OUT/trees"
 mkdir -p "$TREES"
-
-# add_tree SHA: a detached worktree of SHA under $TREES (reused if there already).
-add_tree() {
-  local sha=$1
-  if [[ ! -d $TREES/$sha ]]; then
-    git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
-  fi
-}
+declare -A SHA=([base]=$BASE_SHA [head]=$HEAD_SHA)
 
 remove_trees() {
   local sha
-  for sha in "$BASE_SHA" "$HEAD_SHA"; do
+  for sha in "${SHA[@]}"; do
     git -C "$REPO_ROOT" worktree remove --force "$TREES/$sha" 2>/dev/null || true
   done
 }
 trap remove_trees EXIT
 
-add_tree "$BASE_SHA"
-add_tree "$HEAD_SHA"
+for sha in "${SHA[@]}"; do # a detached worktree of each commit (reused if there already)
+  [[ -d $TREES/$sha ]] || git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
+done
 printf 'base %s\nhead %s\nflags %s\n' "$BASE_SHA" "$HEAD_SHA" "${BENCH_FLAGS[*]}" >"$OUT/ab.txt"
 note "base $BASE_REF (${BASE_SHA:0:7}), head $HEAD_REF (${HEAD_SHA:0:7}), $PAIRS pairs; logs in $OUT"
 
 for ((pair = 1; pair <= PAIRS; pair++)); do
   for side in base head; do
-    if [[ $side == base ]]; then sha=$BASE_SHA; else sha=$HEAD_SHA; fi
+    sha=${SHA[$side]}
     log="$OUT/$side-$pair.log"
     note "pair $pair/$PAIRS: $side (${sha:0:7})"
     if ! (cd "$TREES/$sha" && CUDA_VISIBLE_DEVICES=-1 "$PY" -m fast_dqn.benchmark \
