@@ -4,10 +4,10 @@ It runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=of
 a temporary directory) and records, with a profiler hook on the calling thread, the calls
 into fast_dqn modules during one round after the replay start (`FastDQN._act_round`), one
 round in which a game ends, and one call of the update thread after the calls that trace
-TensorFlow's functions (`LearnerThread._timed_draw` and `LearnerThread._timed_update`). It prints each walk as
-the modules in the order they are entered (a call from one module into another is an entry;
-one within a module is none; only Python frames are seen, not the compiled learning rule),
-with the count of entries and of distinct modules, and with --functions each entry's
+TensorFlow's functions (`LearnerThread._timed_draw` and `_timed_update`). It prints each walk
+as the modules in the order they are entered (a call from one module into another is an
+entry; one within a module is none; only Python frames are seen, not the compiled learning
+rule), with the count of entries and of distinct modules, and with --functions each entry's
 function. docs/design.md's walks are its output, which tests/test_docs.py checks:
 
     python tools/code_walk.py --functions
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as `python tools/code_walk.py` from anywhere
@@ -60,34 +60,13 @@ def _module_of(frame: Any) -> str | None:
     return name.removeprefix(PACKAGE + ".") if name.startswith(PACKAGE + ".") else None
 
 
-@contextlib.contextmanager
-def recording(modules: list[str], functions: list[str]) -> Iterator[None]:
-    """Appends to `modules` the fast_dqn module entered by each Python call made on this
-    thread while the block runs from another module (a call within a module enters none),
-    and to `functions` the function called."""
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event != "call":
-            return
-        if frame.f_code.co_flags & _GENERATOR:  # a generator resumed: not a call of the code's
-            return
-        module = _module_of(frame)
-        if module is not None and module != _module_of(frame.f_back):
-            modules.append(module)
-            functions.append(frame.f_code.co_qualname)
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-
-
 def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
                 done: threading.Event,
                 keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
     """`function` (a method), its walk recorded into `walk` on the calls for which
-    `when(self)` holds, until one recorded walk's modules satisfy `keep`."""
+    `when(self)` holds, until one recorded walk's modules satisfy `keep`. A walk is the
+    fast_dqn module that each Python call made on this thread enters from another module (a
+    call within a module enters none), and the function called."""
     lock = threading.Lock()
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -97,10 +76,21 @@ def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
             return function(self, *args, **kwargs)
         modules: list[str] = []
         functions: list[str] = []
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event != "call" or frame.f_code.co_flags & _GENERATOR:  # or a generator resumed
+                return
+            module = _module_of(frame)
+            if module is not None and module != _module_of(frame.f_back):
+                modules.append(module)
+                functions.append(frame.f_code.co_qualname)
+
+        previous = sys.getprofile()
+        sys.setprofile(profile)
         try:
-            with recording(modules, functions):
-                return function(self, *args, **kwargs)
+            return function(self, *args, **kwargs)
         finally:
+            sys.setprofile(previous)
             if keep(modules):
                 walk.modules[:], walk.functions[:] = modules, functions
                 done.set()
