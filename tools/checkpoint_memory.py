@@ -1,18 +1,15 @@
 #!/usr/bin/env python3
 """Peak host memory of saving and reading a full replay memory's checkpoint.
 
-Each step runs in a fresh process of its own, so that its peak is its own:
+Each step in a fresh process of its own, so that its peak is its own:
 
     python tools/checkpoint_memory.py save DIR [--capacity 1000000] [--replay-device device]
     python tools/checkpoint_memory.py read DIR [--capacity 1000000] [--replay-device device]
 
-`save` fills a replay memory of --capacity random transitions (its frames on the training
-device with --replay-device=device, in NumPy with host) and saves its checkpoint arrays in
-DIR as a run does; `read` reads them back into an empty memory of the same kind. Each prints
-the process's peak resident memory (ru_maxrss) after each stage beside the size of the
-frames: saving or reading that held a second full copy of the frames would show it as about
-twice their size. On a CPU the device store itself is host memory; on a GPU only the chunks
-are.
+`save` fills a replay memory of random transitions and saves its checkpoint arrays in DIR as
+a run does; `read` reads them back into an empty memory of the same kind. Each prints the
+process's peak resident memory after each stage: a second full copy of the frames would show
+as about twice their size (docs/checkpoints.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The modules one round of the fast trainer and one update call enter, read off a real run.
 
-It runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in
-a temporary directory) and records, with a profiler hook on the calling thread, the calls
-into fast_dqn modules during one round after the replay start (`FastDQN._act_round`), one
-round in which a game ends, and one call of the update thread after the calls that trace
-TensorFlow's functions (`LearnerThread._timed_draw` and `_timed_update`). It prints each walk
-as the modules in the order they are entered (a call from one module into another is an
-entry; one within a module is none; only Python frames are seen, not the compiled learning
-rule), with the count of entries and of distinct modules, and with --functions each entry's
-function. docs/design.md's walks are its output, which tests/test_docs.py checks:
+It trains a tiny fast run in this process and records, with a profiler hook, each call from
+one fast_dqn module into another during the walks that docs/design.md ("One agent step, and
+one update") describes and prints; tests/test_docs.py checks that they are its output:
 
     python tools/code_walk.py --functions
 """

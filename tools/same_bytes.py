@@ -75,41 +75,36 @@ def all_runs(extra: Sequence[str] = ()) -> dict[str, list[list[str]]]:
             "fast-w4-updates-per-call-1": [new(FAST, "--updates-per-call=1")]}
 
 
-def execute(name: str, commands: list[list[str]], out: Path) -> float:
-    """Runs a run's commands in order on the CPU, each one's output in OUT/NAME-I.out and
-    .err; returns its seconds. Raises RunFailed."""
-    start = time.monotonic()
-    for index, command in enumerate(commands):
-        argv = [arg.replace("{logdir}", str(out / name)) for arg in command]
-        log = out / f"{name}-{index}"
-        with open(f"{log}.out", "w") as stdout, open(f"{log}.err", "w") as stderr:
-            try:
-                code = subprocess.run([sys.executable, *argv], cwd=REPO, stdout=stdout,
-                                      stderr=stderr, stdin=subprocess.DEVNULL,
-                                      env={**os.environ, **CPU_ONLY},
-                                      timeout=RUN_HOURS * 3600).returncode
-            except subprocess.TimeoutExpired:
-                code = f"nothing: killed after {RUN_HOURS} h"
-        if code != 0:
-            tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-30:])
-            raise RunFailed(f"{name}: `{' '.join(argv)}` exited {code}; stderr tail:\n{tail}")
-    return time.monotonic() - start
-
-
 def execute_all(runs: dict[str, list[list[str]]], out: Path, jobs: int) -> None:
-    """Executes the runs `jobs` at a time; exits 1 with the stderr tail of a failed run."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(execute, name, commands, out): name
-                   for name, commands in runs.items()}
-        for future in concurrent.futures.as_completed(futures):
-            try:
-                seconds = future.result()
-            except RunFailed as error:
-                print(f"error: {error}", file=sys.stderr)
-                for other in futures:
-                    other.cancel()  # the ones not started yet; running ones finish
-                sys.exit(1)
-            print(f"# {futures[future]} ran in {seconds:.0f} s", file=sys.stderr)
+    """Executes the runs, `jobs` at a time, each one's commands in order on the CPU with their
+    output in OUT/NAME-I.out and .err; exits 1 with the stderr tail of a failed command."""
+    def execute(name: str) -> float:
+        start = time.monotonic()
+        for index, command in enumerate(runs[name]):
+            argv = [arg.replace("{logdir}", str(out / name)) for arg in command]
+            log = out / f"{name}-{index}"
+            with open(f"{log}.out", "w") as stdout, open(f"{log}.err", "w") as stderr:
+                try:
+                    code = subprocess.run([sys.executable, *argv], cwd=REPO, stdout=stdout,
+                                          stderr=stderr, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, **CPU_ONLY},
+                                          timeout=RUN_HOURS * 3600).returncode
+                except subprocess.TimeoutExpired:
+                    code = f"nothing: killed after {RUN_HOURS} h"
+            if code != 0:
+                tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-30:])
+                raise RunFailed(f"{name}: `{' '.join(argv)}` exited {code}; stderr tail:\n{tail}")
+        return time.monotonic() - start
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        for name, seconds in zip(runs, pool.map(execute, runs)):
+            print(f"# {name} ran in {seconds:.0f} s", file=sys.stderr)
+    except RunFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        pool.shutdown(cancel_futures=True)  # after a failure, the runs not started yet
 
 
 def csv_without_wall_clock(path: Path) -> bytes:

@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
-"""Soak test of stopping and resuming: one small run killed N times and resumed each time.
-
-It trains a small fast run (Breakout, W = 4, a checkpoint every 400 steps, an evaluation
-every 800) as OUT/breakout-seed0, starts it again and again (`--resume`), each time sends a
-random one of SIGKILL, SIGTERM, SIGINT and SIGHUP within --wait-seconds of the run taking its
-lock, and checks each exit: its status, no traceback, a verified checkpoint no older than
-before that agrees with the CSVs and summary.json, the CSV rows before its start unchanged.
-A second sweep (scripts/all_games.sh into OUT) before the first checkpoint must leave the run
-alone. Last, the run is resumed to its end and its directory renamed mid-run: it must finish
-in the new place with every game and evaluation logged once and a valid replay memory. The
-last line is a JSON object of figures (tests/test_soak.py reads it); exit 0 if all passed:
+"""Soak test of stopping and resuming: one small run (OUT/breakout-seed0) killed N times with
+a random signal at a random moment, resumed each time, every exit checked; a second sweep
+before its first checkpoint, and its directory renamed in its last resume, which runs to the
+end (docs/checkpoints.md, "The soak test", lists the checks). The last line is a JSON object
+of figures (tests/test_soak.py reads it); exit 0 if all passed:
 
     python tools/soak.py --kills 20 --seed 0 --out /tmp/soak
 """
