@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as `python tools/code_walk.py` from anywhere
@@ -37,16 +37,17 @@ PACKAGE = "fast_dqn"
 _GENERATOR = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
-class Walk(NamedTuple):
-    """The fast_dqn modules entered, in order, and the function each entry called."""
+class Walk:
+    """One walk: the fast_dqn modules entered, in order, with the function each entry called;
+    `done` once recorded."""
 
-    name: str
-    modules: list[str]
-    functions: list[str]
+    def __init__(self, name: str):
+        self.name, self.entries, self.done = name, [], threading.Event()
 
     def line(self) -> str:
-        return (f"{self.name}: {len(self.modules)} entries, {len(set(self.modules))} modules: "
-                + " > ".join(self.modules))
+        modules = [module for module, _ in self.entries]
+        return (f"{self.name}: {len(modules)} entries, {len(set(modules))} modules: "
+                + " > ".join(modules))
 
 
 def _module_of(frame: Any) -> str | None:
@@ -55,7 +56,6 @@ def _module_of(frame: Any) -> str | None:
 
 
 def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
-                done: threading.Event,
                 keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
     """`function` (a method), its walk recorded into `walk` on the calls for which
     `when(self)` holds, until one recorded walk's modules satisfy `keep`. A walk is the
@@ -65,19 +65,17 @@ def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         with lock:
-            record = not done.is_set() and when(self)
+            record = not walk.done.is_set() and when(self)
         if not record:
             return function(self, *args, **kwargs)
-        modules: list[str] = []
-        functions: list[str] = []
+        entries: list[tuple[str, str]] = []
 
         def profile(frame: Any, event: str, arg: Any) -> None:
             if event != "call" or frame.f_code.co_flags & _GENERATOR:  # or a generator resumed
                 return
             module = _module_of(frame)
             if module is not None and module != _module_of(frame.f_back):
-                modules.append(module)
-                functions.append(frame.f_code.co_qualname)
+                entries.append((module, frame.f_code.co_qualname))
 
         previous = sys.getprofile()
         sys.setprofile(profile)
@@ -85,9 +83,9 @@ def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
             return function(self, *args, **kwargs)
         finally:
             sys.setprofile(previous)
-            if keep(modules):
-                walk.modules[:], walk.functions[:] = modules, functions
-                done.set()
+            if keep([module for module, _ in entries]):
+                walk.entries[:] = entries
+                walk.done.set()
 
     return wrapper
 
@@ -104,21 +102,19 @@ def walks() -> list[Walk]:
     from fast_dqn.config import ALGO_FAST_DQN
     from fast_dqn.training_loops import FastDQN, LearnerThread
 
-    found = [Walk(name, [], []) for name in (
+    found = [Walk(name) for name in (
         "one round (FastDQN._act_round)", "one round in which a game ends",
         "one update call, drawing (LearnerThread._timed_draw)",
         "one update call, updating (LearnerThread._timed_update)")]
-    seen = [threading.Event() for _ in found]
     learning = lambda loop: loop.counters.step >= ROUND_AT  # noqa: E731
-    act_round = traced_once(FastDQN._act_round, found[0], learning, seen[0])
+    act_round = traced_once(FastDQN._act_round, found[0], learning)
     patched = {
-        (FastDQN, "_act_round"): traced_once(
-            act_round, found[1], learning, seen[1],
-            keep=lambda modules: "run_logs" in modules),  # the round in which a game ends
+        (FastDQN, "_act_round"): traced_once(  # the round in which a game ends
+            act_round, found[1], learning, keep=lambda modules: "run_logs" in modules),
         (LearnerThread, "_timed_draw"): traced_once(
-            LearnerThread._timed_draw, found[2], after_calls(TRACED_CALLS), seen[2]),
+            LearnerThread._timed_draw, found[2], after_calls(TRACED_CALLS)),
         (LearnerThread, "_timed_update"): traced_once(
-            LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS), seen[3]),
+            LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS)),
     }
     originals = {key: getattr(*key) for key in patched}
     for (owner, name), wrapper in patched.items():
@@ -130,9 +126,9 @@ def walks() -> list[Walk]:
     finally:
         for (owner, name), original in originals.items():
             setattr(owner, name, original)
-    if status != 0 or not all(event.is_set() for event in seen):
+    if status != 0 or not all(walk.done.is_set() for walk in found):
         raise SystemExit(f"code_walk: the run ended with status {status} before each walk "
-                         f"({[event.is_set() for event in seen]})")
+                         f"({[walk.done.is_set() for walk in found]})")
     return found
 
 
@@ -143,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for walk in walks():
         print(walk.line())
-        for number, entry in enumerate(zip(walk.modules, walk.functions) if args.functions
-                                       else (), 1):
+        for number, entry in enumerate(walk.entries if args.functions else (), 1):
             print(f"  {number:2d}. {'.'.join(entry)}")
     return 0
 
