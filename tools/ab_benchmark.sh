@@ -14,25 +14,20 @@ usage() {
 Usage: tools/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
 
 Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HEAD)
-alternately on this machine, BASE first, PAIRS times each, each commit from its own
-detached worktree, one benchmark at a time; then prints one table of the medians of
-each figure over the pairs, their spread, and HEAD / BASE (tools/ab_table.py OUT
-prints it again).
-
-Default benchmark flags: ${CPU_FLAGS[*]}
-With --simulated (the GPU regime: the network work replaced by waits, docs/throughput.md):
-  ${SIMULATED_FLAGS[*]}
-Flags after -- replace these defaults whole.
-
-Nothing else should run meanwhile: a default pair takes about 6 minutes on 2 cores
-(docs/throughput.md, "A/B of two commits").
+alternately, BASE first, each from its own detached worktree, then prints the medians of
+each figure over the pairs, their spread and HEAD / BASE (tools/ab_table.py OUT prints it
+again). Nothing else should run meanwhile (docs/throughput.md, "A/B of two commits").
 
 Options:
   --pairs N       benchmark runs of each commit (default: 3)
-  --simulated     the simulated-GPU defaults above
+  --simulated     the GPU regime: the network work replaced by waits (docs/throughput.md)
   --out DIR       where the worktrees and logs go (default: a new directory under /tmp)
   --python PY     Python interpreter with the project's requirements (default: python)
   -h, --help      show this help
+
+Benchmark flags: ${CPU_FLAGS[*]}
+With --simulated: ${SIMULATED_FLAGS[*]}
+Flags after -- replace these whole.
 EOF
 }
 
