@@ -5,12 +5,10 @@ A Pong run (W = 16, the default evaluation, a replay memory and replay start of 
 by default 1,000,000: ~7.1 GB a checkpoint; epochs of --target-update T) goes through four
 processes, each stopped by one SIGTERM: the new run late in its random start, a resume 1 s
 into its evaluation at step C, a resume from a cold page cache as its checkpoint at C + T
-begins, and a resume half-way through its next epoch. It prints, per stop, the seconds from
-the signal to the exit, of which writing a checkpoint, and the checkpoint's size and step;
-per resume, the seconds from its launch to its "run directory:" line (after the CRC check),
-its device line (TensorFlow imported) and "resumed from" (memory read): a JSON line each,
-and all of them in the last line.
-docs/checkpoints.md holds its figures. It needs ~14.2 GB of disk; a dry run takes 3 minutes:
+begins, and a resume half-way through its next epoch. It prints a JSON line per stop (the
+seconds from the signal to the exit, of which writing a checkpoint) and per resume (the
+seconds to its start-up lines); docs/checkpoints.md holds its figures. It needs ~14.2 GB of
+disk; a dry run takes 3 minutes:
 
     nohup python tools/stop_times.py > /tmp/stop_times.log 2>&1 &
     python tools/stop_times.py --capacity 20000 --target-update 2000 --phase1-fraction 0.5
@@ -33,6 +31,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 BYTES_PER_TRANSITION = 7_064  # a checkpoint's replay bytes per slot
 PROGRESS = re.compile(r"^step (\d+)/\d+ ")
+# A resume's start-up lines: after the checkpoint's CRC check, TensorFlow imported, memory read.
 LINES = {"run directory": re.compile(r"^run directory: "),
          "device": re.compile(r"^\w+ on (CPU|GPU)\b"), "resumed": re.compile(r"^resumed from ")}
 TMP, OLD = "checkpoint.tmp", "checkpoint.old"
@@ -91,11 +90,12 @@ class TrainerProcess:
         steps = [int(m[1]) for _, line in self.lines if (m := PROGRESS.match(line))]
         return steps[-1] if steps else -1
 
-    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
-        """Watches until `condition()`; StageFailed if the process exits or time runs out."""
-        deadline = time.monotonic() + TIMEOUT
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+        """Watches until `condition()`; StageFailed if the process exits first or the time
+        runs out."""
+        deadline = time.monotonic() + timeout
         while not condition():
-            if not self.watch() or time.monotonic() > deadline:
+            if (not self.watch() and not condition()) or time.monotonic() > deadline:
                 raise StageFailed(f"no {what} (exit {self.process.poll()}); see {self.log}")
             time.sleep(0.02)
 
@@ -115,8 +115,7 @@ def checkpoint_counters_and_gb(run_dir: Path) -> tuple[dict, float]:
     return manifest["counters"], sum(path.stat().st_size for path in files) / 1e9
 
 
-def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes: list[dict],
-            trainers: list[TrainerProcess]) -> None:
+def measure(args: argparse.Namespace, workdir: Path, trainers: list[TrainerProcess]) -> None:
     """The four processes (see the module's docstring), each appended to `trainers`."""
     C, T, run_dir = args.capacity, args.target_update, workdir / "run"
 
@@ -129,24 +128,19 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
         load = os.getloadavg()[0]
         if trainer.t_signal is None:
             trainer.send_sigterm()
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while trainer.watch():
-            if time.monotonic() > deadline:
-                raise StageFailed(f"{phase}: still running {STOP_TIMEOUT:.0f} s on")
-            time.sleep(0.02)
+        trainer.wait_for(lambda: trainer.t_exit > 0, f"exit in {phase}", STOP_TIMEOUT)
         counters, gb = checkpoint_counters_and_gb(run_dir)
         step, updates = counters["step"], counters["updates"]
         seconds, write = trainer.t_exit - trainer.t_signal, trainer.write_seconds()
-        stops.append({"phase": phase, "seconds": round(seconds, 2), "checkpoint_write":
-                      round(write, 2), "other": round(seconds - write, 2), "checkpoint_gb":
-                      round(gb, 2), "step": step, "exit": trainer.process.returncode,
-                      "load": load, "confirmed": confirms(step, updates)})
-        print(json.dumps(stops[-1]), flush=True)
-        if not stops[-1]["confirmed"] and len(stops) < 4:
+        confirmed = confirms(step, updates)
+        print(json.dumps({"phase": phase, "seconds": round(seconds, 2), "checkpoint_write":
+                          round(write, 2), "other": round(seconds - write, 2), "checkpoint_gb":
+                          round(gb, 2), "step": step, "exit": trainer.process.returncode,
+                          "load": load, "confirmed": confirmed}), flush=True)
+        if not confirmed and len(trainers) < 4:
             raise StageFailed(f"{phase}: the checkpoint's step {step} does not confirm it")
 
     def resume(name: str, cold: bool = False, **options) -> TrainerProcess:
-        counters, gb = checkpoint_counters_and_gb(run_dir)
         for path in (run_dir / "checkpoint").rglob("*") if cold else ():
             if path.is_file():  # out of the page cache: a cold start, as on a new node
                 fd = os.open(path, os.O_RDONLY)
@@ -158,9 +152,7 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
                          '"resumed from" line')
         times = {key: round(trainer.first(pattern) - trainer.t_launch, 2)
                  for key, pattern in LINES.items() if trainer.first(pattern) is not None}
-        resumes.append({"process": name, "cold": cold, "step": counters["step"],
-                        "checkpoint_gb": round(gb, 2), "seconds_to": times})
-        print(json.dumps(resumes[-1]), flush=True)
+        print(json.dumps({"process": name, "cold": cold, "seconds_to": times}), flush=True)
         return trainer
 
     trainer = launch("new-run", [
@@ -207,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not enough free disk under {workdir} for two checkpoints")
     print(f"stop times: {os.cpu_count()} cores, load {os.getloadavg()}, in {workdir}",
           flush=True)
-    stops, resumes, trainers, status = [], [], [], 0
+    trainers, status = [], 0
     try:
-        measure(args, workdir, stops, resumes, trainers)
+        measure(args, workdir, trainers)
     except StageFailed as error:
         print(f"error: {error}", flush=True)
         status = 1
@@ -217,7 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         for trainer in trainers:
             trainer.process.kill()  # if still running: a failed or interrupted measurement
         shutil.rmtree(workdir / "run", ignore_errors=True)
-    print(json.dumps({"stops": stops, "resumes": resumes, "status": status}))
     return status
 
 
