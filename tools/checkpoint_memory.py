@@ -1,15 +1,12 @@
 #!/usr/bin/env python3
-"""Peak host memory of saving and reading a full replay memory's checkpoint.
+"""Peak host memory of saving, then reading back, a full replay memory's checkpoint, its frames
+on the training device as with --replay-device=device (the figure of docs/checkpoints.md).
 
-Each step in a fresh process of its own, so that its peak is its own:
+Each step in a fresh process, its own peak; a second full copy of the frames would show as
+about twice their size:
 
-    python tools/checkpoint_memory.py save DIR [--capacity 1000000] [--replay-device device]
-    python tools/checkpoint_memory.py read DIR [--capacity 1000000] [--replay-device device]
-
-`save` fills a replay memory of random transitions and saves its checkpoint arrays in DIR as
-a run does; `read` reads them back into an empty memory of the same kind. Each prints the
-process's peak resident memory after each stage: a second full copy of the frames would show
-as about twice their size (docs/checkpoints.md).
+    python tools/checkpoint_memory.py save DIR [--capacity 1000000]
+    python tools/checkpoint_memory.py read DIR [--capacity 1000000]
 """
 
 from __future__ import annotations
@@ -42,14 +39,13 @@ def main() -> int:
     parser.add_argument("step", choices=("save", "read"))
     parser.add_argument("dir", type=Path, help="directory of the checkpoint")
     parser.add_argument("--capacity", type=int, default=1_000_000)
-    parser.add_argument("--replay-device", choices=("device", "host"), default="device")
     args = parser.parse_args()
-    print(f"frames: {args.capacity * 84 * 84 / 1e9:.2f} GB ({args.capacity:,} transitions, "
-          f"--replay-device={args.replay_device})")
+    print(f"frames: {args.capacity * 84 * 84 / 1e9:.2f} GB ({args.capacity:,} transitions)")
     configure_device()
-    frames, _ = make_frame_store(args.replay_device, args.capacity)  # as a run builds it
+    frames, _ = make_frame_store("device", args.capacity)  # as a run builds it
     memory = ReplayMemory(args.capacity, np.random.default_rng(0), frames=frames)
     figures = {"allocated_gb": peak_gb()}
+    start = time.perf_counter()
     if args.step == "save":
         rng = np.random.default_rng(1)
         for _ in range(0, args.capacity, FILL_CHUNK):
@@ -61,13 +57,12 @@ def main() -> int:
         args.dir.mkdir(parents=True, exist_ok=True)  # save_checkpoint makes no run directory
         start = time.perf_counter()
         save_checkpoint(args.dir, {"step": args.capacity}, None, memory.state_dict())
-        figures.update(saved_gb=peak_gb(), save_seconds=time.perf_counter() - start)
     else:
-        start = time.perf_counter()
         read_replay_into(latest_checkpoint(args.dir), memory)
-        figures["read_seconds"] = time.perf_counter() - start
+    figures[f"{args.step}_seconds"] = time.perf_counter() - start
+    if args.step == "read":
         memory.check_valid()
-        figures["read_gb"] = peak_gb()
+    figures[f"{args.step}_gb"] = peak_gb()
     print(args.step, " ".join(f"{key}={value:.2f}" for key, value in figures.items()))
     return 0
 
