@@ -1,19 +1,16 @@
 #!/usr/bin/env python3
 """Checks that a change "keeps the bytes": fixed-seed tiny runs write the same content.
 
-It trains six tiny fixed-seed CPU runs (the fast trainer as is, with --updates-per-call=1 and
-with --concurrent=false; the serial trainer; each trainer stopped at 2,000 steps and resumed
-to 4,000) and prints one SHA-256 digest per run over what is deterministic in it: the CSVs
-without their wall-clock `hours` column, every tensor of the checkpoint's networks and every
-replay array (not manifest.json, config.json, summary.json or TensorBoard's events, which
-hold timings). The last line is a JSON object {run: digest, "files": {run/file: digest}};
---compare FILE lists what differs from such a saved output and exits 1 if anything does;
---digests trains nothing and prints {RUN_DIR: {file: digest}} of runs made elsewhere (the
-tests compare runs so). Run from the repository root around a change:
+It trains six tiny fixed-seed CPU runs (`all_runs`: both trainers, stopped and resumed or
+not, and the fast one with one update per call and without concurrency) and prints one
+SHA-256 digest per run over what is deterministic in it: the CSVs without their wall-clock
+`hours` column, every tensor of the checkpoint's networks and every replay array (not the
+JSON files or TensorBoard's events, which hold timings). The last line is a JSON object
+{run: digest, "files": {run/file: digest}}. Run from the repository root around a change:
 
     python tools/same_bytes.py --out /tmp/sb-before > before.txt   # the old code
     python tools/same_bytes.py --out /tmp/sb-after --compare before.txt
-    python tools/same_bytes.py --digests RUN_DIR [RUN_DIR ...]
+    python tools/same_bytes.py --digests RUN_DIR [RUN_DIR ...]  # runs made elsewhere (tests)
 """
 
 from __future__ import annotations
@@ -220,13 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary[run] = hashlib.sha256(lines.encode()).hexdigest()
         print(f"{run} {summary[run]}")
         summary["files"].update((f"{run}/{name}", digest) for name, digest in files.items())
-    status = 0
+    diffs = differences(baseline, summary) if baseline is not None else []
     if baseline is not None:
-        diffs = differences(baseline, summary)
         print("\n".join(diffs) if diffs else f"same bytes as {args.compare}")
-        status = 1 if diffs else 0
     print(json.dumps(summary, sort_keys=True))
-    return status
+    return 1 if diffs else 0
 
 
 if __name__ == "__main__":
