@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
 """The table of tools/ab_benchmark.sh: medians of each commit's benchmark figures and the
-ratio head / base, from the logs base-N.log and head-N.log (each the output of `python -m
-fast_dqn.benchmark`) in a directory. A log's last JSON line gives its figures; the ms per
-update in the fast loop is read from its "fast W=..." line (older benchmarks leave it out of
-the JSON):
+ratio head / base, from the logs base-N.log and head-N.log (`python -m fast_dqn.benchmark`'s
+output, its figures on its last JSON line) in a directory:
 
     python tools/ab_table.py DIR
 """
@@ -41,6 +39,8 @@ def read_log(path: Path) -> dict[str, float]:
     if not json_lines:
         raise ValueError(f"{path}: no result line; the benchmark did not finish")
     result = json.loads(json_lines[-1])
+    # The ms per update in the fast loop, from its "fast W=..." line where older benchmarks
+    # leave it out of the JSON.
     fast_ms = {int(m[1]): float(m[2]) for m in map(FAST_LINE.match, lines) if m}
     if "update_ms" not in result and result.get("workers") in fast_ms:
         result["update_ms"] = fast_ms[result["workers"]]
