@@ -16,6 +16,7 @@ import itertools
 import sys
 import tempfile
 import threading
+import unittest.mock
 from pathlib import Path
 from typing import Any, Callable
 
@@ -116,16 +117,12 @@ def walks() -> list[Walk]:
         (LearnerThread, "_timed_update"): traced_once(
             LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS)),
     }
-    originals = {key: getattr(*key) for key in patched}
-    for (owner, name), wrapper in patched.items():
-        setattr(owner, name, wrapper)
-    try:
-        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
-            status = launch.main([*RUN_FLAGS, f"--logdir={Path(scratch) / 'run'}"],
-                                 ALGO_FAST_DQN)
-    finally:
-        for (owner, name), original in originals.items():
-            setattr(owner, name, original)
+    with contextlib.ExitStack() as stack:  # the methods restored at its end
+        for (owner, name), wrapper in patched.items():
+            stack.enter_context(unittest.mock.patch.object(owner, name, wrapper))
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        status = launch.main([*RUN_FLAGS, f"--logdir={scratch / 'run'}"], ALGO_FAST_DQN)
     if status != 0 or not all(walk.done.is_set() for walk in found):
         raise SystemExit(f"code_walk: the run ended with status {status} before each walk "
                          f"({[walk.done.is_set() for walk in found]})")
