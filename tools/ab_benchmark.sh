@@ -31,19 +31,19 @@ Flags after -- replace these whole.
 EOF
 }
 
-PAIRS=3 SIMULATED=0 OUT='' PY=python GIVEN_FLAGS=0
-POSITIONAL=() BENCH_FLAGS=()
+PAIRS=3 OUT='' PY=python
+POSITIONAL=() BENCH_FLAGS=("${CPU_FLAGS[@]}")
 
 split_equals "$@"
 set -- "${SPLIT_ARGS[@]}"
 while (($#)); do
   case $1 in
     --pairs) need_value "$1" $#; PAIRS=$2; shift 2 ;;
-    --simulated) SIMULATED=1; shift ;;
+    --simulated) BENCH_FLAGS=("${SIMULATED_FLAGS[@]}"); shift ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
-    --) shift; BENCH_FLAGS=("$@"); GIVEN_FLAGS=1; break ;;
+    --) shift; BENCH_FLAGS=("$@"); break ;;
     -*) die_usage "unknown option '$1'" ;;
     *) POSITIONAL+=("$1"); shift ;;
   esac
@@ -52,26 +52,18 @@ done
 ((${#POSITIONAL[@]} >= 1 && ${#POSITIONAL[@]} <= 2)) || die_usage "give BASE and optionally HEAD"
 is_positive_int "$PAIRS" || die_usage "--pairs: expected a positive whole number, got '$PAIRS'"
 PAIRS=$((10#$PAIRS))
-BASE_REF=${POSITIONAL[0]}
-HEAD_REF=${POSITIONAL[1]:-HEAD}
-BASE_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$BASE_REF^{commit}") ||
-  die_usage "BASE: '$BASE_REF' is not a commit of this repository"
-HEAD_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$HEAD_REF^{commit}") ||
-  die_usage "HEAD: '$HEAD_REF' is not a commit of this repository"
+declare -A REF=([base]=${POSITIONAL[0]} [head]=${POSITIONAL[1]:-HEAD}) SHA
+for side in base head; do
+  SHA[$side]=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "${REF[$side]}^{commit}") ||
+    die_usage "${side^^}: '${REF[$side]}' is not a commit of this repository"
+done
 "$PY" -c 'import tensorflow, ale_py' 2>/dev/null ||
   die_usage "--python: '$PY' cannot import tensorflow and ale_py (install requirements.txt)"
-
-if ((!GIVEN_FLAGS && SIMULATED)); then
-  BENCH_FLAGS=("${SIMULATED_FLAGS[@]}")
-elif ((!GIVEN_FLAGS)); then
-  BENCH_FLAGS=("${CPU_FLAGS[@]}")
-fi
 
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")}
 OUT=$(absolute_path "$OUT")
 TREES="$OUT/trees"
 mkdir -p "$TREES"
-declare -A SHA=([base]=$BASE_SHA [head]=$HEAD_SHA)
 
 remove_trees() {
   local sha
@@ -84,8 +76,10 @@ trap remove_trees EXIT
 for sha in "${SHA[@]}"; do # a detached worktree of each commit (reused if there already)
   [[ -d $TREES/$sha ]] || git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
 done
-printf 'base %s\nhead %s\nflags %s\n' "$BASE_SHA" "$HEAD_SHA" "${BENCH_FLAGS[*]}" >"$OUT/ab.txt"
-note "base $BASE_REF (${BASE_SHA:0:7}), head $HEAD_REF (${HEAD_SHA:0:7}), $PAIRS pairs; logs in $OUT"
+printf 'base %s\nhead %s\nflags %s\n' "${SHA[base]}" "${SHA[head]}" "${BENCH_FLAGS[*]}" \
+  >"$OUT/ab.txt"
+note "base ${REF[base]} (${SHA[base]:0:7}), head ${REF[head]} (${SHA[head]:0:7}), $PAIRS pairs;" \
+  "logs in $OUT"
 
 for ((pair = 1; pair <= PAIRS; pair++)); do
   for side in base head; do
