@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as `python tools/code_walk.py` from anywhere
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # `python tools/code_walk.py` puts tools/, not the package, first
 
 RUN_FLAGS = ["--game=breakout", "--workers=4", "--timesteps=1600", "--replay-capacity=5000",
              "--replay-start=400", "--target-update=400", "--max-episode-steps=400",
