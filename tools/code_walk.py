@@ -38,11 +38,11 @@ _GENERATOR = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
 class Walk:
-    """One walk: the fast_dqn modules entered, in order, with the function each entry called;
-    `done` once recorded."""
+    """One walk: the fast_dqn modules entered, in order, with the function each entry called,
+    taken from the first recorded call whose modules `keep` accepts; `done` once taken."""
 
-    def __init__(self, name: str):
-        self.name, self.entries, self.done = name, [], threading.Event()
+    def __init__(self, name: str, keep: Callable[[list[str]], bool] = lambda modules: True):
+        self.name, self.keep, self.entries, self.done = name, keep, [], threading.Event()
 
     def line(self) -> str:
         modules = [module for module, _ in self.entries]
@@ -55,17 +55,16 @@ def _module_of(frame: Any) -> str | None:
     return name.removeprefix(PACKAGE + ".") if name.startswith(PACKAGE + ".") else None
 
 
-def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
-                keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
-    """`function` (a method), its walk recorded into `walk` on the calls for which
-    `when(self)` holds, until one recorded walk's modules satisfy `keep`. A walk is the
-    fast_dqn module that each Python call made on this thread enters from another module (a
-    call within a module enters none), and the function called."""
+def traced(function: Callable, when: Callable[[Any], bool], *walks: Walk) -> Callable:
+    """`function` (a method), its walk recorded on the calls for which `when(self)` holds
+    while one of `walks` is not taken, and given to each of those. A walk is the fast_dqn
+    module that each Python call made on this thread enters from another module (a call
+    within a module enters none), and the function called."""
     lock = threading.Lock()
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         with lock:
-            record = not walk.done.is_set() and when(self)
+            record = not all(walk.done.is_set() for walk in walks) and when(self)
         if not record:
             return function(self, *args, **kwargs)
         entries: list[tuple[str, str]] = []
@@ -83,9 +82,10 @@ def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
             return function(self, *args, **kwargs)
         finally:
             sys.setprofile(previous)
-            if keep([module for module, _ in entries]):
-                walk.entries[:] = entries
-                walk.done.set()
+            for walk in walks:
+                if not walk.done.is_set() and walk.keep([module for module, _ in entries]):
+                    walk.entries[:] = entries
+                    walk.done.set()
 
     return wrapper
 
@@ -102,19 +102,17 @@ def walks() -> list[Walk]:
     from fast_dqn.config import ALGO_FAST_DQN
     from fast_dqn.training_loops import FastDQN, LearnerThread
 
-    found = [Walk(name) for name in (
-        "one round (FastDQN._act_round)", "one round in which a game ends",
-        "one update call, drawing (LearnerThread._timed_draw)",
-        "one update call, updating (LearnerThread._timed_update)")]
+    found = [Walk("one round (FastDQN._act_round)"),
+             Walk("one round in which a game ends", keep=lambda modules: "run_logs" in modules),
+             Walk("one update call, drawing (LearnerThread._timed_draw)"),
+             Walk("one update call, updating (LearnerThread._timed_update)")]
     learning = lambda loop: loop.counters.step >= ROUND_AT  # noqa: E731
-    act_round = traced_once(FastDQN._act_round, found[0], learning)
     patched = {
-        (FastDQN, "_act_round"): traced_once(  # the round in which a game ends
-            act_round, found[1], learning, keep=lambda modules: "run_logs" in modules),
-        (LearnerThread, "_timed_draw"): traced_once(
-            LearnerThread._timed_draw, found[2], after_calls(TRACED_CALLS)),
-        (LearnerThread, "_timed_update"): traced_once(
-            LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS)),
+        (FastDQN, "_act_round"): traced(FastDQN._act_round, learning, found[0], found[1]),
+        (LearnerThread, "_timed_draw"): traced(
+            LearnerThread._timed_draw, after_calls(TRACED_CALLS), found[2]),
+        (LearnerThread, "_timed_update"): traced(
+            LearnerThread._timed_update, after_calls(TRACED_CALLS), found[3]),
     }
     with contextlib.ExitStack() as stack:  # the methods restored at its end
         for (owner, name), wrapper in patched.items():
