@@ -49,10 +49,6 @@ CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 RUN_HOURS = 2  # a tiny run takes about a minute; longer, it is stuck
 
 
-class RunFailed(RuntimeError):
-    """A run's command exited non-zero; the message holds its stderr tail."""
-
-
 def all_runs(extra: Sequence[str] = ()) -> dict[str, list[list[str]]]:
     """The six runs: each one's trainer commands, run in order into its directory ("{logdir}"),
     longest first so that two at a time finish close together. `extra` flags go to every new
@@ -88,18 +84,16 @@ def execute_all(runs: dict[str, list[list[str]]], out: Path, jobs: int) -> None:
                                           timeout=RUN_HOURS * 3600).returncode
                 except subprocess.TimeoutExpired:
                     code = f"nothing: killed after {RUN_HOURS} h"
-            if code != 0:
+            if code != 0:  # raised in a worker, it reaches the main thread through pool.map
                 tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-30:])
-                raise RunFailed(f"{name}: `{' '.join(argv)}` exited {code}; stderr tail:\n{tail}")
+                raise SystemExit(f"error: {name}: `{' '.join(argv)}` exited {code}; stderr "
+                                 f"tail:\n{tail}")
         return time.monotonic() - start
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
     try:
         for name, seconds in zip(runs, pool.map(execute, runs)):
             print(f"# {name} ran in {seconds:.0f} s", file=sys.stderr)
-    except RunFailed as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
     finally:
         pool.shutdown(cancel_futures=True)  # after a failure, the runs not started yet
 
