@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import json
 import os
@@ -56,7 +57,7 @@ class SoakFailure(RuntimeError):
     """A check failed."""
 
 
-class Trainer:
+class Trainer(contextlib.AbstractContextManager):
     """run_fast_dqn.py in a session of its own (only this script's signals reach it), SIGHUP at
     its default (nohup would leave it ignored), output in LOG.out/.err; killed at the end of
     its `with` block if it still runs (a failed check, a stop of the soak)."""
@@ -69,9 +70,6 @@ class Trainer:
                 env={**os.environ, **CPU_ONLY}, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=err, start_new_session=True,
                 preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-
-    def __enter__(self) -> "Trainer":
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.process.kill()
