@@ -1,53 +1,49 @@
 #!/usr/bin/env bash
-# A/B of two commits' throughput on this machine: python -m fast_dqn.benchmark of each,
-# alternately, N pairs, then one table of medians and ratios. Run with --help for the options.
+# A/B of two commits' throughput on this machine. Run with --help for the options.
 set -euo pipefail
 
 # shellcheck source=../scripts/lib.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+
+CPU_FLAGS=(--game=pong --workers 8)
+SIMULATED_FLAGS=(--game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
+  --steps=30000 --random-steps=2000 --skip-serial)
 
 usage() {
   cat <<EOF
 Usage: tools/$PROG [options] BASE [HEAD] [-- BENCHMARK FLAGS]
 
 Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HEAD)
-alternately on this machine, BASE first, PAIRS times each, each commit from its own
-detached worktree, one benchmark at a time; then prints one table of the medians of
-each figure over the pairs, their spread, and HEAD / BASE (tools/ab_table.py OUT
-prints it again).
-
-Default benchmark flags:
-  --game=pong --workers 8
-With --simulated (the GPU regime: the network work replaced by waits, docs/throughput.md):
-  --game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
-  --steps=30000 --random-steps=2000 --skip-serial
-Flags after -- replace these defaults whole.
-
-Nothing else should run meanwhile: a default pair takes about 6 minutes on 2 cores
-(docs/throughput.md, "A/B of two commits").
+alternately, BASE first, each from its own detached worktree, then prints the medians of
+each figure over the pairs, their spread and HEAD / BASE (tools/ab_table.py OUT prints it
+again). Nothing else should run meanwhile (docs/throughput.md, "A/B of two commits").
 
 Options:
   --pairs N       benchmark runs of each commit (default: 3)
-  --simulated     the simulated-GPU defaults above
+  --simulated     the GPU regime: the network work replaced by waits (docs/throughput.md)
   --out DIR       where the worktrees and logs go (default: a new directory under /tmp)
   --python PY     Python interpreter with the project's requirements (default: python)
   -h, --help      show this help
+
+Benchmark flags: ${CPU_FLAGS[*]}
+With --simulated: ${SIMULATED_FLAGS[*]}
+Flags after -- replace these whole.
 EOF
 }
 
-PAIRS=3 SIMULATED=0 OUT='' PY=python GIVEN_FLAGS=0
-POSITIONAL=() BENCH_FLAGS=()
+PAIRS=3 OUT='' PY=python
+POSITIONAL=() BENCH_FLAGS=("${CPU_FLAGS[@]}")
 
 split_equals "$@"
 set -- "${SPLIT_ARGS[@]}"
 while (($#)); do
   case $1 in
     --pairs) need_value "$1" $#; PAIRS=$2; shift 2 ;;
-    --simulated) SIMULATED=1; shift ;;
+    --simulated) BENCH_FLAGS=("${SIMULATED_FLAGS[@]}"); shift ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
-    --) shift; BENCH_FLAGS=("$@"); GIVEN_FLAGS=1; break ;;
+    --) shift; BENCH_FLAGS=("$@"); break ;;
     -*) die_usage "unknown option '$1'" ;;
     *) POSITIONAL+=("$1"); shift ;;
   esac
@@ -56,57 +52,38 @@ done
 ((${#POSITIONAL[@]} >= 1 && ${#POSITIONAL[@]} <= 2)) || die_usage "give BASE and optionally HEAD"
 is_positive_int "$PAIRS" || die_usage "--pairs: expected a positive whole number, got '$PAIRS'"
 PAIRS=$((10#$PAIRS))
-BASE_REF=${POSITIONAL[0]}
-HEAD_REF=${POSITIONAL[1]:-HEAD}
-BASE_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$BASE_REF^{commit}") ||
-  die_usage "BASE: '$BASE_REF' is not a commit of this repository"
-HEAD_SHA=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "$HEAD_REF^{commit}") ||
-  die_usage "HEAD: '$HEAD_REF' is not a commit of this repository"
+declare -A REF=([base]=${POSITIONAL[0]} [head]=${POSITIONAL[1]:-HEAD}) SHA
+for side in base head; do
+  SHA[$side]=$(git -C "$REPO_ROOT" rev-parse --verify --quiet "${REF[$side]}^{commit}") ||
+    die_usage "${side^^}: '${REF[$side]}' is not a commit of this repository"
+done
 "$PY" -c 'import tensorflow, ale_py' 2>/dev/null ||
   die_usage "--python: '$PY' cannot import tensorflow and ale_py (install requirements.txt)"
 
-if ((!GIVEN_FLAGS)); then
-  if ((SIMULATED)); then
-    BENCH_FLAGS=(--game=pong --workers 16 --trainer-stub-ms=0.8 --query-stub-ms=0.3
-      --steps=30000 --random-steps=2000 --skip-serial)
-  else
-    BENCH_FLAGS=(--game=pong --workers 8)
-  fi
-fi
-
-if [[ -z $OUT ]]; then
-  OUT=$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")
-else
-  mkdir -p "$OUT"
-fi
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ab_benchmark.XXXXXX")}
 OUT=$(absolute_path "$OUT")
 TREES="$OUT/trees"
 mkdir -p "$TREES"
 
-# add_tree SHA: a detached worktree of SHA under $TREES (reused if there already).
-add_tree() {
-  local sha=$1
-  if [[ ! -d $TREES/$sha ]]; then
-    git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
-  fi
-}
-
 remove_trees() {
   local sha
-  for sha in "$BASE_SHA" "$HEAD_SHA"; do
+  for sha in "${SHA[@]}"; do
     git -C "$REPO_ROOT" worktree remove --force "$TREES/$sha" 2>/dev/null || true
   done
 }
 trap remove_trees EXIT
 
-add_tree "$BASE_SHA"
-add_tree "$HEAD_SHA"
-printf 'base %s\nhead %s\nflags %s\n' "$BASE_SHA" "$HEAD_SHA" "${BENCH_FLAGS[*]}" >"$OUT/ab.txt"
-note "base $BASE_REF (${BASE_SHA:0:7}), head $HEAD_REF (${HEAD_SHA:0:7}), $PAIRS pairs; logs in $OUT"
+for sha in "${SHA[@]}"; do # a detached worktree of each commit (reused if there already)
+  [[ -d $TREES/$sha ]] || git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
+done
+printf 'base %s\nhead %s\nflags %s\n' "${SHA[base]}" "${SHA[head]}" "${BENCH_FLAGS[*]}" \
+  >"$OUT/ab.txt"
+note "base ${REF[base]} (${SHA[base]:0:7}), head ${REF[head]} (${SHA[head]:0:7}), $PAIRS pairs;" \
+  "logs in $OUT"
 
 for ((pair = 1; pair <= PAIRS; pair++)); do
   for side in base head; do
-    if [[ $side == base ]]; then sha=$BASE_SHA; else sha=$HEAD_SHA; fi
+    sha=${SHA[$side]}
     log="$OUT/$side-$pair.log"
     note "pair $pair/$PAIRS: $side (${sha:0:7})"
     if ! (cd "$TREES/$sha" && CUDA_VISIBLE_DEVICES=-1 "$PY" -m fast_dqn.benchmark \

@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
 """The table of tools/ab_benchmark.sh: medians of each commit's benchmark figures and the
-ratio head / base, from the logs base-N.log and head-N.log (each the output of `python -m
-fast_dqn.benchmark`) in a directory. A log's last JSON line gives its figures; the ms per
-update in the fast loop is read from its "fast W=..." line (older benchmarks leave it out of
-the JSON):
+ratio head / base, from the logs base-N.log and head-N.log (`python -m fast_dqn.benchmark`'s
+output, its figures on its last JSON line) in a directory:
 
     python tools/ab_table.py DIR
 """
@@ -35,31 +33,24 @@ FAST_LINE = re.compile(r"^fast W=(\d+): .*?([0-9.]+) ms per update")
 
 
 def read_log(path: Path) -> dict[str, float]:
-    """The figures of one benchmark log.
-
-    Raises:
-        ValueError: the log holds no JSON line (the benchmark did not finish).
-    """
-    figures: dict[str, float] = {}
+    """The figures of one benchmark log; ValueError if it holds no JSON line."""
     lines = path.read_text(errors="replace").splitlines()
     json_lines = [line for line in lines if line.startswith("{")]
     if not json_lines:
         raise ValueError(f"{path}: no result line; the benchmark did not finish")
     result = json.loads(json_lines[-1])
-    fast_ms = {int(m.group(1)): float(m.group(2))
-               for m in map(FAST_LINE.match, lines) if m}
+    # The ms per update in the fast loop, from its "fast W=..." line where older benchmarks
+    # leave it out of the JSON.
+    fast_ms = {int(m[1]): float(m[2]) for m in map(FAST_LINE.match, lines) if m}
     if "update_ms" not in result and result.get("workers") in fast_ms:
         result["update_ms"] = fast_ms[result["workers"]]
-    for key, _, _ in FIGURES:
-        value = result.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            figures[key] = float(value)
-    return figures
+    return {key: float(result[key]) for key, _, _ in FIGURES
+            if isinstance(result.get(key), (int, float)) and not isinstance(result[key], bool)}
 
 
 def side_figures(directory: Path, side: str) -> list[dict[str, float]]:
-    logs = sorted(directory.glob(f"{side}-*.log"),
-                  key=lambda path: int(path.stem.split("-")[-1]))
+    """The figures of SIDE-1.log, SIDE-2.log, ... in `directory`, in their order."""
+    logs = sorted(directory.glob(f"{side}-*.log"), key=lambda path: int(path.stem.split("-")[-1]))
     return [read_log(path) for path in logs]
 
 
@@ -92,12 +83,10 @@ def main(argv: list[str]) -> int:
     directory = Path(argv[0])
     try:
         base, head = side_figures(directory, "base"), side_figures(directory, "head")
+        if not base or not head:
+            raise ValueError(f"{directory} lacks base-N.log or head-N.log files")
     except ValueError as error:
         print(f"ab_table.py: error: {error}", file=sys.stderr)
-        return 1
-    if not base or not head:
-        print(f"ab_table.py: error: {directory} lacks base-N.log or head-N.log files",
-              file=sys.stderr)
         return 1
     header = directory / "ab.txt"
     if header.exists():

@@ -1,14 +1,8 @@
 """The modules one round of the fast trainer and one update call enter, read off a real run.
 
-It runs a tiny fast run in this process (Breakout, 4 envs, 1,600 steps, --xla=off, files in
-a temporary directory) and records, with a profiler hook on the calling thread, the calls
-into fast_dqn modules during one round after the replay start (`FastDQN._act_round`), one
-round in which a game ends, and one call of the update thread after the calls that trace
-TensorFlow's functions (`LearnerThread._timed_draw` and `LearnerThread._timed_update`). It prints each walk as
-the modules in the order they are entered (a call from one module into another is an entry;
-one within a module is none; only Python frames are seen, not the compiled learning rule),
-with the count of entries and of distinct modules, and with --functions each entry's
-function. docs/design.md's walks are its output, which tests/test_docs.py checks:
+It trains a tiny fast run in this process and records, with a profiler hook, each call from
+one fast_dqn module into another during the walks that docs/design.md ("One agent step, and
+one update") describes and prints; tests/test_docs.py checks that they are its output:
 
     python tools/code_walk.py --functions
 """
@@ -22,12 +16,12 @@ import itertools
 import sys
 import tempfile
 import threading
+import unittest.mock
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as `python tools/code_walk.py` from anywhere
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # `python tools/code_walk.py` puts tools/, not the package, first
 
 RUN_FLAGS = ["--game=breakout", "--workers=4", "--timesteps=1600", "--replay-capacity=5000",
              "--replay-start=400", "--target-update=400", "--max-episode-steps=400",
@@ -43,16 +37,17 @@ PACKAGE = "fast_dqn"
 _GENERATOR = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
 
 
-class Walk(NamedTuple):
-    """The fast_dqn modules entered, in order, and the function each entry called."""
+class Walk:
+    """One walk: the fast_dqn modules entered, in order, with the function each entry called,
+    taken from the first recorded call whose modules `keep` accepts; `done` once taken."""
 
-    name: str
-    modules: list[str]
-    functions: list[str]
+    def __init__(self, name: str, keep: Callable[[list[str]], bool] = lambda modules: True):
+        self.name, self.keep, self.entries, self.done = name, keep, [], threading.Event()
 
     def line(self) -> str:
-        return (f"{self.name}: {len(self.modules)} entries, {len(set(self.modules))} modules: "
-                + " > ".join(self.modules))
+        modules = [module for module, _ in self.entries]
+        return (f"{self.name}: {len(modules)} entries, {len(set(modules))} modules: "
+                + " > ".join(modules))
 
 
 def _module_of(frame: Any) -> str | None:
@@ -60,50 +55,37 @@ def _module_of(frame: Any) -> str | None:
     return name.removeprefix(PACKAGE + ".") if name.startswith(PACKAGE + ".") else None
 
 
-@contextlib.contextmanager
-def recording(modules: list[str], functions: list[str]) -> Iterator[None]:
-    """Appends to `modules` the fast_dqn module entered by each Python call made on this
-    thread while the block runs from another module (a call within a module enters none),
-    and to `functions` the function called."""
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event != "call":
-            return
-        if frame.f_code.co_flags & _GENERATOR:  # a generator resumed: not a call of the code's
-            return
-        module = _module_of(frame)
-        if module is not None and module != _module_of(frame.f_back):
-            modules.append(module)
-            functions.append(frame.f_code.co_qualname)
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-
-
-def traced_once(function: Callable, walk: Walk, when: Callable[[Any], bool],
-                done: threading.Event,
-                keep: Callable[[list[str]], bool] = lambda modules: True) -> Callable:
-    """`function` (a method), its walk recorded into `walk` on the calls for which
-    `when(self)` holds, until one recorded walk's modules satisfy `keep`."""
+def traced(function: Callable, when: Callable[[Any], bool], *walks: Walk) -> Callable:
+    """`function` (a method), its walk recorded on the calls for which `when(self)` holds
+    while one of `walks` is not taken, and given to each of those. A walk is the fast_dqn
+    module that each Python call made on this thread enters from another module (a call
+    within a module enters none), and the function called."""
     lock = threading.Lock()
 
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         with lock:
-            record = not done.is_set() and when(self)
+            record = not all(walk.done.is_set() for walk in walks) and when(self)
         if not record:
             return function(self, *args, **kwargs)
-        modules: list[str] = []
-        functions: list[str] = []
+        entries: list[tuple[str, str]] = []
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event != "call" or frame.f_code.co_flags & _GENERATOR:  # or a generator resumed
+                return
+            module = _module_of(frame)
+            if module is not None and module != _module_of(frame.f_back):
+                entries.append((module, frame.f_code.co_qualname))
+
+        previous = sys.getprofile()
+        sys.setprofile(profile)
         try:
-            with recording(modules, functions):
-                return function(self, *args, **kwargs)
+            return function(self, *args, **kwargs)
         finally:
-            if keep(modules):
-                walk.modules[:], walk.functions[:] = modules, functions
-                done.set()
+            sys.setprofile(previous)
+            for walk in walks:
+                if not walk.done.is_set() and walk.keep([module for module, _ in entries]):
+                    walk.entries[:] = entries
+                    walk.done.set()
 
     return wrapper
 
@@ -120,35 +102,27 @@ def walks() -> list[Walk]:
     from fast_dqn.config import ALGO_FAST_DQN
     from fast_dqn.training_loops import FastDQN, LearnerThread
 
-    found = [Walk(name, [], []) for name in (
-        "one round (FastDQN._act_round)", "one round in which a game ends",
-        "one update call, drawing (LearnerThread._timed_draw)",
-        "one update call, updating (LearnerThread._timed_update)")]
-    seen = [threading.Event() for _ in found]
+    found = [Walk("one round (FastDQN._act_round)"),
+             Walk("one round in which a game ends", keep=lambda modules: "run_logs" in modules),
+             Walk("one update call, drawing (LearnerThread._timed_draw)"),
+             Walk("one update call, updating (LearnerThread._timed_update)")]
     learning = lambda loop: loop.counters.step >= ROUND_AT  # noqa: E731
-    act_round = traced_once(FastDQN._act_round, found[0], learning, seen[0])
     patched = {
-        (FastDQN, "_act_round"): traced_once(
-            act_round, found[1], learning, seen[1],
-            keep=lambda modules: "run_logs" in modules),  # the round in which a game ends
-        (LearnerThread, "_timed_draw"): traced_once(
-            LearnerThread._timed_draw, found[2], after_calls(TRACED_CALLS), seen[2]),
-        (LearnerThread, "_timed_update"): traced_once(
-            LearnerThread._timed_update, found[3], after_calls(TRACED_CALLS), seen[3]),
+        (FastDQN, "_act_round"): traced(FastDQN._act_round, learning, found[0], found[1]),
+        (LearnerThread, "_timed_draw"): traced(
+            LearnerThread._timed_draw, after_calls(TRACED_CALLS), found[2]),
+        (LearnerThread, "_timed_update"): traced(
+            LearnerThread._timed_update, after_calls(TRACED_CALLS), found[3]),
     }
-    originals = {key: getattr(*key) for key in patched}
-    for (owner, name), wrapper in patched.items():
-        setattr(owner, name, wrapper)
-    try:
-        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(sys.stderr):
-            status = launch.main([*RUN_FLAGS, f"--logdir={Path(scratch) / 'run'}"],
-                                 ALGO_FAST_DQN)
-    finally:
-        for (owner, name), original in originals.items():
-            setattr(owner, name, original)
-    if status != 0 or not all(event.is_set() for event in seen):
+    with contextlib.ExitStack() as stack:  # the methods restored at its end
+        for (owner, name), wrapper in patched.items():
+            stack.enter_context(unittest.mock.patch.object(owner, name, wrapper))
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        status = launch.main([*RUN_FLAGS, f"--logdir={scratch / 'run'}"], ALGO_FAST_DQN)
+    if status != 0 or not all(walk.done.is_set() for walk in found):
         raise SystemExit(f"code_walk: the run ended with status {status} before each walk "
-                         f"({[event.is_set() for event in seen]})")
+                         f"({[walk.done.is_set() for walk in found]})")
     return found
 
 
@@ -159,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for walk in walks():
         print(walk.line())
-        for number, entry in enumerate(zip(walk.modules, walk.functions) if args.functions
-                                       else (), 1):
+        for number, entry in enumerate(walk.entries if args.functions else (), 1):
             print(f"  {number:2d}. {'.'.join(entry)}")
     return 0
 

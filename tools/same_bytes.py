@@ -1,19 +1,16 @@
 #!/usr/bin/env python3
 """Checks that a change "keeps the bytes": fixed-seed tiny runs write the same content.
 
-It trains six tiny fixed-seed CPU runs (the fast trainer as is, with --updates-per-call=1 and
-with --concurrent=false; the serial trainer; each trainer stopped at 2,000 steps and resumed
-to 4,000) and prints one SHA-256 digest per run over what is deterministic in it: the CSVs
-without their wall-clock `hours` column, every tensor of the checkpoint's networks and every
-replay array (not manifest.json, config.json, summary.json or TensorBoard's events, which
-hold timings). The last line is a JSON object {run: digest, "files": {run/file: digest}};
---compare FILE lists what differs from such a saved output and exits 1 if anything does;
---digests trains nothing and prints {RUN_DIR: {file: digest}} of runs made elsewhere (the
-tests compare runs so). Run from the repository root around a change:
+It trains six tiny fixed-seed CPU runs (`all_runs`: both trainers, stopped and resumed or
+not, and the fast one with one update per call and without concurrency) and prints one
+SHA-256 digest per run over what is deterministic in it: the CSVs without their wall-clock
+`hours` column, every tensor of the checkpoint's networks and every replay array (not the
+JSON files or TensorBoard's events, which hold timings). The last line is a JSON object
+{run: digest, "files": {run/file: digest}}. Run from the repository root around a change:
 
     python tools/same_bytes.py --out /tmp/sb-before > before.txt   # the old code
     python tools/same_bytes.py --out /tmp/sb-after --compare before.txt
-    python tools/same_bytes.py --digests RUN_DIR [RUN_DIR ...]
+    python tools/same_bytes.py --digests RUN_DIR [RUN_DIR ...]  # runs made elsewhere (tests)
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -45,17 +42,11 @@ FAST, SERIAL = "run_fast_dqn.py", "run_dqn.py"
 STOP_AT, FINAL_STEPS = "--timesteps=2000", "--timesteps=4000"
 
 CSV_FILES = ("episodes.csv", "evaluations.csv")
-WALL_CLOCK_COLUMN = "hours"
 NETWORK_PREFIX = Path("checkpoint") / "network" / "ckpt"
 REPLAY_DIR = Path("checkpoint") / "replay"
 # On the CPU, where a seed fixes a run bit for bit; TensorFlow's logs kept short.
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-STDERR_TAIL_LINES = 30
 RUN_HOURS = 2  # a tiny run takes about a minute; longer, it is stuck
-
-
-class RunFailed(RuntimeError):
-    """A run's command exited non-zero; the message holds its stderr tail."""
 
 
 def all_runs(extra: Sequence[str] = ()) -> dict[str, list[list[str]]]:
@@ -77,51 +68,43 @@ def all_runs(extra: Sequence[str] = ()) -> dict[str, list[list[str]]]:
             "fast-w4-updates-per-call-1": [new(FAST, "--updates-per-call=1")]}
 
 
-def execute(name: str, commands: list[list[str]], repo: Path, out: Path) -> float:
-    """Runs a run's commands in order from `repo` on the CPU, each one's output in
-    OUT/NAME-I.out and .err; returns its seconds. Raises RunFailed."""
-    start = time.monotonic()
-    for index, command in enumerate(commands):
-        argv = [arg.replace("{logdir}", str(out / name)) for arg in command]
-        log = out / f"{name}-{index}"
-        with open(f"{log}.out", "w") as stdout, open(f"{log}.err", "w") as stderr:
-            try:
-                code = subprocess.run([sys.executable, *argv], cwd=repo, stdout=stdout,
-                                      stderr=stderr, stdin=subprocess.DEVNULL,
-                                      env={**os.environ, **CPU_ONLY},
-                                      timeout=RUN_HOURS * 3600).returncode
-            except subprocess.TimeoutExpired:
-                code = f"nothing: killed after {RUN_HOURS} h"
-        if code != 0:
-            tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-STDERR_TAIL_LINES:])
-            raise RunFailed(f"{name}: `{' '.join(argv)}` exited {code}; stderr tail:\n{tail}")
-    return time.monotonic() - start
+def execute_all(runs: dict[str, list[list[str]]], out: Path, jobs: int) -> None:
+    """Executes the runs, `jobs` at a time, each one's commands in order on the CPU with their
+    output in OUT/NAME-I.out and .err; exits 1 with the stderr tail of a failed command."""
+    def execute(name: str) -> float:
+        start = time.monotonic()
+        for index, command in enumerate(runs[name]):
+            argv = [arg.replace("{logdir}", str(out / name)) for arg in command]
+            log = out / f"{name}-{index}"
+            with open(f"{log}.out", "w") as stdout, open(f"{log}.err", "w") as stderr:
+                try:
+                    code = subprocess.run([sys.executable, *argv], cwd=REPO, stdout=stdout,
+                                          stderr=stderr, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, **CPU_ONLY},
+                                          timeout=RUN_HOURS * 3600).returncode
+                except subprocess.TimeoutExpired:
+                    code = f"nothing: killed after {RUN_HOURS} h"
+            if code != 0:  # raised in a worker, it reaches the main thread through pool.map
+                tail = "\n".join(Path(f"{log}.err").read_text().splitlines()[-30:])
+                raise SystemExit(f"error: {name}: `{' '.join(argv)}` exited {code}; stderr "
+                                 f"tail:\n{tail}")
+        return time.monotonic() - start
 
-
-def execute_all(runs: dict[str, list[list[str]]], repo: Path, out: Path, jobs: int) -> None:
-    """Executes the runs `jobs` at a time; exits 1 with the stderr tail of a failed run."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(execute, name, commands, repo, out): name
-                   for name, commands in runs.items()}
-        for future in concurrent.futures.as_completed(futures):
-            try:
-                seconds = future.result()
-            except RunFailed as error:
-                print(f"error: {error}", file=sys.stderr)
-                for other in futures:
-                    other.cancel()  # the ones not started yet; running ones finish
-                sys.exit(1)
-            print(f"# {futures[future]} ran in {seconds:.0f} s", file=sys.stderr)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        for name, seconds in zip(runs, pool.map(execute, runs)):
+            print(f"# {name} ran in {seconds:.0f} s", file=sys.stderr)
+    finally:
+        pool.shutdown(cancel_futures=True)  # after a failure, the runs not started yet
 
 
 def csv_without_wall_clock(path: Path) -> bytes:
     """The CSV re-serialized without its `hours` column (wall-clock time differs per run)."""
     with open(path, newline="") as file:
         rows = list(csv.reader(file))
-    keep = [i for i, column in enumerate(rows[0]) if column != WALL_CLOCK_COLUMN]
+    keep = [i for i, column in enumerate(rows[0]) if column != "hours"]
     text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerows([row[i] for i in keep] for row in rows)
+    csv.writer(text, lineterminator="\n").writerows([row[i] for i in keep] for row in rows)
     return text.getvalue().encode()
 
 
@@ -166,12 +149,6 @@ def file_digests(run_dir: Path) -> dict[str, str]:
     return digests
 
 
-def run_digest(files: Mapping[str, str]) -> str:
-    """One digest over a run's file digests, in file order."""
-    lines = "".join(f"{name} {digest}\n" for name, digest in sorted(files.items()))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
 def differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     """Every run and file whose digest differs or is present on one side only."""
     def flat(summary: Mapping[str, object]) -> dict[str, object]:
@@ -193,29 +170,19 @@ def last_line_json(path: Path) -> dict[str, object]:
     """The JSON summary on the last non-empty line of a saved output."""
     try:
         summary = json.loads([line for line in path.read_text().splitlines() if line.strip()][-1])
-        if isinstance(summary["files"], dict):
-            return summary
+        if not isinstance(summary["files"], dict):
+            raise TypeError("its 'files' is not an object")
     except (OSError, IndexError, ValueError, TypeError, KeyError) as error:
         refuse(f"--compare {path}: its last line is not this script's JSON summary ({error!r})")
-    refuse(f"--compare {path}: its last line is not this script's JSON summary")
+    return summary
 
 
-def check_out_dir(out: Path) -> None:
-    """Refuses an --out directory that holds anything (runs must start from nothing)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        refuse(f"--out {out} exists and is not an empty directory")
-    out.mkdir(parents=True, exist_ok=True)
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """The command line."""
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path,
                         help="directory for the runs (must not exist or be empty)")
     parser.add_argument("--digests", type=Path, nargs="+", metavar="RUN_DIR",
                         help="train nothing: print the file digests of these runs")
-    parser.add_argument("--repo", type=Path, default=REPO,
-                        help="repository root whose trainers run (default: this script's)")
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="saved output to compare with (exit 1 on any difference)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default: 2)")
@@ -225,42 +192,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.out is None) == (args.digests is None):
         refuse("give --out (to train the runs) or --digests RUN_DIR... (not both)")
-    return args
-
-
-def report(runs: Iterable[str], out: Path) -> dict[str, object]:
-    """Prints each run's digest; returns the JSON summary, with every file's digest."""
-    summary: dict[str, object] = {}
-    files: dict[str, str] = {}
-    for run in sorted(runs):
-        digests = file_digests(out / run)
-        summary[run] = run_digest(digests)
-        print(f"{run} {summary[run]}")
-        files.update((f"{run}/{name}", digest) for name, digest in digests.items())
-    summary["files"] = files
-    return summary
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
     if args.digests:
         print(json.dumps({str(run_dir): file_digests(run_dir) for run_dir in args.digests}))
         return 0
     baseline = last_line_json(args.compare) if args.compare else None  # fail before running
     out = args.out.resolve()
-    check_out_dir(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        refuse(f"--out {out} exists and is not an empty directory")
+    out.mkdir(parents=True, exist_ok=True)
     runs = all_runs(args.flag)
     start = time.monotonic()
-    execute_all(runs, args.repo.resolve(), out, args.jobs)
+    execute_all(runs, out, args.jobs)
     print(f"# all runs in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    summary = report(runs, out)
-    status = 0
+    summary: dict[str, object] = {"files": {}}
+    for run in sorted(runs):  # each run's digest, over its files' digests in file order
+        files = file_digests(out / run)
+        lines = "".join(f"{name} {digest}\n" for name, digest in sorted(files.items()))
+        summary[run] = hashlib.sha256(lines.encode()).hexdigest()
+        print(f"{run} {summary[run]}")
+        summary["files"].update((f"{run}/{name}", digest) for name, digest in files.items())
+    diffs = differences(baseline, summary) if baseline is not None else []
     if baseline is not None:
-        diffs = differences(baseline, summary)
         print("\n".join(diffs) if diffs else f"same bytes as {args.compare}")
-        status = 1 if diffs else 0
     print(json.dumps(summary, sort_keys=True))
-    return status
+    return 1 if diffs else 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
-"""Soak test of stopping and resuming: one small run killed N times and resumed each time.
-
-It trains a small fast run (Breakout, W = 4, a checkpoint every 400 steps, an evaluation
-every 800) as OUT/breakout-seed0, starts it again and again (`--resume`), each time sends a
-random one of SIGKILL, SIGTERM, SIGINT and SIGHUP within --wait-seconds of the run taking its
-lock, and checks each exit: its status, no traceback, a verified checkpoint no older than
-before that agrees with the CSVs and summary.json, the CSV rows before its start unchanged.
-A second sweep (scripts/all_games.sh into OUT) before the first checkpoint must leave the run
-alone. Last, the run is resumed to its end and its directory renamed mid-run: it must finish
-in the new place with every game and evaluation logged once and a valid replay memory. The
-last line is a JSON object of figures (tests/test_soak.py reads it); exit 0 if all passed:
+"""Soak test of stopping and resuming: one small run (OUT/breakout-seed0) killed N times with
+a random signal at a random moment, resumed each time, every exit checked; a second sweep
+before its first checkpoint, and its directory renamed in its last resume, which runs to the
+end (docs/checkpoints.md, "The soak test", lists the checks). The last line is a JSON object
+of figures (tests/test_soak.py reads it); exit 0 if all passed:
 
     python tools/soak.py --kills 20 --seed 0 --out /tmp/soak
 """
@@ -18,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import csv
 import json
 import os
@@ -62,9 +57,10 @@ class SoakFailure(RuntimeError):
     """A check failed."""
 
 
-class Trainer:
-    """run_fast_dqn.py in a session of its own (only this script's signals reach it) with
-    SIGHUP at its default (under nohup it would inherit it ignored); output in LOG.out/.err."""
+class Trainer(contextlib.AbstractContextManager):
+    """run_fast_dqn.py in a session of its own (only this script's signals reach it), SIGHUP at
+    its default (nohup would leave it ignored), output in LOG.out/.err; killed at the end of
+    its `with` block if it still runs (a failed check, a stop of the soak)."""
 
     def __init__(self, args: list[str], log: Path):
         self.log, self.started_wall = log, time.time()
@@ -74,7 +70,10 @@ class Trainer:
                 env={**os.environ, **CPU_ONLY}, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=err, start_new_session=True,
                 preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-        self.pid = self.process.pid
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.process.kill()
+        self.process.wait()
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -102,26 +101,21 @@ class Trainer:
         except subprocess.TimeoutExpired:
             raise self.fail(f"still running {timeout:.0f} s on") from None
 
-    def kill(self) -> None:
-        self.process.kill()  # if it still runs: a failed check, a stop of the soak
-        self.process.wait()
+    def holds_lock(self, run_dir: Path) -> bool:
+        """Whether .lock names this process (the trainer writes it once it holds the flock)."""
+        try:
+            return f" pid {self.process.pid} " in (run_dir / LOCK_FILE).read_text()
+        except OSError:
+            return False
 
-
-def holds_lock(run_dir: Path, pid: int) -> bool:
-    """Whether .lock names `pid`: the trainer writes its pid there once it holds the flock."""
-    try:
-        return f" pid {pid} " in (run_dir / LOCK_FILE).read_text()
-    except OSError:
-        return False
-
-
-def summary_since(run_dir: Path, since: float) -> dict:
-    """summary.json if written after `since` (time.time()); else {}."""
-    try:
-        path = run_dir / SUMMARY_FILE
-        return json.loads(path.read_text()) if path.stat().st_mtime >= since else {}
-    except (OSError, ValueError):
-        return {}
+    def summary(self, run_dir: Path) -> dict:
+        """summary.json if written since this process started; else {}."""
+        try:
+            path = run_dir / SUMMARY_FILE
+            fresh = path.stat().st_mtime >= self.started_wall
+            return json.loads(path.read_text()) if fresh else {}
+        except (OSError, ValueError):
+            return {}
 
 
 def verified_step(run_dir: Path) -> int:
@@ -178,20 +172,20 @@ def second_sweep(out: Path, holder: Trainer) -> None:
             env={**os.environ, **CPU_ONLY})
     except subprocess.TimeoutExpired:
         raise SoakFailure("a second sweep did not exit within 10 s") from None
-    named = f"{RUN_NAME} (running elsewhere: " in sweep.stderr \
-        and f" pid {holder.pid} " in sweep.stderr
+    pid = holder.process.pid
+    named = f"{RUN_NAME} (running elsewhere: " in sweep.stderr and f" pid {pid} " in sweep.stderr
     if sweep.returncode != 3 or not named or list(out.glob(f"{RUN_NAME}.incomplete-*")) \
             or (out / f"{RUN_NAME}.log").exists():
-        raise SoakFailure(f"a second sweep exited {sweep.returncode}, not 3 naming pid "
-                          f"{holder.pid}, nothing moved aside, no log:\n{sweep.stderr}")
-    if not holder.running() or not holds_lock(out / RUN_NAME, holder.pid):
+        raise SoakFailure(f"a second sweep exited {sweep.returncode}, not 3 naming pid {pid}, "
+                          f"nothing moved aside, no log:\n{sweep.stderr}")
+    if not holder.running() or not holder.holds_lock(out / RUN_NAME):
         raise holder.fail("the run did not survive a second sweep")
 
 
 def check_exit(run_dir: Path, run: Trainer, status: int, signum: int | None,
                start: Start | None, tally: dict) -> int:
     """Checks what an exit left; returns the checkpoint's step."""
-    summary = summary_since(run_dir, run.started_wall)
+    summary = run.summary(run_dir)
     expected = 0 if signum is None else -signum if signum == signal.SIGKILL else 128 + signum
     if (status != expected and not (status == 0 and summary.get("finished"))) \
             or "Traceback" in run.output("err"):
@@ -229,9 +223,9 @@ def cycle(number: int, run_dir: Path, rng: random.Random, wait_seconds: float,
     else:
         args = start.args(run_dir, max(start.timesteps, out_of_reach(start.step, wait, tally)))
         tally["resumes"] += 1
-    run, sent = Trainer(args, run_dir.parent / "logs" / f"cycle{number:02d}"), None
-    try:
-        zero = run.wait_for(lambda: holds_lock(run_dir, run.pid), START_SECONDS, "lock taken")
+    sent = None
+    with Trainer(args, run_dir.parent / "logs" / f"cycle{number:02d}") as run:
+        zero = run.wait_for(lambda: run.holds_lock(run_dir), START_SECONDS, "lock taken")
         if start is None:  # a run without a checkpoint, which a sweep must not take as dead
             run.wait_for((run_dir / CONFIG_FILE).is_file, START_SECONDS, "config.json")
             tally["second_sweeps"] += 1
@@ -248,8 +242,6 @@ def cycle(number: int, run_dir: Path, rng: random.Random, wait_seconds: float,
         else:  # it finished first: this machine is faster than the bound
             tally["steps_per_second"] *= 2
         status = run.exit_status(STOP_SECONDS)
-    finally:
-        run.kill()
     step = check_exit(run_dir, run, status, sent, start, tally)
     print(f"cycle {number}: {sent.name if sent else 'no signal'} {wait:.1f} s after "
           f"{'the lock' if start else 'the first checkpoint'}, exit {status}, checkpoint "
@@ -261,21 +253,18 @@ def final_run(run_dir: Path, tally: dict) -> None:
     start = Start(run_dir)
     timesteps = start.timesteps if start.timesteps > start.step else \
         out_of_reach(start.step, 0.0, tally)
-    run = Trainer(start.args(run_dir, timesteps), run_dir.parent / "logs" / "final")
     moved = run_dir.with_name(RUN_NAME + ".moved")
     tally["resumes"] += 1
-    try:
+    with Trainer(start.args(run_dir, timesteps), run_dir.parent / "logs" / "final") as run:
         run.wait_for(lambda: "checkpoint at step" in run.output("out"), FINAL_SECONDS,
                      '"checkpoint at step" line')
         run_dir.rename(moved)
         tally["renamed_mid_run"] = True
         status = run.exit_status(FINAL_SECONDS)
-    finally:
-        run.kill()
     if run_dir.exists():
         raise SoakFailure(f"{run_dir} was made again after the run was renamed to {moved}")
     moved.rename(run_dir)  # for the checks
-    if not summary_since(run_dir, run.started_wall).get("finished"):
+    if not run.summary(run_dir).get("finished"):
         raise run.fail(f"the final run exited {status}, its summary.json not finished")
     # Its games are 1..n, once each (check_logs_match); its evaluations one at each period:
     step = tally["final_step"] = check_exit(run_dir, run, status, None, start, tally)

@@ -5,12 +5,10 @@ A Pong run (W = 16, the default evaluation, a replay memory and replay start of 
 by default 1,000,000: ~7.1 GB a checkpoint; epochs of --target-update T) goes through four
 processes, each stopped by one SIGTERM: the new run late in its random start, a resume 1 s
 into its evaluation at step C, a resume from a cold page cache as its checkpoint at C + T
-begins, and a resume half-way through its next epoch. It prints, per stop, the seconds from
-the signal to the exit, of which writing a checkpoint, and the checkpoint's size and step;
-per resume, the seconds from its launch to its "run directory:" line (after the CRC check),
-its device line (TensorFlow imported) and "resumed from" (memory read): a JSON line each,
-and all of them in the last line.
-docs/checkpoints.md holds its figures. It needs ~14.2 GB of disk; a dry run takes 3 minutes:
+begins, and a resume half-way through its next epoch. It prints a JSON line per stop (the
+seconds from the signal to the exit, of which writing a checkpoint) and per resume (the
+seconds to its start-up lines); docs/checkpoints.md holds its figures. It needs ~14.2 GB of
+disk; a dry run takes 3 minutes:
 
     nohup python tools/stop_times.py > /tmp/stop_times.log 2>&1 &
     python tools/stop_times.py --capacity 20000 --target-update 2000 --phase1-fraction 0.5
@@ -33,9 +31,11 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 BYTES_PER_TRANSITION = 7_064  # a checkpoint's replay bytes per slot
 PROGRESS = re.compile(r"^step (\d+)/\d+ ")
+# A resume's start-up lines: after the checkpoint's CRC check, TensorFlow imported, memory read.
 LINES = {"run directory": re.compile(r"^run directory: "),
          "device": re.compile(r"^\w+ on (CPU|GPU)\b"), "resumed": re.compile(r"^resumed from ")}
 TMP, OLD = "checkpoint.tmp", "checkpoint.old"
+TIMEOUT, STOP_TIMEOUT = 3600.0, 1800.0  # seconds for a phase to come; for an exit
 
 
 class StageFailed(RuntimeError):
@@ -90,11 +90,12 @@ class TrainerProcess:
         steps = [int(m[1]) for _, line in self.lines if (m := PROGRESS.match(line))]
         return steps[-1] if steps else -1
 
-    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        """Watches until `condition()`; StageFailed if the process exits or time runs out."""
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+        """Watches until `condition()`; StageFailed if the process exits first or the time
+        runs out."""
         deadline = time.monotonic() + timeout
         while not condition():
-            if not self.watch() or time.monotonic() > deadline:
+            if (not self.watch() and not condition()) or time.monotonic() > deadline:
                 raise StageFailed(f"no {what} (exit {self.process.poll()}); see {self.log}")
             time.sleep(0.02)
 
@@ -114,8 +115,7 @@ def checkpoint_counters_and_gb(run_dir: Path) -> tuple[dict, float]:
     return manifest["counters"], sum(path.stat().st_size for path in files) / 1e9
 
 
-def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes: list[dict],
-            trainers: list[TrainerProcess]) -> None:
+def measure(args: argparse.Namespace, workdir: Path, trainers: list[TrainerProcess]) -> None:
     """The four processes (see the module's docstring), each appended to `trainers`."""
     C, T, run_dir = args.capacity, args.target_update, workdir / "run"
 
@@ -128,24 +128,19 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
         load = os.getloadavg()[0]
         if trainer.t_signal is None:
             trainer.send_sigterm()
-        deadline = time.monotonic() + args.stop_timeout
-        while trainer.watch():
-            if time.monotonic() > deadline:
-                raise StageFailed(f"{phase}: still running {args.stop_timeout:.0f} s on")
-            time.sleep(0.02)
+        trainer.wait_for(lambda: trainer.t_exit > 0, f"exit in {phase}", STOP_TIMEOUT)
         counters, gb = checkpoint_counters_and_gb(run_dir)
         step, updates = counters["step"], counters["updates"]
         seconds, write = trainer.t_exit - trainer.t_signal, trainer.write_seconds()
-        stops.append({"phase": phase, "seconds": round(seconds, 2), "checkpoint_write":
-                      round(write, 2), "other": round(seconds - write, 2), "checkpoint_gb":
-                      round(gb, 2), "step": step, "exit": trainer.process.returncode,
-                      "load": load, "confirmed": confirms(step, updates)})
-        print(json.dumps(stops[-1]), flush=True)
-        if not stops[-1]["confirmed"] and len(stops) < 4:
+        confirmed = confirms(step, updates)
+        print(json.dumps({"phase": phase, "seconds": round(seconds, 2), "checkpoint_write":
+                          round(write, 2), "other": round(seconds - write, 2), "checkpoint_gb":
+                          round(gb, 2), "step": step, "exit": trainer.process.returncode,
+                          "load": load, "confirmed": confirmed}), flush=True)
+        if not confirmed and len(trainers) < 4:
             raise StageFailed(f"{phase}: the checkpoint's step {step} does not confirm it")
 
     def resume(name: str, cold: bool = False, **options) -> TrainerProcess:
-        counters, gb = checkpoint_counters_and_gb(run_dir)
         for path in (run_dir / "checkpoint").rglob("*") if cold else ():
             if path.is_file():  # out of the page cache: a cold start, as on a new node
                 fd = os.open(path, os.O_RDONLY)
@@ -153,35 +148,33 @@ def measure(args: argparse.Namespace, workdir: Path, stops: list[dict], resumes:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.close(fd)
         trainer = launch(name, ["--resume", str(run_dir)], **options)
-        trainer.wait_for(lambda: trainer.first(LINES["resumed"]) is not None, args.timeout,
+        trainer.wait_for(lambda: trainer.first(LINES["resumed"]) is not None,
                          '"resumed from" line')
         times = {key: round(trainer.first(pattern) - trainer.t_launch, 2)
                  for key, pattern in LINES.items() if trainer.first(pattern) is not None}
-        resumes.append({"process": name, "cold": cold, "step": counters["step"],
-                        "checkpoint_gb": round(gb, 2), "seconds_to": times})
-        print(json.dumps(resumes[-1]), flush=True)
+        print(json.dumps({"process": name, "cold": cold, "seconds_to": times}), flush=True)
         return trainer
 
     trainer = launch("new-run", [
         "--game=pong", "--workers=16", f"--replay-capacity={C}", f"--replay-start={C}",
         f"--evaluate={C}", f"--target-update={T}", f"--checkpoint-every={C + T}",
         f"--timesteps={C + 4 * T}", "--progress-every=1", f"--logdir={run_dir}"])
-    trainer.wait_for(lambda: trainer.last_step() >= args.phase1_fraction * C, args.timeout,
+    trainer.wait_for(lambda: trainer.last_step() >= args.phase1_fraction * C,
                      "progress line late in the random start")
     stop(trainer, "random start (memory filling)", lambda step, updates: step < C)
     trainer = resume("resume-1")
     trainer.wait_for(lambda: trainer.first(re.compile(f"^evaluation at step {C}$")) is not None,
-                     args.timeout, f"evaluation at step {C}")
+                     f"evaluation at step {C}")
     time.sleep(1.0)
     stop(trainer, "evaluation (30 games)", lambda step, updates: step == C)
     trainer = resume("resume-2", cold=True, signal_on_tmp=True)
-    trainer.wait_for(lambda: trainer.t_signal is not None, args.timeout, "checkpoint.tmp/")
+    trainer.wait_for(lambda: trainer.t_signal is not None, "checkpoint.tmp/")
     epoch_seconds = trainer.t_signal - next((t for t, line in trainer.lines if (
         m := PROGRESS.match(line)) and int(m[1]) > C), trainer.t_signal)
     stop(trainer, "periodic checkpoint being written", lambda step, updates: step == C + T)
     updates_before = checkpoint_counters_and_gb(run_dir)[0]["updates"]
     trainer = resume("resume-3")
-    trainer.wait_for(lambda: trainer.last_step() > C + T, args.timeout, "the next epoch")
+    trainer.wait_for(lambda: trainer.last_step() > C + T, "the next epoch")
     time.sleep(min(max(epoch_seconds / 2, 3.0), 120.0))
     stop(trainer, "trainer epoch (learning)",  # some of the epoch's T / 4 updates abandoned
          lambda step, updates: C + T < step <= C + 2 * T and 0 < updates - updates_before < T // 4)
@@ -194,8 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--target-update", type=int, default=10_000)
     parser.add_argument("--phase1-fraction", type=float, default=0.95)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="for a phase to come")
-    parser.add_argument("--stop-timeout", type=float, default=1800.0, help="for an exit")
     args = parser.parse_args(argv)
     if args.capacity % 16 or args.target_update % 16:
         parser.error("--capacity and --target-update must be multiples of 16 (W)")
@@ -208,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not enough free disk under {workdir} for two checkpoints")
     print(f"stop times: {os.cpu_count()} cores, load {os.getloadavg()}, in {workdir}",
           flush=True)
-    stops, resumes, trainers, status = [], [], [], 0
+    trainers, status = [], 0
     try:
-        measure(args, workdir, stops, resumes, trainers)
+        measure(args, workdir, trainers)
     except StageFailed as error:
         print(f"error: {error}", flush=True)
         status = 1
@@ -218,7 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         for trainer in trainers:
             trainer.process.kill()  # if still running: a failed or interrupted measurement
         shutil.rmtree(workdir / "run", ignore_errors=True)
-    print(json.dumps({"stops": stops, "resumes": resumes, "status": status}))
     return status
 
 
