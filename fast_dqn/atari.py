@@ -330,3 +330,13 @@ def make_atari_env(settings: GameSettings, *, seed: int) -> AtariEnv:
                    frame_size=settings.frame_size)
     env.reset(seed=seed)
     return env
+
+
+def game_actions(config: Config) -> int:
+    """The number of actions of the run's game (its minimal set, unless the protocol asks for
+    all 18)."""
+    env = make_atari_env(GameSettings.of_run(config), seed=config.seed)
+    try:
+        return env.n_actions
+    finally:
+        env.close()

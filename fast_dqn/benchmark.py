@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop, UpdateTimes
-from fast_dqn.atari import resolve_game
+from fast_dqn.atari import game_actions, resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
                              new_run_settings, validate)
@@ -285,16 +285,6 @@ def measure_emulation(config: Config, seconds: float) -> float:
             pool.step(rng.integers(0, pool.n_actions, pool.num_envs))
             rounds += 1
         return rounds * pool.num_envs / (time.perf_counter() - start)
-    finally:
-        pool.close()
-
-
-def game_actions(config: Config) -> int:
-    """The number of actions of the run's game (its minimal set, unless the protocol asks for
-    all 18)."""
-    pool = make_pool(config, 1, SERIAL, config.seed)
-    try:
-        return pool.n_actions
     finally:
         pool.close()
 

@@ -74,10 +74,11 @@ NOT_SAVED = RESUME_ONLY + PROCESS_ONLY
 # holds every setting of its version; one of an older version lacks the settings added after
 # it, which its run ran with at their defaults (version 1: from checkpoint format 2 on).
 CONFIG_VERSION_KEY = "config_version"
-CONFIG_VERSION = 2
+CONFIG_VERSION = 3
 SETTINGS_ADDED_AFTER = {1: ("protocol", "life_loss_terminal", "full_action_set", "double",
                             "dueling", "replay_device", "optimizer", "loss", "n_step",
-                            "prioritized")}
+                            "prioritized"),
+                        2: ("video_every",)}
 # The largest --timesteps: TensorBoard records the agent step as a 64-bit integer.
 MAX_TIMESTEPS = 2**63 - 1
 
@@ -134,6 +135,10 @@ class Config:
     eval_max_episode_steps: int = _field(4_500, "agent steps before an evaluation game is cut "
                                          "off (4,500 steps = 18,000 frames = 5 minutes, "
                                          "Nature's Methods, 'Evaluation procedure')")
+    video_every: int = _field(0, "record the first game of every Nth evaluation into "
+                              "RUN_DIR/eval-step<STEP>.mp4 as play --video does (0 = never; a "
+                              "run that records plays its first evaluation games in Python "
+                              "envs, whose screens can be read, not in ale-py's vector env)")
     protocol: str = _field("nature", "Atari protocol preset: nature (Mnih et al. 2015) or "
                            "machado (Machado et al. 2018: sticky actions 0.25, no life-loss "
                            "signal, all 18 actions, no no-ops); flags given beside it win",
@@ -535,7 +540,7 @@ def validate(config: Config, algo: str,
         raise ValueError(f"{name('timesteps')} must be at most {MAX_TIMESTEPS} (TensorBoard's "
                          f"64-bit step); got {config.timesteps}")
     non_negative = ("evaluate", "replay_start", "exploration_steps", "noop_max",
-                    "checkpoint_every")
+                    "checkpoint_every", "video_every")
     for field in non_negative:
         if getattr(config, field) < 0:
             raise ValueError(f"{name(field)} must be 0 or more; got {getattr(config, field)}")

@@ -355,6 +355,10 @@ class SerialEnvPool(OneCallStep):
     def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [fn(i) for i in range(self.num_envs)]
 
+    def first_screen(self) -> np.ndarray:
+        """The raw RGB screen of env 0, for a video."""
+        return self._envs[0].screen_rgb()
+
     def reset(self, seed: int) -> np.ndarray:
         _check_nothing_sent(self._sent is not None)
         return np.stack([env.reset(seed=seed + i) for i, env in enumerate(self._envs)])
@@ -430,6 +434,10 @@ class GroupedPool:
     def run_in_env_threads(self, fn: Callable[[int], T]) -> list[T]:
         return [result for first, group in zip(self._firsts, self._groups)
                 for result in group.run_in_env_threads(lambda i, first=first: fn(first + i))]
+
+    def first_screen(self) -> np.ndarray:
+        """Env 0's raw RGB screen, where its group is a `SerialEnvPool`."""
+        return self._groups[0].first_screen()  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for group in self._groups:

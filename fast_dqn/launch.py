@@ -147,9 +147,11 @@ def eval_backend(config: Config) -> str:
 def make_eval_pool(config: Config, should_stop: Callable[[], bool]) -> EnvPool:
     """One env per evaluation game, each cut off after 5 minutes of play by default; made and
     reset in groups of EVAL_GROUP_SIZE, so that a stop waits for one group at most
-    (`GroupedPool`: env i is seeded as in one pool)."""
+    (`GroupedPool`: env i is seeded as in one pool). With --video-every the first group is
+    stepped in the caller's thread, where the video reads env 0's screen."""
     def make_group(first: int, num_envs: int) -> EnvPool:
-        return make_pool(config, num_envs, eval_backend(config), config.seed + first,
+        backend = SERIAL if first == 0 and config.video_every else eval_backend(config)
+        return make_pool(config, num_envs, backend, config.seed + first,
                          max_episode_steps=config.eval_max_episode_steps)
 
     return GroupedPool(make_group, config.eval_episodes, EVAL_GROUP_SIZE, should_stop)

@@ -13,6 +13,7 @@ has it, into the run directory only while no run holds it, renamed into place on
 
 A stop signal ends play at its next step (exit 128 + the signal; the video removed). Bad
 input, and a checkpoint that fails `--resume`'s checks, get one line and exit status 2.
+The network is loaded as `fast_dqn.load` loads it, into an `Agent`.
 """
 
 from __future__ import annotations
@@ -29,15 +30,16 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from fast_dqn.atari import GameSettings, make_atari_env, resolve_game
+from fast_dqn.atari import GameSettings, game_actions, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
 from fast_dqn.config import Config, OneLineErrorParser, add_device_flag
-from fast_dqn.acting import Actor, GreedyFn
+from fast_dqn.acting import Actor, GreedyFn, draw_exploration
 from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.run_dir import CONFIG_FILE, WriteFailed
 from fast_dqn.env_pools import SerialEnvPool
 from fast_dqn.stop_request import StopRequest
+from fast_dqn.transitions import STATE_SHAPE
 from fast_dqn.video import (DEFAULT_VIDEO, VIDEO_FPS, VideoRecorder, VideoTarget,
                             check_video_path, open_video_target)
 
@@ -164,11 +166,6 @@ def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
     return SerialEnvPool(lambda i: make_atari_env(settings, seed=seed + i), 1)
 
 
-def screen_of(pool: SerialEnvPool) -> np.ndarray:
-    """The raw RGB screen of the pool's one env, for the video."""
-    return pool.run_in_envs(lambda index, env: env.screen_rgb())[0]
-
-
 def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
     """Builds the run's Q-network and restores its online weights from `checkpoint`.
 
@@ -181,6 +178,43 @@ def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
     network = make_learner(config, n_actions)
     network.restore_online(network_prefix(checkpoint))
     return network
+
+
+class Agent:
+    """A run's online network, restored from its checkpoint, acting on batches of states as
+    the trainers' networks take them: (B, 4, 84, 84) uint8, 4 frames of 84x84, oldest first.
+    `greedy` gives the argmax actions, `act` the epsilon-greedy ones drawn from `rng`."""
+
+    def __init__(self, run: RunToPlay, seed: int | None = None):
+        """Configures TensorFlow as play does (`device` says where it computes), builds the
+        network and restores it; `rng` is seeded `seed` (default: the run's seed).
+
+        Raises:
+            ValueError: the checkpoint does not fit the run's network.
+        """
+        self.run = run
+        self.device = configure_device(activity="playing")
+        self.n_actions = game_actions(run.config)
+        network = load_network(run.config, self.n_actions, run.checkpoint)
+        self.greedy: GreedyFn = functools.partial(network.greedy_actions, use_target=False)
+        self.rng = np.random.default_rng(run.config.seed if seed is None else seed)
+
+    def act(self, states: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
+        """The (B,) actions for `states`: each greedy, or with probability `epsilon` (Nature
+        evaluates at EVAL_EPSILON, 0.05) uniformly random, drawn as the loops draw them.
+
+        Raises:
+            ValueError: `states` are not (B, 4, 84, 84) uint8, or `epsilon` is not in [0, 1].
+        """
+        states = np.asarray(states)
+        if states.dtype != np.uint8 or states.shape[1:] != STATE_SHAPE:
+            raise ValueError("states must be a uint8 array of shape (B, %d, %d, %d)" % STATE_SHAPE
+                             + f"; got {states.dtype} {states.shape}")
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be within [0, 1]; got {epsilon}")
+        exploration = draw_exploration(epsilon, len(states), self.n_actions, self.rng)
+        return exploration.actions(np.zeros(len(states), np.int64) if exploration.all_random
+                                   else self.greedy(states))
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,7 +243,7 @@ def play_games(pool: SerialEnvPool, greedy: GreedyFn, *, epsilon: float,
         if stop:
             raise KeyboardInterrupt
         if recorder is not None:
-            recorder.write(screen_of(pool))
+            recorder.write(pool.first_screen())
         for game in actor.play_round(greedy, epsilon, rng):
             results.append(GameResult(game.score, game.length, game.cut_off))
             if on_game is not None:
@@ -270,27 +304,20 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
             pool = make_pool(run.config, seed=seed, max_steps=max_steps)
             stack.callback(pool.close)
             recorder = (None if target is None else
-                        stack.enter_context(VideoRecorder(target, screen_of(pool).shape[:2])))
-            greedy = _load_greedy(run, pool.n_actions)
+                        stack.enter_context(VideoRecorder(target, pool.first_screen().shape[:2])))
+            agent = Agent(run, seed)
         except ValueError as error:
             parser.error(_one_line(error))
+        print(agent.device, flush=True)
         _print_header(run, args, seed, max_steps)
         if recorder is not None and recorder.codec.plays_in_browsers:
             print(f"video codec: {recorder.codec.name} ({recorder.codec.fourcc}), as this "
                   f"OpenCV has no H.264 encoder: {recorder.codec.plays_in_browsers}",
                   flush=True)
-        results = play_games(pool, greedy, epsilon=args.epsilon,
-                             rng=np.random.default_rng(seed), games=args.episodes, seed=seed,
-                             recorder=recorder,
+        results = play_games(pool, agent.greedy, epsilon=args.epsilon, rng=agent.rng,
+                             games=args.episodes, seed=seed, recorder=recorder,
                              on_game=lambda i, r: _print_game(i, args.episodes, r), stop=stop)
     return results, recorder
-
-
-def _load_greedy(run: RunToPlay, n_actions: int) -> GreedyFn:
-    """The greedy actions of the run's online network."""
-    print(configure_device(activity="playing"), flush=True)
-    network = load_network(run.config, n_actions, run.checkpoint)
-    return functools.partial(network.greedy_actions, use_target=False)
 
 
 def _print_header(run: RunToPlay, args: argparse.Namespace, seed: int, max_steps: int) -> None:

@@ -1,11 +1,13 @@
-"""The video of play: the raw RGB screen as an MP4, written whole or not at all.
+"""The video of play and of a run's evaluations: the raw RGB screen as an MP4, written whole
+or not at all.
 
 The screen is recorded at 15 fps (real time at frame skip 4 on the 60 Hz Atari), each pixel
 as 2x2, since H.264 and VP9 keep colour at half resolution (4:2:0) and would smear the
 screen's one-pixel details; the codec is the first this OpenCV really writes (H.264, which
-browsers play inline, then VP9, then MPEG-4 part 2). Into the run directory it writes under
-the directory's lock, refused while a training run holds it. The file is renamed into place
-only when read back whole: OpenCV drops the file system's errors.
+browsers play inline, then VP9, then MPEG-4 part 2). Into a run directory it writes only under
+the directory's lock: the run's own for its evaluations; play's is refused while a run holds
+it. The file is renamed into place only when read back whole: OpenCV drops the file system's
+errors.
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ class VideoRecorder:
         """`screen_size` is (height, width) of the RGB screens, as numpy shapes them.
 
         Raises:
-            ValueError: no codec, or the file cannot be made (one line).
+            ValueError: this OpenCV writes no codec.
+            WriteFailed: the file cannot be made.
         """
         self.target = target
         self.path = target.path
@@ -210,15 +213,14 @@ class VideoRecorder:
                                            VIDEO_FPS, (width, height))
         except OSError as error:
             self._discard()
-            raise ValueError(f"cannot write --video {self.path}: {error.strerror or error}"
-                             ) from None
+            raise write_failure(self.path, error) from None
         except BaseException:
             self._discard()
             raise
         if not self._writer.isOpened():
             self._discard()
-            raise ValueError(f"cannot write --video {self.path}: OpenCV cannot open a "
-                             f"{self.codec.fourcc} writer there")
+            raise WriteFailed(self.path, f"OpenCV cannot open a {self.codec.fourcc} writer "
+                              "there", disk_full=False)
 
     def write(self, screen_rgb: np.ndarray) -> None:
         frame = cv2.cvtColor(screen_rgb, cv2.COLOR_RGB2BGR)

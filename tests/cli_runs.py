@@ -121,6 +121,14 @@ FAST = [*TINY, "--workers=4"]
 # For runs whose test is not about the trainer being slower than the acting: an update of 4
 # transitions costs a fraction of one of 32 on the CPU.
 SMALL_BATCH = "--batch-size=4"
+# The tiny run of conftest's `video_run` (the serial trainer): evaluations at steps 300 and
+# 600, the second recorded (--video-every=2); games cut at VIDEO_EVAL_CAP steps, which a game
+# of breakout (5 lives) always outlasts, so the recorded game is that long. Its final
+# checkpoint is past the replay start: its network has been trained.
+VIDEO_EVAL_CAP = 60
+VIDEO_RUN = [*TINY, SMALL_BATCH, "--timesteps=600", "--evaluate=300", "--eval-episodes=2",
+             f"--eval-max-episode-steps={VIDEO_EVAL_CAP}", "--video-every=2",
+             "--checkpoint-every=0"]
 # `python FINAL_WINDOW_STOP SIGNAL run_fast_dqn.py ARGS...`: the fast trainer stopped by SIGNAL
 # once its epoch's steps are all taken and before its updates are (see the file).
 FINAL_WINDOW_STOP = REPO / "tests" / "final_window_stop.py"

@@ -96,3 +96,17 @@ def fake_learner(tmp_path) -> Path:
     path.write_text(FAKE_LEARNER)
     path.chmod(0o755)
     return path
+
+
+@pytest.fixture(scope="session")
+def video_run(tmp_path_factory) -> Path:
+    """A real tiny run of the serial trainer with --video-every (tests/cli_runs.VIDEO_RUN),
+    trained in this process: its directory, for the tests of its evaluation's video
+    (test_evaluation.py) and of loading its agent (test_play.py)."""
+    from fast_dqn import launch
+    from fast_dqn.config import ALGO_DQN
+    from tests.cli_runs import VIDEO_RUN
+
+    run_dir = tmp_path_factory.mktemp("video-run") / "run"
+    assert launch.main([*VIDEO_RUN, f"--logdir={run_dir}"], ALGO_DQN) == 0
+    return run_dir

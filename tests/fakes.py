@@ -136,6 +136,10 @@ class ScriptedPool(OneCallStep):
     def run_in_env_threads(self, fn):
         return [fn(i) for i in range(self.num_envs)]
 
+    def first_screen(self) -> np.ndarray:
+        """An Atari-sized RGB screen whose pixels are env 0's step in its game."""
+        return np.full((210, 160, 3), self.steps[0], dtype=np.uint8)
+
     def close(self) -> None:
         pass
 

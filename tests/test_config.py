@@ -122,6 +122,7 @@ REFUSED_SETTINGS = [
     ({"sticky_actions": 1.5}, ALGO_DQN, "--sticky-actions must be within \\[0, 1\\]"),
     ({"eval_epsilon": -0.1}, ALGO_DQN, "--eval-epsilon must be within"),
     ({"evaluate": -1}, ALGO_DQN, "--evaluate must be 0 or more"),
+    ({"video_every": -1}, ALGO_DQN, "--video-every must be 0 or more"),
     ({"lr": 0.0}, ALGO_DQN, "--lr must be positive"),
     ({"train_freq": 3}, ALGO_FAST_DQN, "--train-freq \\(3\\) must divide"),
     ({"interp": "linear"}, ALGO_FAST_DQN, "needs --backend=threads"),
@@ -341,8 +342,8 @@ VERSION_1 = {
     "rmsprop_rho": 0.95, "seed": 0, "sticky_actions": 0.0, "synchronize": True,
     "target_update": 10000, "timesteps": 1000, "train_freq": 4, "updates_per_call": 4,
     "workers": 8, "xla": "auto", "library_versions": {"python": "3.11.9"}}
-# The settings config.json holds from version 2 on: a setting added to Config needs a new
-# version (config.CONFIG_VERSION, SETTINGS_ADDED_AFTER) and a line here.
+# The settings config.json holds from version 2 on, and from version 3 on: a setting added to
+# Config needs a new version (config.CONFIG_VERSION, SETTINGS_ADDED_AFTER) and a line here.
 VERSION_2_SETTINGS = {
     "game", "timesteps", "evaluate", "seed", "interp", "replay_capacity", "replay_start",
     "train_freq", "target_update", "batch_size", "lr", "optimizer", "rmsprop_rho",
@@ -352,15 +353,23 @@ VERSION_2_SETTINGS = {
     "double", "dueling", "n_step", "prioritized", "logdir", "checkpoint_every",
     "checkpoint_replay", "progress_every", "xla", "replay_device", "workers", "concurrent",
     "synchronize", "backend", "updates_per_call"}
+VERSION_3_SETTINGS = VERSION_2_SETTINGS | {"video_every"}
 
 
 def test_config_json_holds_every_setting_of_its_version():
     saved = dict(SAVED)
-    assert saved.pop("config_version") == 2
-    assert set(saved) == VERSION_2_SETTINGS
+    assert saved.pop("config_version") == 3
+    assert set(saved) == VERSION_3_SETTINGS
 
 
-@pytest.mark.parametrize("key", sorted(VERSION_2_SETTINGS))
+def test_a_config_json_of_version_2_is_read_without_video_every_at_its_default():
+    saved = {**{k: v for k, v in SAVED.items() if k != "video_every"}, "config_version": 2}
+    assert Config.from_saved(saved, ALGO_FAST_DQN).video_every == 0
+    with pytest.raises(ValueError, match="^'video_every' is missing$"):
+        Config.from_saved({**saved, "config_version": 3}, ALGO_FAST_DQN)
+
+
+@pytest.mark.parametrize("key", sorted(VERSION_3_SETTINGS))
 def test_a_setting_missing_from_config_json_is_refused_naming_the_key(key):
     """Regression: a setting deleted from config.json quietly took its default."""
     saved = {name: value for name, value in SAVED.items() if name != key}
@@ -384,9 +393,9 @@ def test_a_config_json_of_version_1_is_read_with_the_settings_added_since_at_the
                               ALGO_FAST_DQN)
 
 
-@pytest.mark.parametrize("version", [0, 3, "2", None])
+@pytest.mark.parametrize("version", [0, 4, "3", None])
 def test_a_config_json_of_an_unknown_version_is_refused(version):
-    with pytest.raises(ValueError, match="^'config_version' must be an integer from 1 to 2"):
+    with pytest.raises(ValueError, match="^'config_version' must be an integer from 1 to 3"):
         Config.from_saved({**SAVED, "config_version": version}, ALGO_DQN)
 
 

@@ -56,6 +56,7 @@ def check_run_files(run_dir: Path, algo: str, steps: int) -> dict:
     assert summary["steps_per_second"] > 0
     assert summary["device"].startswith("training on")
     assert (run_dir / "checkpoint" / "manifest.json").is_file()
+    assert not [path for path in run_dir.iterdir() if "mp4" in path.name]  # --video-every=0
     return summary
 
 

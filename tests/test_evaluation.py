@@ -4,15 +4,25 @@ full games at epsilon 0.05 with the online network, each cut off after 5 minutes
 
 from __future__ import annotations
 
+import csv
+import errno
+import json
+import os
+from pathlib import Path
+
+import cv2
 import numpy as np
 import pytest
 
 from fast_dqn.training_loops import DQN
 from fast_dqn.config import Config
 from fast_dqn.loop_interfaces import LoopParts
-from fast_dqn.evaluation import Evaluated, evaluate
+from fast_dqn.evaluation import Evaluated, Evaluator, evaluate
+from fast_dqn.env_pools import PoolStopped
 from fast_dqn.launch import make_eval_pool
 from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.run_dir import OpenDirectory, WriteFailed
+from tests.cli_runs import VIDEO_EVAL_CAP
 from tests.fakes import FakeRunLog, RecordingNetwork, ScriptedPool, Tape
 
 
@@ -59,7 +69,8 @@ def test_a_run_evaluates_with_the_online_network_at_its_eval_epsilon(monkeypatch
 
     seen = {}
 
-    def recording_evaluate(pool, greedy, *, epsilon, seed, rng, should_stop=None):
+    def recording_evaluate(pool, greedy, *, epsilon, seed, rng, should_stop=None,
+                           recorder=None):
         seen["epsilon"] = epsilon
         return evaluate(pool, greedy, epsilon=epsilon, seed=seed, rng=rng)
 
@@ -101,8 +112,6 @@ def test_the_runs_evaluation_pool_cuts_games_off_at_the_evaluation_cap():
 def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
     """A stop must not wait for 30 games of up to 4,500 steps: `evaluate` looks at the
     request before every step, and an evaluation cut short is neither logged nor counted."""
-    from fast_dqn.evaluation import Evaluator
-
     pool = ScriptedPool([4500, 4500])
     asked = []
 
@@ -111,9 +120,10 @@ def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
         return len(pool.actions) >= 10
 
     greedy = lambda states: np.zeros(len(states), dtype=np.int64)  # noqa: E731
-    result = evaluate(pool, greedy, epsilon=0.05, seed=0, rng=np.random.default_rng(0),
-                      should_stop=stop_after_10_steps)
-    assert result is None and len(pool.actions) == 10
+    with pytest.raises(PoolStopped):
+        evaluate(pool, greedy, epsilon=0.05, seed=0, rng=np.random.default_rng(0),
+                 should_stop=stop_after_10_steps)
+    assert len(pool.actions) == 10
 
     log, pools = FakeRunLog(), []
     evaluator = Evaluator(Config(eval_episodes=2),
@@ -128,9 +138,6 @@ def test_a_stop_request_cuts_an_evaluation_short_and_it_is_not_counted():
 def test_an_evaluation_whose_pool_is_stopped_while_made_is_not_counted():
     """`make_pool` (a `GroupedPool`) raises PoolStopped when the request comes between two
     groups of envs; the evaluation is then cut short like one stopped during its games."""
-    from fast_dqn.evaluation import Evaluator
-    from fast_dqn.env_pools import PoolStopped
-
     stopping = [False]
     asked = []
 
@@ -153,3 +160,113 @@ def test_an_evaluations_line_gives_its_step_mean_min_max_and_time():
     line = Evaluated(6000, [-21.0, -19.0, -20.0], 14.26).line()
     assert line == ("evaluation at step 6000: mean -20.0 over 3 games (min -21.0, max -19.0), "
                     "14.3 s")
+
+
+# -- the video of an evaluation's first game (--video-every) -----------------------------------
+
+class ScreenSteps:
+    """Stands in for a VideoRecorder: the step each screen written shows (ScriptedPool's
+    `first_screen` paints env 0's step into its pixels)."""
+
+    def __init__(self):
+        self.steps: list[int] = []
+
+    def write(self, screen: np.ndarray) -> None:
+        self.steps.append(int(screen[0, 0, 0]))
+
+
+@pytest.mark.parametrize("lengths", [[5, 9, 3], [9, 2]], ids=["others-longer", "first-longest"])
+def test_the_video_gets_the_first_game_alone_one_screen_per_step(lengths):
+    """As play records a game: its first screen and the screen after each step but its last,
+    whether the other games end before or after it."""
+    recorder = ScreenSteps()
+    evaluate(ScriptedPool(lengths), lambda states: np.zeros(len(states), dtype=np.int64),
+             epsilon=0.0, seed=0, rng=np.random.default_rng(0), recorder=recorder)
+    assert recorder.steps == list(range(lengths[0]))
+
+
+def video_frames(path: Path) -> int:
+    capture = cv2.VideoCapture(str(path))
+    try:
+        return int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    finally:
+        capture.release()
+
+
+@pytest.mark.parametrize("video_every, recorded", [
+    (0, []), (1, [100, 200, 300, 400]), (2, [200, 400]), (3, [300]),
+])
+def test_every_nth_evaluation_records_its_first_game_into_the_run_directory(
+        tmp_path, video_every, recorded):
+    log = FakeRunLog()
+    lines = []
+    with OpenDirectory.at(tmp_path) as log.directory:
+        evaluator = Evaluator(Config(eval_episodes=2, video_every=video_every),
+                              lambda should_stop: ScriptedPool([7, 3]), log)
+        for step in (100, 200, 300, 400):
+            lines.append(evaluator.run(step, lambda s: np.zeros(len(s), np.int64), 0.0).line())
+    videos = [tmp_path / f"eval-step{step}.mp4" for step in recorded]
+    assert sorted(tmp_path.iterdir()) == sorted(videos)  # nor a temporary file
+    assert [video_frames(video) for video in videos] == [7] * len(videos)  # the first game's
+    # each recorded evaluation's line names its video
+    assert [line.partition("; video ")[2] for line in lines] == [
+        str(tmp_path / f"eval-step{step}.mp4") if step in recorded else ""
+        for step in (100, 200, 300, 400)]
+
+
+def test_a_stop_during_a_recorded_evaluation_leaves_no_file(tmp_path):
+    """Regression guard: the video of an evaluation cut short is removed, temporary file and
+    all (the evaluation is played again, whole, after a resume)."""
+    pool = ScriptedPool([4500, 4500])
+    seen: list[list[str]] = []
+
+    def stop_after_10_steps() -> bool:
+        seen.append(sorted(os.listdir(tmp_path)))
+        return len(pool.actions) >= 10
+
+    log = FakeRunLog()
+    with OpenDirectory.at(tmp_path) as log.directory:
+        evaluator = Evaluator(Config(eval_episodes=2, video_every=1), lambda stop: pool, log)
+        result = evaluator.run(250_000, lambda s: np.zeros(len(s), np.int64), 1.0,
+                               should_stop=stop_after_10_steps)
+    assert result is None and len(pool.actions) == 10 and log.evaluations == []
+    assert any(name.endswith(".tmp.mp4") for name in seen[-1])  # it was being written
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_video_that_cannot_be_made_is_a_write_failure_and_the_evaluation_not_counted(
+        tmp_path, monkeypatch):
+    """A run reports a file it cannot write in one line, with the checkpoint to resume from
+    (launch.write_failed_line): the video's file is such a file (play's too)."""
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    log = FakeRunLog()
+    with OpenDirectory.at(tmp_path) as log.directory:
+        monkeypatch.setattr(log.directory, "open", no_space)
+        evaluator = Evaluator(Config(eval_episodes=2, video_every=1),
+                              lambda should_stop: ScriptedPool([7, 3]), log)
+        with pytest.raises(WriteFailed) as error:
+            evaluator.run(100, lambda s: np.zeros(len(s), np.int64), 0.0)
+    assert str(error.value) == (f"cannot write {tmp_path / 'eval-step100.mp4'}: No space left "
+                                "on device; free some disk space")
+    assert (evaluator.count, log.evaluations) == (0, []) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # a real tiny run (conftest's video_run)
+def test_a_run_with_video_every_records_the_first_game_of_every_nth_evaluation(video_run):
+    """--video-every=2 with evaluations at steps 300 and 600: the second is recorded, into the
+    run directory, and its first game (cut off at the evaluation cap) reads back whole."""
+    assert json.loads((video_run / "config.json").read_text())["video_every"] == 2
+    with open(video_run / "evaluations.csv") as file:
+        assert [int(row["timestep"]) for row in csv.DictReader(file)] == [300, 600]
+    assert sorted(path.name for path in video_run.iterdir() if "mp4" in path.name) == [
+        "eval-step600.mp4"]
+    capture = cv2.VideoCapture(str(video_run / "eval-step600.mp4"))
+    try:
+        frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        ok, frame = capture.read()
+    finally:
+        capture.release()
+    assert frames == VIDEO_EVAL_CAP
+    assert ok and frame.shape == (420, 320, 3) and frame.std() > 0  # 2x2 per Atari pixel

@@ -56,6 +56,20 @@ def test_the_console_scripts_are_the_documented_commands():
     assert set(scripts) == set(CONSOLE_SCRIPTS)
 
 
+@pytest.mark.slow  # starts a python process
+def test_import_fast_dqn_loads_no_tensorflow_until_load_builds_a_network(tmp_path):
+    """`import fast_dqn` stays light, and `fast_dqn.load` refuses a bad run directory before
+    it imports TensorFlow."""
+    code = ("import sys, fast_dqn\n"
+            "try:\n    fast_dqn.load(sys.argv[1])\n"
+            "except ValueError as error:\n    print(error)\n"
+            "assert 'tensorflow' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"no run directory {tmp_path / 'missing'}\n"
+
+
 # ------------------------------------------------------------------ the commands in-process
 
 

@@ -406,3 +406,58 @@ def test_play_and_the_benchmark_make_their_games_without_the_ale_banner():
     assert done.stdout.strip().splitlines()[-1] == "actions 4"
     for stream in (done.stdout, done.stderr):
         assert "A.L.E" not in stream and "Stella" not in stream, stream
+
+
+# -- fast_dqn.load: a trained run's agent from Python ------------------------------------------
+
+BREAKOUT_ACTIONS = 4  # its minimal action set: NOOP, FIRE, RIGHT, LEFT
+
+
+@pytest.mark.slow  # a real tiny run (conftest's video_run)
+def test_load_acts_greedily_as_the_checkpoints_network_and_explores_at_epsilon(video_run):
+    """The loaded agent's greedy actions are the argmax of Q computed apart from it: the
+    checkpoint's online weights read into a freshly built network; at epsilon 0.05 about
+    0.05 * 3/4 of the actions differ from them (a random action is the greedy one a quarter
+    of the time), the same ones for the same seed."""
+    import random
+
+    import tensorflow as tf
+
+    import fast_dqn
+    from fast_dqn.checkpoints import network_prefix
+    from fast_dqn.networks import build_nature_cnn
+
+    states = np.random.default_rng(0).integers(0, 256, (64, 4, 84, 84), dtype=np.uint8)
+    fresh = build_nature_cnn(BREAKOUT_ACTIONS, "online", random.Random(12345))
+    initial = [variable.numpy() for variable in fresh.variables]
+    status = tf.train.Checkpoint(online=fresh).read(network_prefix(video_run / "checkpoint"))
+    status.expect_partial()
+    assert not np.array_equal(fresh.variables[0].numpy(), initial[0])  # the weights were read
+    expected = np.argmax(fresh(states, training=False).numpy(), axis=1)
+
+    agent = fast_dqn.load(video_run, seed=5)
+    assert agent.n_actions == BREAKOUT_ACTIONS and agent.run.step == 600
+    np.testing.assert_array_equal(agent.act(states), expected)
+    explored = np.concatenate([agent.act(states, epsilon=0.05) for _ in range(100)])
+    assert np.mean(explored != np.tile(expected, 100)) == pytest.approx(0.05 * 3 / 4, abs=0.01)
+    again = fast_dqn.load(video_run, seed=5)
+    again.act(states)  # the same draws as above, in the same order
+    np.testing.assert_array_equal(
+        np.concatenate([again.act(states, epsilon=0.05) for _ in range(100)]), explored)
+    with pytest.raises(ValueError, match=r"^states must be a uint8 array of shape "
+                                         r"\(B, 4, 84, 84\); got float64 \(4, 84, 84\)$"):
+        agent.act(np.zeros((4, 84, 84)))
+
+
+def test_load_refuses_a_bad_run_directory_in_one_line(tmp_path):
+    import fast_dqn
+
+    not_a_run = tmp_path / "empty"
+    not_a_run.mkdir()
+    no_checkpoint = write_run_dir(tmp_path / "fresh")
+    for run_dir, message in [(tmp_path / "missing", f"no run directory {tmp_path / 'missing'}"),
+                             (not_a_run, f"cannot read {not_a_run / 'config.json'}: not found"),
+                             (no_checkpoint, f"{no_checkpoint} has no complete checkpoint")]:
+        with pytest.raises(ValueError) as error:
+            fast_dqn.load(str(run_dir))
+        assert str(error.value).startswith(message) and "\n" not in str(error.value)
