@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from fast_dqn.run_dir import LinkFound, OpenDirectory, RunPath, held, write_failure
+from fast_dqn.run_dir import (LinkFound, OpenDirectory, RunPath, held, is_temporary,
+                              write_failure)
 from fast_dqn.transitions import TRANSITION_COLUMNS, Transitions
 
 if TYPE_CHECKING:
@@ -109,13 +110,16 @@ def check_checkpoint_names(directory: OpenDirectory) -> None:
 
 
 def clear_leftovers(directory: OpenDirectory) -> None:
-    """Removes what a crash left (after `check_checkpoint_names`): a `checkpoint.tmp/`, and
-    a `checkpoint.old/` beside a complete checkpoint. Nothing is followed while removing.
+    """Removes what a crash left (after `check_checkpoint_names`): a `checkpoint.tmp/`, a
+    `checkpoint.old/` beside a complete checkpoint, and the files a killed process was
+    writing (`run_dir.is_temporary`: the run's lock keeps out any live writer). Nothing is
+    followed while removing.
 
     Raises:
         WriteFailed: one could not be removed.
     """
     names = [NEW_CHECKPOINT] + ([OLD_CHECKPOINT] if _is_complete(directory, CHECKPOINT) else [])
+    names += [name for name in directory.names() if is_temporary(name)]
     for name in names:
         try:
             directory.remove(name)

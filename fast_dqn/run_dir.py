@@ -421,7 +421,7 @@ class OpenDirectory:
     @contextlib.contextmanager
     def open_atomic(self, name: str) -> Iterator[IO[bytes]]:
         """`open_atomic` for `name` in this directory (`WriteFailed`, `RunDirGone`)."""
-        temp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        temp = temporary_name(name)
         try:
             self.check_present()
             fd = self.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
@@ -656,6 +656,23 @@ def open_atomic(path: Path) -> Iterator[IO[bytes]]:
         raise write_failure(path, error) from error
     with parent, parent.open_atomic(path.name) as file:
         yield file
+
+
+# What `temporary_name` makes: a hidden name, the process id, 8 hex digits, ".tmp" and the
+# final name's suffix if kept.
+_TEMPORARY = re.compile(r"\..+\.[0-9]+\.[0-9a-f]{8}\.tmp(\.[A-Za-z0-9]+)?")
+
+
+def temporary_name(name: str, suffix: str = "") -> str:
+    """The hidden name a file is written under before it is renamed to `name` (plus `suffix`
+    where a library picks the format by it), unique to this process and call."""
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp{suffix}"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether `name` is one `temporary_name` makes: in a locked run directory, what a
+    killed process left (`checkpoints.clear_leftovers` removes it)."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 def json_text(obj: Any) -> str:

@@ -16,7 +16,6 @@ import contextlib
 import errno
 import functools
 import os
-import secrets
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 
 from fast_dqn.config import FRAME_SKIP
 from fast_dqn.run_dir import (OpenDirectory, RunDirectory, RunDirError, WriteFailed,
-                              free_bytes, write_failure)
+                              free_bytes, temporary_name, write_failure)
 
 ATARI_HZ = 60  # emulator frames per second of the real console
 VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in real time
@@ -197,8 +196,7 @@ class VideoRecorder:
         self.frame_size = (screen_size[0] * VIDEO_SCALE, screen_size[1] * VIDEO_SCALE)
         self.codec = video_codec(self.frame_size)
         directory = target.directory
-        self._temp = (f".{Path(target.name).stem}.{os.getpid()}.{secrets.token_hex(4)}"
-                      f".tmp{VIDEO_SUFFIX}")
+        self._temp = temporary_name(Path(target.name).stem, VIDEO_SUFFIX)
         self._fd: int | None = None
         self._writer: Any = None
         self._through = contextlib.ExitStack()

@@ -653,6 +653,19 @@ def test_leftovers_of_a_crash_are_cleared_without_following_links_inside(tmp_pat
     assert_checkpoint_of(latest_checkpoint(run), 1)
 
 
+def test_files_a_killed_process_was_writing_are_cleared_and_nothing_else(tmp_path):
+    """Regression: a SIGKILL during an atomic write (summary.json, an evaluation's video)
+    left its hidden temporary file in the run directory for good."""
+    save(tmp_path, 1)
+    leftovers = [".summary.json.4242.0badc0de.tmp", ".eval-step400.31772.a327c343.tmp.mp4"]
+    kept = [".notes.tmp", "summary.json.1.abcdef01.tmp", ".x.12.ABCDEF01.tmp", "play.mp4"]
+    for name in leftovers + kept:
+        (tmp_path / name).write_text("x")
+    with OpenDirectory.at(tmp_path) as directory:
+        clear_leftovers(directory)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CHECKPOINT, *kept])
+
+
 def test_an_old_checkpoint_that_is_the_latest_is_kept(tmp_path):
     save(tmp_path, 1)
     os.replace(tmp_path / CHECKPOINT, tmp_path / OLD_CHECKPOINT)  # a crash between renames
