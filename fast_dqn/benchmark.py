@@ -23,7 +23,7 @@ from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop, UpdateTimes
 from fast_dqn.atari import game_actions, resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
-                             new_run_settings, validate)
+                             new_run_settings, parse_count, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_interfaces import LoopParts
@@ -62,9 +62,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_config_flags(parser, ALGO_FAST_DQN, names=TRAINER_SETTINGS)
     parser.add_argument("--workers", type=int, nargs="+", default=[8],
                         help="worker counts of the fast scheme to measure (default: 8)")
-    parser.add_argument("--random-steps", type=int, default=2000,
+    parser.add_argument("--random-steps", type=parse_count, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
-    parser.add_argument("--steps", type=int, default=10_000,
+    parser.add_argument("--steps", type=parse_count, default=10_000,
                         help="agent steps measured per configuration (default: 10000)")
     parser.add_argument("--trainer-seconds", type=float, default=4.0,
                         help="length of one window timing the trainer alone (default: 4)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import decimal
 import difflib
 import json
 import math
@@ -341,6 +342,18 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false/1/0/yes/no, got {text!r}")
 
 
+def parse_count(text: str) -> int:
+    """A whole number as people write step counts: 1000000, 1_000_000, 1e6 or 2.5e5."""
+    try:
+        value = decimal.Decimal(text)  # exact: 1e23 is 10**23, not the nearest float's
+    except decimal.InvalidOperation:
+        value = decimal.Decimal("nan")
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a whole number (such as 1000000, 1_000_000 "
+                                         f"or 1e6), got {text!r}")
+    return int(value)
+
+
 def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
@@ -401,7 +414,7 @@ def add_config_flags(parser: argparse.ArgumentParser, algo: str,
             _add_bool_flag(parser, field)
             continue
         if field.type in ("int", int):
-            kwargs["type"] = int
+            kwargs["type"] = parse_count
         elif field.type in ("float", float):
             kwargs["type"] = float
         if field.metadata["choices"]:

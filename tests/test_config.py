@@ -492,3 +492,36 @@ def test_a_resume_takes_a_device(tmp_path):
     resumed = prepare_config(["--resume", str(run_dir), "--device=cpu"], ALGO_FAST_DQN)
     assert resumed.device == "cpu" and resumed.replay_capacity == 5000
     assert prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN).device == "auto"
+
+
+# -- step counts as people write them (issue 46) ------------------------------------------------
+
+COUNT_FIELDS = [field.name for field in dataclasses.fields(Config) if field.type in ("int", int)]
+
+
+@pytest.mark.parametrize("name", COUNT_FIELDS)
+@pytest.mark.parametrize("text, value", [("1e6", 1_000_000), ("2.5e5", 250_000),
+                                         ("50_000_000", 50_000_000), ("1E3", 1000),
+                                         ("4", 4)])
+def test_every_count_flag_takes_a_whole_number_in_exponent_form_or_with_underscores(
+        name, text, value):
+    """Regression (issue 46): `--timesteps 1e6` was refused, as a user of the README typed it."""
+    flag = "--" + name.replace("_", "-")
+    args = make_parser(ALGO_FAST_DQN, "test").parse_args([flag, text])
+    assert getattr(args, name) == value and type(getattr(args, name)) is int
+
+
+@pytest.mark.parametrize("text", ["1.5", "2.5e0", "1e-3", "inf", "nan", "1e6x", "", "0x10"])
+def test_a_count_that_is_no_whole_number_is_refused_in_one_line(capsys, text):
+    with pytest.raises(SystemExit) as exit_info:
+        make_parser(ALGO_DQN, "test").parse_args([f"--timesteps={text}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "argument --timesteps: expected a whole number" in err and repr(text) in err
+
+
+def test_the_step_counts_of_a_run_are_counts():
+    # the flags the issue names are among those that take counts, whatever else does
+    assert {"timesteps", "replay_capacity", "replay_start", "exploration_steps",
+            "target_update", "evaluate", "checkpoint_every"} <= set(COUNT_FIELDS)
