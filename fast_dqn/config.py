@@ -439,7 +439,8 @@ def _negated_flag(field_name: str) -> str:
     return "--no-" + flag_name(field_name).removeprefix("--")
 
 
-def make_parser(algo: str, description: str) -> OneLineErrorParser:
+def make_parser(algo: str, description: str,
+                fast_command: str = "run_fast_dqn.py, fast-dqn") -> OneLineErrorParser:
     parser = OneLineErrorParser(description=description)
     add_config_flags(parser, algo)
     if algo != ALGO_FAST_DQN:
@@ -450,7 +451,7 @@ def make_parser(algo: str, description: str) -> OneLineErrorParser:
                     flags.append(_negated_flag(field.name))
                 for flag in flags:
                     parser.flags_elsewhere[flag] = ("a flag of the fast trainer only "
-                                                    "(run_fast_dqn.py, fast-dqn)")
+                                                    f"({fast_command})")
     return parser
 
 

@@ -435,6 +435,22 @@ def test_a_flag_typo_names_the_flag_it_is_closest_to(capsys, algo, argv, hint):
     assert f"error: unrecognized arguments: {' '.join(argv)}{hint}" in err
 
 
+@pytest.mark.parametrize("argv0, fast", [("python -m fast_dqn serial", "python -m fast_dqn train"),
+                                        ("/venv/bin/fast-dqn-serial", "fast-dqn"),
+                                        ("run_dqn.py", "python run_fast_dqn.py")])
+def test_a_flag_of_the_fast_trainer_names_it_as_the_serial_one_was_called(
+        capsys, monkeypatch, argv0, fast):
+    """Regression (issue 46): the line named run_fast_dqn.py and fast-dqn to a user of
+    `python -m fast_dqn serial`."""
+    from fast_dqn.launch import prepare_config
+
+    monkeypatch.setattr("sys.argv", [argv0])
+    with pytest.raises(SystemExit):
+        prepare_config(["--workers=4"], ALGO_DQN)
+    assert capsys.readouterr().err.endswith(
+        f"--workers is a flag of the fast trainer only ({fast}) (see --help)\n")
+
+
 @pytest.mark.parametrize("argv", [["--xyzzy=1"], ["pong"], ["--no-such-flag"]])
 def test_a_flag_close_to_none_gets_no_suggestion(capsys, argv):
     with pytest.raises(SystemExit):
