@@ -354,6 +354,11 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 game", "30 games": a count of things, as a line for people says it."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
