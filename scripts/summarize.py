@@ -464,8 +464,9 @@ def aggregate_lines(rows: Sequence[GameRow]) -> list[str]:
                      f"median {_fmt(statistics.median(scores))}%, "
                      f"mean {_fmt(statistics.fmean(scores))}%")
     elif not short:
-        lines.append("human-normalized score: no game has an evaluation and Nature reference "
-                     "scores")
+        why = ("no run has an evaluation" if all(row.final_mean is None for row in rows)
+               else "no game with an evaluation has Nature reference scores")
+        lines.append(f"human-normalized score: none, since {why}")
     else:
         lines.append("human-normalized score: none over the games: every score is from a "
                      "short run (*)")
@@ -481,7 +482,8 @@ def coverage_notes(runs: Sequence[Run], rows: Sequence[GameRow]) -> list[str]:
     notes = []
     unevaluated = [run for run in runs if not run.evaluations]
     if unevaluated:
-        notes.append(f"{len(unevaluated)} run(s) without evaluations, left out of the scores:")
+        notes.append(f"{counted(len(unevaluated), 'run')} without an evaluation, left out of the "
+                     "human-normalized score:")
         notes.extend(f"  {run.game} seed {run.seed}: {run.path}" for run in unevaluated)
     unknown = [row.game for row in rows
                if row.final_mean is not None and row.human_normalized is None]

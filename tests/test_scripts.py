@@ -730,7 +730,7 @@ def test_summary_table_and_normalized_scores(runs_dir):
                                     "50.0"]
     assert rows["alien"][3:8] == ["-", "-", "-", "-", "-"]
     assert "over 2 games: median 79.5%, mean 79.5%" in result.stdout
-    assert "1 run(s) without evaluations" in result.stdout
+    assert "1 run without an evaluation, left out of the human-normalized score:" in result.stdout
     assert "alien seed 0" in result.stdout
     assert "seed 9" not in result.stdout and "4 runs of 3 games" in result.stdout
 
@@ -771,6 +771,21 @@ def test_summary_of_a_game_without_reference_scores(tmp_path):
     result = run([PY, SUMMARIZE, tmp_path])
     assert result.returncode == 0, result.stderr
     assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
+    assert ("human-normalized score: none, since no game with an evaluation has Nature "
+            "reference scores\n") in result.stdout
+
+
+@pytest.mark.slow
+def test_summary_of_a_run_without_evaluations_says_so_plainly(tmp_path):
+    """Regression (issue 46): a run trained with --evaluate=0 got "no game has an evaluation
+    and Nature reference scores" (Pong has them) and "1 run(s) without evaluations"."""
+    run_dir = make_run(tmp_path, "pong", 0, None, None)
+    result = run([PY, SUMMARIZE, run_dir])
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("\n\n", 1)[1].splitlines()
+    assert notes[:3] == ["human-normalized score: none, since no run has an evaluation",
+                         "1 run without an evaluation, left out of the human-normalized score:",
+                         f"  pong seed 0: {run_dir}"], result.stdout
 
 
 def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys):
