@@ -346,12 +346,12 @@ def parse_count(text: str) -> int:
     """A whole number as people write step counts: 1000000, 1_000_000, 1e6 or 2.5e5."""
     try:
         value = decimal.Decimal(text)  # exact: 1e23 is 10**23, not the nearest float's
-    except decimal.InvalidOperation:
-        value = decimal.Decimal("nan")
-    if not value.is_finite() or value != value.to_integral_value():
-        raise argparse.ArgumentTypeError(f"expected a whole number (such as 1000000, 1_000_000 "
-                                         f"or 1e6), got {text!r}")
-    return int(value)
+        if value == value.to_integral_value():  # so is inf, which int() refuses
+            return int(value)
+    except (decimal.InvalidOperation, OverflowError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected a whole number (such as 1000000, 1_000_000 or "
+                                     f"1e6), got {text!r}")
 
 
 def counted(count: int, noun: str) -> str:

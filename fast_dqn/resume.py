@@ -75,8 +75,7 @@ def saved_config(run_dir: Path, algo: str) -> dict[str, Any]:
     """A run's config.json as written (settings, algorithm, library versions).
 
     Raises:
-        ValueError: there is none (naming the run directory near `run_dir`, if there is
-            one), or it is not a JSON object.
+        ValueError: there is none (naming a run directory near it), or it is not a JSON object.
     """
     path = Path(run_dir) / CONFIG_FILE
     try:
@@ -104,8 +103,8 @@ def _run_dirs_near(path: Path, algo: str) -> str:
         return ""
     names = [shlex.quote(str(run)) for run in sorted(runs) if is_run_dir(run)]
     if len(names) > 1:
-        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-        return f"{what}; resume one of these runs: {', '.join(names[:3])}{more}"
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"{what}; resume one of these runs: {listed}"
     return f"{what}; resume with {resume_command(algo)} --resume {names[0]}" if names else ""
 
 

@@ -154,8 +154,7 @@ def _run_file_in(path: Path) -> str | None:
 
 
 def is_run_dir(path: Path) -> bool:
-    """Whether `path` holds a run: its lock and one of its files (a project's own
-    config.json above the runs is no run)."""
+    """Whether `path` holds a run: its lock and one of its files (not a config.json alone)."""
     return os.path.lexists(path / LOCK_FILE) and _run_file_in(path) is not None
 
 

@@ -412,7 +412,8 @@ def test_a_resume_of_a_path_near_a_run_names_the_run_directory(runs_folder, caps
 
 
 def test_a_resume_of_a_folder_of_several_runs_names_them(runs_folder, capsys):
-    for name in ("pong-fast_dqn-seed1-20250101-130000", "notes", "pong-dqn-seed0-2025"):
+    for name in ("pong-fast_dqn-seed1-20250101-130000", "notes", "pong-dqn-seed0-2025",
+                 "space_invaders-fast_dqn-seed0"):
         shutil.copytree(runs_folder / "pong-fast_dqn-seed0-20250101-120000", runs_folder / name)
     (runs_folder / "notes" / LOCK_FILE).unlink()  # a copy of a run's files is no run
     assert launch.main(["--resume", str(runs_folder)], ALGO_FAST_DQN) == 2
@@ -420,7 +421,7 @@ def test_a_resume_of_a_folder_of_several_runs_names_them(runs_folder, capsys):
     assert err.endswith(f"cannot resume {runs_folder}: it is a folder of runs, not a run "
                         f"directory; resume one of these runs: {runs_folder}/pong-dqn-seed0-2025, "
                         f"{runs_folder}/pong-fast_dqn-seed0-20250101-120000, "
-                        f"{runs_folder}/pong-fast_dqn-seed1-20250101-130000\n"), err
+                        f"{runs_folder}/pong-fast_dqn-seed1-20250101-130000 and 1 more\n"), err
 
 
 @pytest.mark.parametrize("argv0, called, command", [
