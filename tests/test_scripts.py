@@ -178,7 +178,8 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
     write_json(out / "pong-seed0" / "summary.json", {"finished": True})
     result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out])
     assert result.returncode == 0
-    assert "nothing to do" in result.stderr
+    # one game and one seed, as said (issue 46: "1 game(s) x 1 seed(s)")
+    assert f"nothing to do: every run (1 game x 1 seed) has finished in {out}" in result.stderr
 
 
 @pytest.mark.parametrize("args", [
