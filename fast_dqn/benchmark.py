@@ -23,7 +23,7 @@ from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop, UpdateTimes
 from fast_dqn.atari import game_actions, resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
-                             new_run_settings, validate)
+                             counted, new_run_settings, parse_count, validate)
 from fast_dqn.schedule import round_up
 from fast_dqn.launch import make_pool
 from fast_dqn.loop_interfaces import LoopParts
@@ -35,7 +35,7 @@ from fast_dqn.env_pools import SERIAL
 
 
 MODULE_COMMAND = "python -m fast_dqn.benchmark"
-ONE_MINUTE_FLAGS = "--steps=2000 --random-steps=1000 --trainer-seconds=2 --emulation-seconds=1"
+ONE_MINUTE_FLAGS = "--steps=1000 --random-steps=500 --trainer-seconds=2 --emulation-seconds=1"
 EPILOG = (f"Run as {MODULE_COMMAND} or fast-dqn-benchmark (after pip install .). The "
           "defaults take about 3 minutes on 2 cores; about one minute: "
           f"{MODULE_COMMAND} {ONE_MINUTE_FLAGS} (its fast / serial ratio is not the full "
@@ -62,9 +62,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_config_flags(parser, ALGO_FAST_DQN, names=TRAINER_SETTINGS)
     parser.add_argument("--workers", type=int, nargs="+", default=[8],
                         help="worker counts of the fast scheme to measure (default: 8)")
-    parser.add_argument("--random-steps", type=int, default=2000,
+    parser.add_argument("--random-steps", type=parse_count, default=2000,
                         help="uniformly random agent steps before measuring (default: 2000)")
-    parser.add_argument("--steps", type=int, default=10_000,
+    parser.add_argument("--steps", type=parse_count, default=10_000,
                         help="agent steps measured per configuration (default: 10000)")
     parser.add_argument("--trainer-seconds", type=float, default=4.0,
                         help="length of one window timing the trainer alone (default: 4)")
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _ in range(windows_before):
         trainer_alone.measure(args.trainer_seconds)
     print(f"trainer alone: {trainer_alone.median:.1f} updates/s (median of "
-          f"{windows_before} windows; more after the loops)", flush=True)
+          f"{counted(windows_before, 'window')}; more after the loops)", flush=True)
     result: dict = {"game": first.game, "simulated": simulated,
                     **dispatch_figures(first, game_actions(first))}
     serial = None
@@ -381,12 +381,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer_alone.measure(args.trainer_seconds)
     trainer_ups = trainer_alone.median
     limit = 4 * trainer_ups
-    rows.insert(0, ("trainer alone", limit, f"{trainer_ups:.1f} updates/s, median of "
-                    f"{len(trainer_alone.windows)} windows, spread {trainer_alone.spread:.1%}"))
-    print(f"trainer alone: {trainer_ups:.1f} updates/s -> limit {limit:.0f} steps/s (median of "
-          f"{len(trainer_alone.windows)} windows: "
-          f"{', '.join(f'{ups:.1f}' for ups in trainer_alone.windows)}; spread "
+    rows.insert(0, ("training limit", limit, "4 agent steps per update of the trainer alone"))
+    shown = ", ".join(f"{ups:.1f}" for ups in trainer_alone.windows)
+    print(f"trainer alone: {trainer_ups:.1f} updates/s (median of "
+          f"{counted(len(trainer_alone.windows), 'window')}: {shown}; spread "
           f"{trainer_alone.spread:.1%})", flush=True)
+    warn_of_spread(trainer_alone.spread)
     result.update({"trainer_updates_per_second": trainer_ups,
                    "trainer_updates_per_second_windows": trainer_alone.windows,
                    "trainer_spread": trainer_alone.spread,
@@ -416,6 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def warn_of_spread(spread: float) -> None:
+    """Says on stderr when the trainer-alone windows disagree by more than 10%."""
+    if spread > 0.10:
+        print(f"warning: the trainer-alone windows spread by {spread:.0%}, more than 10%: "
+              "something else ran on this machine, and the training limit and the ratios to "
+              "it are uncertain; measure again on an idle machine",
+              file=sys.stderr, flush=True)
+
+
 def dispatch_figures(config: Config, n_actions: int) -> dict[str, dict[str, int]]:
     """What the host dispatches per update and per query of the run's network (the real
     one, also where the GPU is simulated): framework ops one by one without XLA, one
@@ -437,7 +446,8 @@ def by_workers(results: dict[int, dict], key: str) -> dict[str, float]:
 
 def fast_note(measured: dict) -> str:
     note = (f"emulation alone {measured['emulation_steps_per_second']:.0f} steps/s, "
-            f"cores busy {measured['cpu_busy']:.0%}, "
+            f"cores busy {measured['cpu_busy']:.0%} (process CPU time / (wall time x "
+            f"{os.cpu_count() or 1} cores)), "
             f"trainer busy {measured['trainer_busy']:.0%}, "
             f"{measured['update_ms']:.2f} ms per update ({measured['update_cpu_us']:.0f} us "
             f"CPU), {measured['round_wall_us']:.0f} us per round "

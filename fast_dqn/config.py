@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import decimal
 import difflib
 import json
 import math
@@ -341,6 +342,23 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false/1/0/yes/no, got {text!r}")
 
 
+def parse_count(text: str) -> int:
+    """A whole number as people write step counts: 1000000, 1_000_000, 1e6 or 2.5e5."""
+    try:
+        value = decimal.Decimal(text)  # exact: 1e23 is 10**23, not the nearest float's
+        if value == value.to_integral_value():  # so is inf, which int() refuses
+            return int(value)
+    except (decimal.InvalidOperation, OverflowError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected a whole number (such as 1000000, 1_000_000 or "
+                                     f"1e6), got {text!r}")
+
+
+def counted(count: int, noun: str) -> str:
+    """"1 game", "30 games": a count of things, as a line for people says it."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
@@ -401,7 +419,7 @@ def add_config_flags(parser: argparse.ArgumentParser, algo: str,
             _add_bool_flag(parser, field)
             continue
         if field.type in ("int", int):
-            kwargs["type"] = int
+            kwargs["type"] = parse_count
         elif field.type in ("float", float):
             kwargs["type"] = float
         if field.metadata["choices"]:
@@ -426,7 +444,8 @@ def _negated_flag(field_name: str) -> str:
     return "--no-" + flag_name(field_name).removeprefix("--")
 
 
-def make_parser(algo: str, description: str) -> OneLineErrorParser:
+def make_parser(algo: str, description: str,
+                fast_command: str = "run_fast_dqn.py, fast-dqn") -> OneLineErrorParser:
     parser = OneLineErrorParser(description=description)
     add_config_flags(parser, algo)
     if algo != ALGO_FAST_DQN:
@@ -437,7 +456,7 @@ def make_parser(algo: str, description: str) -> OneLineErrorParser:
                     flags.append(_negated_flag(field.name))
                 for flag in flags:
                     parser.flags_elsewhere[flag] = ("a flag of the fast trainer only "
-                                                    "(run_fast_dqn.py, fast-dqn)")
+                                                    f"({fast_command})")
     return parser
 
 

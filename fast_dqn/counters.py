@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from fast_dqn import state_fields
-from fast_dqn.config import Config
+from fast_dqn.config import Config, counted
 from fast_dqn.state_fields import StateError
 from fast_dqn.schedule import learning_started, updates_due
 
@@ -65,7 +65,8 @@ class EpisodeStats:
         returns = state_fields.numbers(state, "returns", kept)
         if len(lengths) != kept or len(returns) != kept:
             raise StateError(f"the episode statistics keep {len(lengths)} lengths and "
-                             f"{len(returns)} returns of {episodes} games; expected {kept}")
+                             f"{len(returns)} returns of {counted(episodes, 'game')}; "
+                             f"expected {kept}")
         if any(length != int(length) for length in lengths):
             raise StateError("'lengths' must be whole agent steps")
         self._window = window

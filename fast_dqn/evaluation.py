@@ -17,7 +17,7 @@ import numpy as np
 
 from fast_dqn import state_fields
 from fast_dqn.acting import Actor, GreedyFn
-from fast_dqn.config import Config
+from fast_dqn.config import Config, counted
 from fast_dqn.schedule import period_passed
 from fast_dqn.env_pools import EnvPool, PoolStopped
 from fast_dqn.run_dir import OpenDirectory
@@ -65,7 +65,7 @@ class Evaluated(NamedTuple):
         """The one line a run prints for it, on a terminal and in a log."""
         video = "" if self.video is None else f"; video {self.video}"
         return (f"evaluation at step {self.step}: mean {np.mean(self.returns):.1f} over "
-                f"{len(self.returns)} games (min {min(self.returns):.1f}, max "
+                f"{counted(len(self.returns), 'game')} (min {min(self.returns):.1f}, max "
                 f"{max(self.returns):.1f}), {self.seconds:.1f} s{video}")
 
 

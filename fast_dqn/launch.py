@@ -36,8 +36,8 @@ from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.progress import Progress
 from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.replay_memory import make_replay_memory
-from fast_dqn.resume import (checkpoint_finished, checkpoint_step, restore_loop, resumed_config,
-                             verified_checkpoint)
+from fast_dqn.resume import (checkpoint_finished, checkpoint_step, restore_loop, resume_command,
+                             resumed_config, verified_checkpoint)
 from fast_dqn.run_dir import (LOCK_FILE, RunDirectory, RunDirGone, WriteFailed,
                               check_run_dir_writable, default_run_dir, disk_space_warning)
 from fast_dqn.run_logs import RunLogs, check_logs_match
@@ -68,7 +68,7 @@ class OutputLost(Exception):
 
 def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     """Parses and checks the command line; raises ValueError on bad input."""
-    parser = make_parser(algo, DESCRIPTIONS[algo])
+    parser = make_parser(algo, DESCRIPTIONS[algo], resume_command(ALGO_FAST_DQN))
     settings = given_settings(parser.parse_args(argv))
     if "resume" in settings:
         config = resumed_config(settings, algo)
@@ -277,6 +277,7 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
                 return _nothing_left(run_dir.path, checkpoint_step(manifest), config)
             if stop:
                 return _stopped_before_start(stop)
+            say(f"resuming from {checkpoint} at step {checkpoint_step(manifest)}")
         run_log = RunLogs(run_dir.directory)
         if manifest is None:
             try:
@@ -480,11 +481,6 @@ def resume(loop: TrainingLoop, manifest: dict, checkpoint: Path) -> None:
              f"for {loop.config.replay_start} steps before it learns again")
     check_logs_match(loop.run_log.directory, loop.counters.step,
                      loop.counters.games.episodes, loop.evaluator.count)
-    line = f"resumed from {checkpoint} at step {loop.counters.step}"
-    if loop.progress is None:
-        say(line)
-    else:  # on a terminal the progress line is drawn already: the line goes above it
-        loop.progress.message(line)
 
 
 def run_summary(loop: TrainingLoop, finished: bool, device: str) -> dict:
@@ -511,7 +507,8 @@ def write_failed_line(error: WriteFailed, loop: TrainingLoop, run_dir: Path) -> 
     if loop.saved_at is None:
         return f"error: {error}; no checkpoint had been written yet"
     return (f"error: {error}; the last checkpoint (step {loop.saved_at}) in "
-            f"{run_dir / CHECKPOINT} is intact: resume with --resume {run_dir}")
+            f"{run_dir / CHECKPOINT} is intact: resume with {resume_command(loop.algo)} "
+            f"--resume {shlex.quote(str(run_dir))}")
 
 
 def exit_status(loop: TrainingLoop) -> int:
@@ -575,22 +572,3 @@ def last_line(loop: TrainingLoop, run_log: RunLogs, finished: bool, *, failed: b
     if loop.saved_at != counters.step:  # a second signal cut the stop's checkpoint short
         return f"{where}; resume from its checkpoint at step {loop.saved_at} with: {resume}"
     return f"{where}; resume with: {resume}"
-
-
-CONSOLE_SCRIPTS = {ALGO_FAST_DQN: "fast-dqn", ALGO_DQN: "fast-dqn-serial"}
-RUN_SCRIPTS = {ALGO_FAST_DQN: "run_fast_dqn.py", ALGO_DQN: "run_dqn.py"}
-MODULE_COMMAND = "python -m fast_dqn"  # fast_dqn.cli.PROG, which sets argv[0] to it + command
-
-
-def resume_command(algo: str) -> str:
-    """The command the run was started with, as `sys.argv[0]` tells it (`python
-    run_fast_dqn.py`, `fast-dqn`, `python -m fast_dqn train`), else the run script."""
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    if argv0.startswith(MODULE_COMMAND + " "):
-        return argv0
-    name = Path(argv0).name
-    if name == CONSOLE_SCRIPTS[algo]:
-        return name
-    if name == RUN_SCRIPTS[algo]:
-        return f"python {shlex.quote(argv0)}"
-    return f"python {RUN_SCRIPTS[algo]}"

@@ -33,7 +33,7 @@ import numpy as np
 from fast_dqn.atari import GameSettings, game_actions, make_atari_env, resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   verify_checkpoint)
-from fast_dqn.config import Config, OneLineErrorParser, add_device_flag
+from fast_dqn.config import Config, OneLineErrorParser, add_device_flag, counted
 from fast_dqn.acting import Actor, GreedyFn, draw_exploration
 from fast_dqn.tensorflow_start import configure_device, select_device
 from fast_dqn.run_dir import CONFIG_FILE, WriteFailed
@@ -322,8 +322,9 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
 
 def _print_header(run: RunToPlay, args: argparse.Namespace, seed: int, max_steps: int) -> None:
     step = "" if run.step is None else f" at step {run.step:,}"
-    print(f"{run.config.game} ({run.algo}): {run.checkpoint}{step}; {args.episodes} game(s), "
-          f"epsilon {args.epsilon:g}, seed {seed}, cap {max_steps:,} steps", flush=True)
+    print(f"{run.config.game} ({run.algo}): {run.checkpoint}{step}; "
+          f"{counted(args.episodes, 'game')}, epsilon {args.epsilon:g}, seed {seed}, "
+          f"cap {max_steps:,} steps", flush=True)
     warning = untrained_warning(run)
     if warning is not None:
         print(warning, file=sys.stderr, flush=True)
@@ -338,7 +339,8 @@ def _print_game(index: int, games: int, result: GameResult) -> None:
 def _print_summary(results: Sequence[GameResult], recorder: VideoRecorder | None) -> None:
     scores = [result.score for result in results]
     spread = f" (std {statistics.pstdev(scores):g})" if len(scores) > 1 else ""
-    print(f"mean score over {len(scores)} game(s): {statistics.fmean(scores):g}{spread}")
+    print(f"mean score over {counted(len(scores), 'game')}: "
+          f"{statistics.fmean(scores):g}{spread}")
     if recorder is not None:
         height, width = recorder.frame_size
         print(f"video: {recorder.path} ({recorder.frames:,} frames, {VIDEO_FPS} fps, "

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -13,15 +15,33 @@ from fast_dqn import state_fields
 from fast_dqn.atari import resolve_game
 from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
                                   read_replay_into, read_unstored, replay_in, verify_checkpoint)
-from fast_dqn.config import ALGO_FAST_DQN, Config, flag_name, validate
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, flag_name, validate
 from fast_dqn.counters import RunCounters
 from fast_dqn.evaluation import Evaluator
-from fast_dqn.run_dir import CONFIG_FILE
+from fast_dqn.run_dir import CONFIG_FILE, is_run_dir
 from fast_dqn.schedule import final_step
 from fast_dqn.state_fields import StateError
 from fast_dqn.training_loops import TrainingLoop, work_done
 
 RESUME_FLAGS = ("timesteps", "refill_replay", "device")  # what may be given beside --resume
+CONSOLE_SCRIPTS = {ALGO_FAST_DQN: "fast-dqn", ALGO_DQN: "fast-dqn-serial"}
+RUN_SCRIPTS = {ALGO_FAST_DQN: "run_fast_dqn.py", ALGO_DQN: "run_dqn.py"}
+# What fast_dqn.cli sets argv[0] to: its PROG and the command.
+MODULE_COMMANDS = {ALGO_FAST_DQN: "python -m fast_dqn train", ALGO_DQN: "python -m fast_dqn serial"}
+
+
+def resume_command(algo: str) -> str:
+    """The command that trains with `algo`, in the form this process was started with, as
+    `sys.argv[0]` tells it (`python run_fast_dqn.py`, the run script beside the one run;
+    `fast-dqn`; `python -m fast_dqn train`), else the run script."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if argv0 in MODULE_COMMANDS.values():
+        return MODULE_COMMANDS[algo]
+    if Path(argv0).name in CONSOLE_SCRIPTS.values():
+        return CONSOLE_SCRIPTS[algo]
+    if Path(argv0).name in RUN_SCRIPTS.values():
+        return f"python {shlex.quote(os.path.join(os.path.dirname(argv0), RUN_SCRIPTS[algo]))}"
+    return f"python {RUN_SCRIPTS[algo]}"
 
 
 def resumed_config(settings: dict[str, Any], algo: str) -> Config:
@@ -34,9 +54,13 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     if extra:
         raise ValueError("only --timesteps, --refill-replay and --device may be given with "
                          f"--resume; got {', '.join(flag_name(name) for name in extra)}")
-    saved = saved_config(run_dir)
+    saved = saved_config(run_dir, algo)
     if saved.get("algo") != algo:
-        raise ValueError(f"{run_dir} was trained by {saved.get('algo')}, not {algo}")
+        other = saved.get("algo")
+        how = (f": resume it with {resume_command(other)} --resume {shlex.quote(str(run_dir))}"
+               if other in RUN_SCRIPTS else "")
+        raise ValueError(f"{run_dir} was trained by {other}, not {algo} "
+                         f"({resume_command(algo)}){how}")
     try:
         config = Config.from_saved(saved, algo)
     except ValueError as error:  # a hand edit
@@ -47,21 +71,41 @@ def resumed_config(settings: dict[str, Any], algo: str) -> Config:
     return config
 
 
-def saved_config(run_dir: Path) -> dict[str, Any]:
+def saved_config(run_dir: Path, algo: str) -> dict[str, Any]:
     """A run's config.json as written (settings, algorithm, library versions).
 
     Raises:
-        ValueError: there is none, or it is not a JSON object.
+        ValueError: there is none (naming a run directory near it), or it is not a JSON object.
     """
     path = Path(run_dir) / CONFIG_FILE
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot resume {run_dir}: no readable {CONFIG_FILE} ({error})") \
-            from None
+        near = _run_dirs_near(Path(run_dir), algo) or f"no readable {CONFIG_FILE} ({error})"
+        raise ValueError(f"cannot resume {run_dir}: {near}") from None
     if not isinstance(saved, dict):
         raise ValueError(f"cannot resume {run_dir}: {path} is not a JSON object")
     return saved
+
+
+def _run_dirs_near(path: Path, algo: str) -> str:
+    """For a --resume path that holds no run: what it is and the run directory to give, if
+    one is near: above it (its checkpoint folder), below it (a folder of runs) or beside it,
+    its name beginning with the path's (a name cut short); else ''."""
+    runs = [parent for parent in path.parents if is_run_dir(parent)][:1]
+    what = f"it is inside the run directory {runs[0]}" if runs else "no such directory"
+    try:
+        if not runs and path.is_dir():
+            what, runs = "it is a folder of runs, not a run directory", list(path.iterdir())
+        elif not runs and path.parent.is_dir():
+            runs = [near for near in path.parent.iterdir() if near.name.startswith(path.name)]
+    except OSError:  # a folder that cannot be read: nothing is near that can be told
+        return ""
+    names = [shlex.quote(str(run)) for run in sorted(runs) if is_run_dir(run)]
+    if len(names) > 1:
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"{what}; resume one of these runs: {listed}"
+    return f"{what}; resume with {resume_command(algo)} --resume {names[0]}" if names else ""
 
 
 def saved_run_finished(config: Config, state: Mapping[str, Any], replay_restored: bool) -> bool:

@@ -153,17 +153,20 @@ def _run_file_in(path: Path) -> str | None:
     return next((name for name in RUN_FILES if os.path.lexists(path / name)), None)
 
 
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` holds a run: its lock and one of its files (not a config.json alone)."""
+    return os.path.lexists(path / LOCK_FILE) and _run_file_in(path) is not None
+
+
 def _check_outside_runs(path: Path) -> None:
-    """Refuses a path inside another run's directory, wherever its links lead: a run there
-    would add files to that run's checkpoint (which a resume of it then refuses) or mix its
-    own with that run's. A run's directory holds its lock and one of its files: a project's
-    own config.json above the runs is no run."""
+    """Refuses a path inside another run's directory (`is_run_dir`), wherever its links lead:
+    a run there would add files to that run's checkpoint (which a resume of it then refuses)
+    or mix its own with that run's."""
     for parent in Path(os.path.realpath(path)).parents:
-        name = _run_file_in(parent)
-        if name is not None and os.path.lexists(parent / LOCK_FILE):
+        if is_run_dir(parent):
             raise RunDirError(f"{path} is inside the run directory {parent} (it holds "
-                              f"{LOCK_FILE} and {name}); a run directory holds one run: "
-                              "choose a --logdir outside it")
+                              f"{LOCK_FILE} and {_run_file_in(parent)}); a run directory holds "
+                              "one run: choose a --logdir outside it")
 
 
 def _check_existing_run_dir(path: Path, status: os.stat_result) -> None:

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from fast_dqn.config import counted
 from fast_dqn.run_dir import (CONFIG_FILE, EPISODES_FILE, EVALUATIONS_FILE, SUMMARY_FILE,
                               LinkFound, OpenDirectory, RunPath, WriteFailed, held, json_text,
                               library_versions)
@@ -245,8 +246,8 @@ def check_logs_match(run_dir: RunPath, step: int, episodes: int, evaluations: in
     except OSError as error:
         raise ValueError(f"cannot read {run_path}: {error.strerror or error}") from None
     if numbers != list(range(1, len(numbers) + 1)) or len(numbers) != episodes:
-        raise ValueError(f"{run_path / EPISODES_FILE} holds {len(numbers)} games up to step "
-                         f"{step} (numbered {_span(numbers)}); the checkpoint counts "
+        raise ValueError(f"{run_path / EPISODES_FILE} holds {counted(len(numbers), 'game')} "
+                         f"up to step {step} (numbered {_span(numbers)}); the checkpoint counts "
                          f"{episodes}")
     path = run_path / EVALUATIONS_FILE
     up_to = len(timesteps)

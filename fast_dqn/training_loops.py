@@ -23,7 +23,7 @@ import numpy as np
 
 from fast_dqn import state_fields
 from fast_dqn.acting import Actor, EpsilonGreedy, Exploration, FinishedGame
-from fast_dqn.config import ALGO_FAST_DQN, Config
+from fast_dqn.config import ALGO_FAST_DQN, Config, counted
 from fast_dqn.counters import RunCounters
 from fast_dqn.schedule import (epoch_end, epsilon_at, importance_exponent_at, learning_started,
                                period_passed, round_up, target_sync_due)
@@ -398,7 +398,8 @@ class TrainingLoop:
         after a resume)."""
         self._evaluating = True
         try:
-            with self._paused("evaluation", f"evaluating {self.config.eval_episodes} games"):
+            games = counted(self.config.eval_episodes, "game")
+            with self._paused("evaluation", f"evaluating {games}"):
                 evaluated = self.evaluator.run(self.counters.step, self.greedy_of_online,
                                                self.counters.hours(),
                                                should_stop=self._stop_or_tick)

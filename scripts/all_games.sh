@@ -175,7 +175,8 @@ if ((${#TASK_CMDS[@]} == 0)); then
     ((DRY_RUN)) || report_elsewhere || exit "$?"
     exit 0
   fi
-  note "nothing to do: all ${#GAME_LIST[@]} game(s) x ${#SEED_LIST[@]} seed(s) have finished in $OUT"
+  note "nothing to do: every run ($(counted ${#GAME_LIST[@]} game) x" \
+    "$(counted ${#SEED_LIST[@]} seed)) has finished in $OUT"
   exit 0
 fi
 

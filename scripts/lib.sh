@@ -35,6 +35,11 @@ note() {
   printf '%s: %s\n' "$PROG" "$*" >&2
 }
 
+# counted N NOUN: "1 game", "3 games".
+counted() {
+  if (($1 == 1)); then printf '%s %s' "$1" "$2"; else printf '%s %ss' "$1" "$2"; fi
+}
+
 is_uint() {
   [[ $1 =~ ^[0-9]+$ ]]
 }

@@ -58,7 +58,7 @@ from typing import Any, NamedTuple, Optional, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # The repository root is put on the path above.
 from fast_dqn import atari_data  # noqa: E402
-from fast_dqn.config import VARIANTS, Config  # noqa: E402
+from fast_dqn.config import VARIANTS, Config, counted  # noqa: E402
 from fast_dqn.run_dir import (RunDirectory, RunDirError, WriteFailed,  # noqa: E402
                               open_atomic)
 
@@ -460,12 +460,13 @@ def aggregate_lines(rows: Sequence[GameRow]) -> list[str]:
     short = [row.game for row in rows if row.human_normalized is not None and row.short]
     lines = []
     if scores:
-        lines.append(f"human-normalized score over {len(scores)} game(s): "
+        lines.append(f"human-normalized score over {counted(len(scores), 'game')}: "
                      f"median {_fmt(statistics.median(scores))}%, "
                      f"mean {_fmt(statistics.fmean(scores))}%")
     elif not short:
-        lines.append("human-normalized score: no game has an evaluation and Nature reference "
-                     "scores")
+        why = ("no run has an evaluation" if all(row.final_mean is None for row in rows)
+               else "no game with an evaluation has Nature reference scores")
+        lines.append(f"human-normalized score: none, since {why}")
     else:
         lines.append("human-normalized score: none over the games: every score is from a "
                      "short run (*)")
@@ -481,7 +482,8 @@ def coverage_notes(runs: Sequence[Run], rows: Sequence[GameRow]) -> list[str]:
     notes = []
     unevaluated = [run for run in runs if not run.evaluations]
     if unevaluated:
-        notes.append(f"{len(unevaluated)} run(s) without evaluations, left out of the scores:")
+        notes.append(f"{counted(len(unevaluated), 'run')} without an evaluation, left out of the "
+                     "human-normalized score:")
         notes.extend(f"  {run.game} seed {run.seed}: {run.path}" for run in unevaluated)
     unknown = [row.game for row in rows
                if row.final_mean is not None and row.human_normalized is None]
@@ -529,7 +531,7 @@ def curve(runs: Sequence[Run]) -> tuple[list[float], list[float], list[float], l
 def seeds_text(runs: Sequence[Run]) -> str:
     """"3 seeds", "1 seed", or "1 seed, 5 runs" where a seed ran more than once."""
     seeds, count = len({run.seed for run in runs}), len(runs)
-    text = f"{seeds} seed" + ("s" if seeds != 1 else "")
+    text = counted(seeds, "seed")
     return text if count == seeds else f"{text}, {count} runs"
 
 
@@ -747,7 +749,7 @@ def run_figure(run: Run, games: Games, scalars: dict[str, list[tuple[int, float]
                              [e.mean for e in run.evaluations],
                              yerr=[e.std for e in run.evaluations], marker="o", markersize=4,
                              capsize=3, linewidth=1.5,
-                             label=f"mean +- std of {run.evaluations[-1].episodes} games")
+                             label=f"mean +- std of {counted(run.evaluations[-1].episodes, 'game')}")
     for axis, has in ((returns, bool(games.steps)), (evaluations, bool(run.evaluations))):
         if has and reference is not None:
             axis.axhline(reference.random, color="gray", linestyle="--", linewidth=1,
@@ -883,7 +885,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     one_run = (root / "config.json").is_file()
     games = group_by_game(runs, notes)
     rows = {game: summarize_game(game, game_runs) for game, game_runs in games.items()}
-    print(f"{len(runs)} run(s) of {len({run.game for run in runs})} game(s) under {root}"
+    print(f"{counted(len(runs), 'run')} of {counted(len({run.game for run in runs}), 'game')} "
+          f"under {root}"
           if not one_run else f"the run {root}")
     print(format_table(list(rows.values())))
     print()

@@ -6,6 +6,7 @@ reported by the benchmark itself, never asserted by a timed test.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,12 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     argv = SMALL + ["--workers", "4", "--skip-serial", "--trainer-stub-ms=0.8",
                     "--query-stub-ms=0.3"]
     assert benchmark.main(argv) == 0
-    result = last_json_line(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    result = last_json_line(out)
+    assert_one_unit_per_line(out)
+    # the warning comes exactly when the windows spread by more than 10% (issue 46)
+    warned = "warning: the trainer-alone windows spread by" in err
+    assert warned == (result["trainer_spread"] > 0.10), (result["trainer_spread"], err)
     assert result["simulated"] is True
     assert result["xla"] == "on"  # as on a real GPU
     assert 0 < result["sim_trainer_busy"] <= 1.0
@@ -90,6 +96,42 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     assert result["sim_fraction_of_attainable"] == pytest.approx(
         result["sim_steps_per_second"] / min(5000.0, emulation))
     assert result["updates_per_call"] == Config().updates_per_call
+
+
+def assert_one_unit_per_line(out: str) -> None:
+    """Regression (issue 46): the trainer-alone line said "updates/s -> limit N steps/s" and
+    its table row a steps/s figure with an updates/s note. The trainer alone speaks of
+    updates/s, every other figure of steps/s; "cores busy" says what it is where it is."""
+    lines = out.splitlines()
+    trainer = [line for line in lines if line.startswith("trainer alone:")]
+    assert len(trainer) == 2, out
+    for line in lines:
+        if line.startswith("trainer alone:"):
+            assert "updates/s" in line and "steps/s" not in line, line
+        elif not line.startswith("{"):  # the JSON line's keys name both
+            assert "updates/s" not in line, line
+        if "cores busy" in line:
+            assert re.search(r"cores busy \d+% \(process CPU time / \(wall time x \d+ "
+                             r"cores\)\)", line), line
+
+
+@pytest.mark.parametrize("windows, shown", [
+    ([100.0, 100.0, 125.0], "25%"),  # (125 - 100) / 100
+    ([100.0, 105.0, 110.0], None),  # (110 - 100) / 105 = 9.5%
+    ([100.0, 100.0, 110.0], None),  # 10% exactly
+])
+def test_trainer_windows_that_spread_by_more_than_10_percent_are_warned_of(windows, shown,
+                                                                           capsys):
+    """Regression (issue 46): a spread of 30% was printed beside the limit without a word."""
+    benchmark.warn_of_spread((max(windows) - min(windows)) / sorted(windows)[1])
+    out, err = capsys.readouterr()
+    assert out == ""
+    if shown is None:
+        assert err == ""
+    else:
+        assert err.startswith(f"warning: the trainer-alone windows spread by {shown}, more "
+                              "than 10%: "), err
+        assert len(err.splitlines()) == 1
 
 
 def test_updates_per_call_is_a_benchmark_setting(capsys):

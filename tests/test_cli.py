@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, algo, argv, message)
     (["--time=100"], "unrecognized arguments: --time=100"),
     (["--concurrent=maybe"], "expected true/false"),
     (["--backend=gpu"], "invalid choice"),
-    (["--timesteps=ten"], "invalid int value"),
+    (["--timesteps=ten"], "--timesteps: expected a whole number"),
 ])
 def test_argparse_errors_are_one_line_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -435,6 +435,22 @@ def test_a_flag_typo_names_the_flag_it_is_closest_to(capsys, algo, argv, hint):
     assert f"error: unrecognized arguments: {' '.join(argv)}{hint}" in err
 
 
+@pytest.mark.parametrize("argv0, fast", [("python -m fast_dqn serial", "python -m fast_dqn train"),
+                                        ("/venv/bin/fast-dqn-serial", "fast-dqn"),
+                                        ("run_dqn.py", "python run_fast_dqn.py")])
+def test_a_flag_of_the_fast_trainer_names_it_as_the_serial_one_was_called(
+        capsys, monkeypatch, argv0, fast):
+    """Regression (issue 46): the line named run_fast_dqn.py and fast-dqn to a user of
+    `python -m fast_dqn serial`."""
+    from fast_dqn.launch import prepare_config
+
+    monkeypatch.setattr("sys.argv", [argv0])
+    with pytest.raises(SystemExit):
+        prepare_config(["--workers=4"], ALGO_DQN)
+    assert capsys.readouterr().err.endswith(
+        f"--workers is a flag of the fast trainer only ({fast}) (see --help)\n")
+
+
 @pytest.mark.parametrize("argv", [["--xyzzy=1"], ["pong"], ["--no-such-flag"]])
 def test_a_flag_close_to_none_gets_no_suggestion(capsys, argv):
     with pytest.raises(SystemExit):
@@ -492,3 +508,36 @@ def test_a_resume_takes_a_device(tmp_path):
     resumed = prepare_config(["--resume", str(run_dir), "--device=cpu"], ALGO_FAST_DQN)
     assert resumed.device == "cpu" and resumed.replay_capacity == 5000
     assert prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN).device == "auto"
+
+
+# -- step counts as people write them (issue 46) ------------------------------------------------
+
+COUNT_FIELDS = [field.name for field in dataclasses.fields(Config) if field.type in ("int", int)]
+
+
+@pytest.mark.parametrize("name", COUNT_FIELDS)
+@pytest.mark.parametrize("text, value", [("1e6", 1_000_000), ("2.5e5", 250_000),
+                                         ("50_000_000", 50_000_000), ("1E3", 1000),
+                                         ("4", 4)])
+def test_every_count_flag_takes_a_whole_number_in_exponent_form_or_with_underscores(
+        name, text, value):
+    """Regression (issue 46): `--timesteps 1e6` was refused, as a user of the README typed it."""
+    flag = "--" + name.replace("_", "-")
+    args = make_parser(ALGO_FAST_DQN, "test").parse_args([flag, text])
+    assert getattr(args, name) == value and type(getattr(args, name)) is int
+
+
+@pytest.mark.parametrize("text", ["1.5", "2.5e0", "1e-3", "inf", "nan", "1e6x", "", "0x10"])
+def test_a_count_that_is_no_whole_number_is_refused_in_one_line(capsys, text):
+    with pytest.raises(SystemExit) as exit_info:
+        make_parser(ALGO_DQN, "test").parse_args([f"--timesteps={text}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "argument --timesteps: expected a whole number" in err and repr(text) in err
+
+
+def test_the_step_counts_of_a_run_are_counts():
+    # the flags the issue names are among those that take counts, whatever else does
+    assert {"timesteps", "replay_capacity", "replay_start", "exploration_steps",
+            "target_update", "evaluate", "checkpoint_every"} <= set(COUNT_FIELDS)

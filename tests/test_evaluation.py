@@ -270,3 +270,9 @@ def test_a_run_with_video_every_records_the_first_game_of_every_nth_evaluation(v
         capture.release()
     assert frames == VIDEO_EVAL_CAP
     assert ok and frame.shape == (420, 320, 3) and frame.std() > 0  # 2x2 per Atari pixel
+
+
+def test_an_evaluation_of_one_game_says_one_game():
+    """Regression (issue 46): a run with --eval-episodes=1 said "over 1 games"."""
+    line = Evaluated(6000, [-21.0], 14.26).line()
+    assert line == "evaluation at step 6000: mean -21.0 over 1 game (min -21.0, max -21.0), 14.3 s"

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from fast_dqn import config as config_module, launch, update_rule
+from fast_dqn.checkpoints import CHECKPOINT
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config, make_parser, new_run_settings
 from fast_dqn.learner import Learner, make_learner
 from fast_dqn.update_rule import DopamineAdam, dqn_update
@@ -283,7 +284,8 @@ def test_both_trainers_train_and_resume_with_adam_and_mse(tmp_path, capsys, scri
 
     resumed = run_in_process(script, ["--resume", str(run_dir), "--timesteps=1200"], capsys)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout
+    assert resumed.stdout.startswith(f"resuming from {run_dir / CHECKPOINT} at step "), \
+        resumed.stdout
     assert summary(run_dir)["finished"] is True
 
 

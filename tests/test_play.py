@@ -65,7 +65,7 @@ def test_play_prints_scores_and_writes_a_readable_video(trained_run, tmp_path, c
     assert status == 0
     assert "at step 1,234" in out
     assert "game 1/1: score " in out and "(30 steps, cut off)" in out
-    assert "mean score over 1 game(s): " in out
+    assert "; 1 game, epsilon " in out and "mean score over 1 game: " in out
     assert [p.name for p in tmp_path.iterdir()] == ["game.mp4"]  # no temporary file left
     capture = cv2.VideoCapture(str(video))
     try:
@@ -312,7 +312,7 @@ def test_a_stop_signal_during_the_video_exits_in_one_line_and_leaves_nothing(tra
     before = {path.name for path in run_dir.iterdir()}
     run = start("-m", ["fast_dqn.play", str(run_dir), "--video", "--episodes", "5",
                        "--max-steps", "100000"], tmp_path / "play")
-    wait_for_line(run, "5 game(s)")  # the network is loaded: the games and the video go on
+    wait_for_line(run, "5 games")  # the network is loaded: the games and the video go on
     assert list(run_dir.glob(".play-step1234.*.tmp.mp4"))
     signalled = time.monotonic()
     run.process.send_signal(signum)

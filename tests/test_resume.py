@@ -30,6 +30,7 @@ from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, netwo
                                   read_manifest, save_checkpoint)
 from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
 from fast_dqn.replay_memory import ReplayMemory
+from fast_dqn.run_dir import LOCK_FILE
 
 from tests.cli_runs import (FAST, LINE_STOP, REPO, RUN_DQN, RUN_FAST_DQN, SMALL_BATCH, TINY,
                             Finished, assert_no_traceback, interrupt, read_csv, run_bytes,
@@ -114,7 +115,9 @@ def test_resume_finishes_and_continues_the_logs(interrupted, resumed_twice):
     resumed_dir, result = resumed_twice[0]
     assert result.returncode == 0, result.stderr[-3000:]
     assert_no_traceback(result)
-    assert f"resumed from {resumed_dir / CHECKPOINT} at step {stopped_at}" in result.stdout
+    # said before anything else (issue 46: it came after the run directory and the device)
+    assert result.stdout.startswith(
+        f"resuming from {resumed_dir / CHECKPOINT} at step {stopped_at}\n"), result.stdout
     done = summary(resumed_dir)
     assert done["finished"] is True
     assert done["steps"] >= RESUMED_STEPS
@@ -376,6 +379,67 @@ def every_path(directory: Path) -> list[str]:
     return [str(path.relative_to(directory)) for path in sorted(directory.rglob("*"))]
 
 
+@pytest.fixture
+def runs_folder(saved_run) -> Path:
+    """A folder of runs holding `saved_run` under a default name, with its lock, as a run
+    leaves it."""
+    run_dir = saved_run.parent / "runs" / "pong-fast_dqn-seed0-20250101-120000"
+    run_dir.parent.mkdir()
+    saved_run.rename(run_dir)
+    (run_dir / LOCK_FILE).touch()
+    return run_dir.parent
+
+
+@pytest.mark.parametrize("given, what", [
+    ("runs", "it is a folder of runs, not a run directory"),
+    (f"runs/pong-fast_dqn-seed0-20250101-120000/{CHECKPOINT}",
+     "it is inside the run directory runs/pong-fast_dqn-seed0-20250101-120000"),
+    ("runs/pong-fast", "no such directory"),
+], ids=["folder-of-runs", "checkpoint-folder", "name-cut-short"])
+def test_a_resume_of_a_path_near_a_run_names_the_run_directory(runs_folder, capsys,
+                                                              monkeypatch, given, what):
+    """Regression (issue 46): --resume of the folder of runs, of a run's checkpoint folder
+    or of a run's name cut short said "no readable config.json" and no more."""
+    monkeypatch.chdir(runs_folder.parent)
+    monkeypatch.setattr("sys.argv", ["/venv/bin/fast-dqn"])
+    before = snapshot(runs_folder)
+    status = launch.main(["--resume", given], ALGO_FAST_DQN)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert err == (f"fast-dqn: error: cannot resume {given}: {what}; resume with fast-dqn "
+                   "--resume runs/pong-fast_dqn-seed0-20250101-120000\n")
+    assert snapshot(runs_folder) == before
+
+
+def test_a_resume_of_a_folder_of_several_runs_names_them(runs_folder, capsys):
+    for name in ("pong-fast_dqn-seed1-20250101-130000", "notes", "pong-dqn-seed0-2025",
+                 "space_invaders-fast_dqn-seed0"):
+        shutil.copytree(runs_folder / "pong-fast_dqn-seed0-20250101-120000", runs_folder / name)
+    (runs_folder / "notes" / LOCK_FILE).unlink()  # a copy of a run's files is no run
+    assert launch.main(["--resume", str(runs_folder)], ALGO_FAST_DQN) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"cannot resume {runs_folder}: it is a folder of runs, not a run "
+                        f"directory; resume one of these runs: {runs_folder}/pong-dqn-seed0-2025, "
+                        f"{runs_folder}/pong-fast_dqn-seed0-20250101-120000, "
+                        f"{runs_folder}/pong-fast_dqn-seed1-20250101-130000 and 1 more\n"), err
+
+
+@pytest.mark.parametrize("argv0, called, command", [
+    ("/venv/bin/fast-dqn-serial", "fast-dqn-serial", "fast-dqn"),
+    ("python -m fast_dqn serial", "python -m fast_dqn serial", "python -m fast_dqn train"),
+    ("/repo/run_dqn.py", "python /repo/run_dqn.py", "python /repo/run_fast_dqn.py"),
+])
+def test_a_resume_by_the_other_trainer_names_the_command_that_resumes_it(
+        saved_run, capsys, monkeypatch, argv0, called, command):
+    """Regression (issue 46): the serial trainer said "was trained by fast_dqn, not dqn" and
+    named no command; the command is named as the user called the entry point."""
+    monkeypatch.setattr("sys.argv", [argv0])
+    assert launch.main(["--resume", str(saved_run)], ALGO_DQN) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"{saved_run} was trained by fast_dqn, not dqn ({called}): resume it "
+                        f"with {command} --resume {saved_run}\n"), err
+
+
 @pytest.mark.parametrize("inside", [f"{CHECKPOINT}/inner", "inner"])
 def test_a_new_run_inside_a_run_is_refused_and_the_run_still_resumes(saved_run, capsys,
                                                                       inside):
@@ -588,7 +652,7 @@ def assert_all_equal(actual: list[np.ndarray], expected: list[np.ndarray], what:
 
 
 @pytest.mark.slow
-def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
+def test_resume_restores_every_piece_of_state_exactly(tmp_path):
     from fast_dqn import launch
     from fast_dqn.run_logs import RunLogs
 
@@ -631,7 +695,6 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
     finally:
         restored.close()
     assert restored.counters.games.state() == games
-    assert "resumed from" in capsys.readouterr().out
 
     # Networks and every optimizer variable (slots and the iteration count).
     net, net2 = original.learner, restored.learner
@@ -663,7 +726,8 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path, capsys):
         np.testing.assert_array_equal(memory2[name], memory[name], err_msg=name)
 
 
-def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_uninterrupted_run():
+def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_uninterrupted_run(
+        monkeypatch):
     """Regressions: a stop between an evaluation period's end and the next sync point lost
     that evaluation for good; then its resume made it at once, at the stopped step (270),
     where an uninterrupted run makes it at the sync point (300), with other weights."""
@@ -756,6 +820,10 @@ def test_an_evaluation_skipped_by_a_stop_is_made_up_at_the_sync_point_of_an_unin
     assert evaluated_at(fifth) == [300]
     line = launch.write_failed_line(error.value, fifth, Path("run"))
     assert "the last checkpoint (step 300) in run/checkpoint is intact" in line, line
+    # the command that resumes it, as the run was started (issue 46: only "--resume run")
+    monkeypatch.setattr("sys.argv", ["/venv/bin/fast-dqn"])
+    line = launch.write_failed_line(error.value, fifth, Path("run"))
+    assert line.endswith("is intact: resume with fast-dqn --resume run"), line
 
 
 def _stop_instead(loop):

@@ -239,13 +239,13 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
     assert shown[-2].startswith(f"step {step}/1200 ")  # the progress line, left above it
     assert not any(line.startswith("done:") for line in shown)
 
-    # The resume, on a terminal too: its "resumed from" line stays on the screen (it was
-    # drawn over by the progress line), and the run finishes.
+    # The resume, on a terminal too: its "resuming from" line comes first and stays on the
+    # screen, and the run finishes.
     resumed = Terminal(["--resume", str(run_dir)], tmp_path / "resumed")
     assert resumed.finish() == 0, (tmp_path / "resumed.err").read_text()
     shown = [line for line in screen(resumed.output) if line]
-    assert any(line.startswith("resumed from ") and line.endswith(f" at step {step}")
-               for line in shown), shown
+    assert shown[0].startswith("resuming from ") and shown[0].endswith(f" at step {step}"), \
+        shown
     assert shown[-1].startswith("done: 1200 steps"), shown
 
 
@@ -254,9 +254,9 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
 README = REPO / "README.md"
 # The README's smoke command with a shorter schedule, to keep this test well under a minute
 # of training: the same kinds of lines in the same order (one learning epoch that ends at the
-# last step, an evaluation and a checkpoint there).
-SHORTER = ["--timesteps=1400", "--replay-capacity=2000", "--evaluate=1100", "--eval-episodes=1",
-           "--workers=4"]
+# last step, an evaluation and a checkpoint there). The README's 2 evaluation games stay: a
+# line of 1 game says "1 game".
+SHORTER = ["--timesteps=1400", "--replay-capacity=2000", "--evaluate=1100", "--workers=4"]
 
 
 def readme_block() -> tuple[list[str], list[str]]:
@@ -312,6 +312,12 @@ def test_the_readmes_printed_block_is_what_the_smoke_command_prints(tmp_path, ca
     ("python -m fast_dqn train", "fast_dqn", "python -m fast_dqn train"),
     ("python -m fast_dqn serial", "dqn", "python -m fast_dqn serial"),
     ("/usr/lib/python3/site-packages/pytest/__main__.py", "dqn", "python run_dqn.py"),
+    # the other trainer's command, in the form this one was called (issue 46)
+    ("/home/me/fast_dqn/run_dqn.py", "fast_dqn", "python /home/me/fast_dqn/run_fast_dqn.py"),
+    ("./run_fast_dqn.py", "dqn", "python ./run_dqn.py"),
+    ("/home/me/venv/bin/fast-dqn-serial", "fast_dqn", "fast-dqn"),
+    ("python -m fast_dqn serial", "fast_dqn", "python -m fast_dqn train"),
+    ("python -m fast_dqn train", "dqn", "python -m fast_dqn serial"),
 ])
 def test_the_resume_command_is_the_one_the_run_was_started_with(argv0, algo, expected,
                                                                  monkeypatch):

@@ -178,7 +178,8 @@ def test_nothing_to_do_when_every_run_finished(tmp_path):
     write_json(out / "pong-seed0" / "summary.json", {"finished": True})
     result = run(["bash", ALL_GAMES, "--games", "pong", "--seeds", "0", "--out", out])
     assert result.returncode == 0
-    assert "nothing to do" in result.stderr
+    # one game and one seed, as said (issue 46: "1 game(s) x 1 seed(s)")
+    assert f"nothing to do: every run (1 game x 1 seed) has finished in {out}" in result.stderr
 
 
 @pytest.mark.parametrize("args", [
@@ -729,10 +730,10 @@ def test_summary_table_and_normalized_scores(runs_dir):
     assert rows["breakout"][:8] == ["breakout", "0", "0/1", "25,000,000", "16.8", "-", "16.8",
                                     "50.0"]
     assert rows["alien"][3:8] == ["-", "-", "-", "-", "-"]
-    assert "over 2 game(s): median 79.5%, mean 79.5%" in result.stdout
-    assert "1 run(s) without evaluations" in result.stdout
+    assert "over 2 games: median 79.5%, mean 79.5%" in result.stdout
+    assert "1 run without an evaluation, left out of the human-normalized score:" in result.stdout
     assert "alien seed 0" in result.stdout
-    assert "seed 9" not in result.stdout and "4 run(s) of 3 game(s)" in result.stdout
+    assert "seed 9" not in result.stdout and "4 runs of 3 games" in result.stdout
 
 
 @pytest.mark.slow
@@ -771,6 +772,21 @@ def test_summary_of_a_game_without_reference_scores(tmp_path):
     result = run([PY, SUMMARIZE, tmp_path])
     assert result.returncode == 0, result.stderr
     assert "no Nature reference scores" in result.stdout and "tetris" in result.stdout
+    assert ("human-normalized score: none, since no game with an evaluation has Nature "
+            "reference scores\n") in result.stdout
+
+
+@pytest.mark.slow
+def test_summary_of_a_run_without_evaluations_says_so_plainly(tmp_path):
+    """Regression (issue 46): a run trained with --evaluate=0 got "no game has an evaluation
+    and Nature reference scores" (Pong has them) and "1 run(s) without evaluations"."""
+    run_dir = make_run(tmp_path, "pong", 0, None, None)
+    result = run([PY, SUMMARIZE, run_dir])
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("\n\n", 1)[1].splitlines()
+    assert notes[:3] == ["human-normalized score: none, since no run has an evaluation",
+                         "1 run without an evaluation, left out of the human-normalized score:",
+                         f"  pong seed 0: {run_dir}"], result.stdout
 
 
 def test_summary_leaves_out_rows_holding_inf_or_nan_with_a_note(tmp_path, capsys):
@@ -866,7 +882,7 @@ def test_a_linked_run_is_counted_and_named(tmp_path, capsys):
     (root / "pong-seed3").symlink_to(target)
     assert summarize.main([str(root)]) == 0
     output = capsys.readouterr().out
-    assert output.startswith(f"4 run(s) of 1 game(s) under {root}\n"), output
+    assert output.startswith(f"4 runs of 1 game under {root}\n"), output
     row = next(line.split() for line in output.splitlines() if line.startswith("pong "))
     assert row[1] == "0,1,2,3"
     notes = notes_naming(output, root / "pong-seed3")
@@ -883,7 +899,7 @@ def test_a_directory_of_links_only_is_summarized(tmp_path):
         (root / f"{game}-seed{seed}").symlink_to(scratch_run(tmp_path, game, seed))
     result = run([PY, SUMMARIZE, root])
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"3 run(s) of 2 game(s) under {root}\n"), result.stdout
+    assert result.stdout.startswith(f"3 runs of 2 games under {root}\n"), result.stdout
     assert "3 run(s) reached through a symbolic link" in result.stdout
 
 
@@ -899,7 +915,7 @@ def test_a_link_cycle_ends_and_a_run_reached_twice_counts_once(tmp_path):
     (root / "b" / "self").symlink_to(root / "b")
     result = run([PY, SUMMARIZE, root], timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"2 run(s) of 1 game(s) under {root}\n"), result.stdout
+    assert result.stdout.startswith(f"2 runs of 1 game under {root}\n"), result.stdout
     assert "reached through a symbolic link" not in result.stdout
     counted_once = [line for line in result.stdout.splitlines() if "counted once" in line]
     assert len(counted_once) == 1 and str(root / "a" / "same") in counted_once[0]
@@ -958,7 +974,7 @@ def test_summary_averages_only_runs_of_the_same_settings_and_counts_each_seed_on
     assert cells("pong (lr=0.00025, timesteps=2000)")[:7] == [
         "0", "0/2", "2,000", "-20.7", "0.0", "-20.7", "0.0*"]
     # the median and mean of 60 and 100; the short run is named, not counted
-    assert "human-normalized score over 2 game(s): median 80.0%, mean 80.0%" in output
+    assert "human-normalized score over 2 games: median 80.0%, mean 80.0%" in output
     short = next(line for line in output.splitlines() if line.startswith("* short run"))
     assert "pong (lr=0.00025, timesteps=2000)" in short and "5,000,000" in short
     assert "pong: 3 groups of runs with different settings" in output
@@ -1416,7 +1432,7 @@ def test_summary_keeps_protocols_and_variants_apart(tmp_path):
         rows = {row["game"]: row for row in csv.DictReader(file)}
     # Nature's two seeds are averaged, (1 + 3) / 2; each variant is a row of its own.
     assert sorted(rows) == ["pong", "pong (dueling)", "pong (machado+double)"]
-    assert "4 run(s) of 1 game(s)" in result.stdout
+    assert "4 runs of 1 game" in result.stdout
     assert float(rows["pong"]["final_mean"]) == 2.0
     assert float(rows["pong (machado+double)"]["final_mean"]) == -5.0
     assert float(rows["pong (dueling)"]["final_mean"]) == 9.0

@@ -31,9 +31,10 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 BYTES_PER_TRANSITION = 7_064  # a checkpoint's replay bytes per slot
 PROGRESS = re.compile(r"^step (\d+)/\d+ ")
-# A resume's start-up lines: after the checkpoint's CRC check, TensorFlow imported, memory read.
-LINES = {"run directory": re.compile(r"^run directory: "),
-         "device": re.compile(r"^\w+ on (CPU|GPU)\b"), "resumed": re.compile(r"^resumed from ")}
+# A resume's start-up lines: after the checkpoint's CRC check, TensorFlow imported, memory
+# read (the first progress line, due every second from before the read).
+LINES = {"resuming": re.compile(r"^resuming from "),
+         "device": re.compile(r"^\w+ on (CPU|GPU)\b"), "first step": PROGRESS}
 TMP, OLD = "checkpoint.tmp", "checkpoint.old"
 TIMEOUT, STOP_TIMEOUT = 3600.0, 1800.0  # seconds for a phase to come; for an exit
 
@@ -148,8 +149,7 @@ def measure(args: argparse.Namespace, workdir: Path, trainers: list[TrainerProce
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.close(fd)
         trainer = launch(name, ["--resume", str(run_dir)], **options)
-        trainer.wait_for(lambda: trainer.first(LINES["resumed"]) is not None,
-                         '"resumed from" line')
+        trainer.wait_for(lambda: trainer.first(PROGRESS) is not None, "first progress line")
         times = {key: round(trainer.first(pattern) - trainer.t_launch, 2)
                  for key, pattern in LINES.items() if trainer.first(pattern) is not None}
         print(json.dumps({"process": name, "cold": cold, "seconds_to": times}), flush=True)
