@@ -14,6 +14,7 @@ import decimal
 import difflib
 import json
 import math
+import textwrap
 import typing
 from typing import Any, Callable, Mapping, Sequence
 
@@ -84,11 +85,17 @@ SETTINGS_ADDED_AFTER = {1: ("protocol", "life_loss_terminal", "full_action_set",
 MAX_TIMESTEPS = 2**63 - 1
 
 
-def _field(default: Any, help: str, *, fast_only: bool = False, choices: Sequence[str] = ()):
-    return dataclasses.field(
-        default=default,
-        metadata={"help": help, "fast_only": fast_only, "choices": tuple(choices)},
-    )
+# The groups of the flags in --help, in its order; each field names its own (`_field`'s third
+# argument). The fast scheme's flags are the fast trainer's only.
+PROTOCOL, LEARNING, REPLAY, EVALUATION, RUN_FILES, FAST_SCHEME = GROUPS = (
+    "Atari protocol", "network and learning", "replay memory", "evaluation", "run files",
+    "fast scheme")
+
+
+def _field(default: Any, help: str, group: str, *, choices: Sequence[str] = ()):
+    return dataclasses.field(default=default, metadata={
+        "help": help, "group": group, "fast_only": group == FAST_SCHEME,
+        "choices": tuple(choices)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,105 +109,113 @@ class Config:
     game: str = _field("pong", "Atari ROM id (pong, space_invaders; SpaceInvaders and "
                        "Gymnasium's ids are accepted too, but an id whose defaults are not "
                        "the run's protocol, such as ALE/Pong-v5 with its sticky actions, "
-                       "needs --protocol or --sticky-actions beside it)")
+                       "needs --protocol or --sticky-actions beside it)", PROTOCOL)
     timesteps: int = _field(50_000_000, "agent steps to train (1 step = 4 frames; the Nature "
-                            "budget is 200M frames)")
-    evaluate: int = _field(250_000, "evaluation period in agent steps (0 = never)")
-    seed: int = _field(0, "random seed for environments, exploration, replay and network")
-    interp: str = _field("area", "interpolation of the 84x84 resize", choices=INTERPOLATIONS)
+                            "budget is 200M frames)", LEARNING)
+    evaluate: int = _field(250_000, "evaluation period in agent steps (0 = never)", EVALUATION)
+    seed: int = _field(0, "random seed for environments, exploration, replay and network",
+                       LEARNING)
+    interp: str = _field("area", "interpolation of the 84x84 resize", PROTOCOL,
+                         choices=INTERPOLATIONS)
 
-    replay_capacity: int = _field(1_000_000, "replay memory size in transitions")
-    replay_start: int = _field(50_000, "uniformly random agent steps before learning starts")
-    train_freq: int = _field(4, "agent steps per minibatch update")
-    target_update: int = _field(10_000, "agent steps between target-network updates")
-    batch_size: int = _field(32, "transitions per minibatch")
+    replay_capacity: int = _field(1_000_000, "replay memory size in transitions", REPLAY)
+    replay_start: int = _field(50_000, "uniformly random agent steps before learning starts",
+                               REPLAY)
+    train_freq: int = _field(4, "agent steps per minibatch update", LEARNING)
+    target_update: int = _field(10_000, "agent steps between target-network updates", LEARNING)
+    batch_size: int = _field(32, "transitions per minibatch", LEARNING)
     lr: float = _field(2.5e-4, "learning rate (with --optimizer=adam, Dopamine's 6.25e-5 "
-                       "unless given)")
+                       "unless given)", LEARNING)
     optimizer: str = _field("rmsprop", "rmsprop: centered RMSProp (Nature); adam: Adam as "
                             "Dopamine's JAX DQN runs it (optax.adam, b1 0.9, b2 0.999, "
                             "epsilon 1.5e-4 added after the bias correction)",
-                            choices=OPTIMIZERS)
+                            LEARNING, choices=OPTIMIZERS)
     rmsprop_rho: float = _field(0.95, "centered RMSProp gradient momentum (rho; "
-                                "--optimizer=rmsprop only)")
+                                "--optimizer=rmsprop only)", LEARNING)
     rmsprop_epsilon: float = _field(0.01, "centered RMSProp epsilon, inside the square root "
-                                    "(--optimizer=rmsprop only)")
+                                    "(--optimizer=rmsprop only)", LEARNING)
     loss: str = _field("huber", "huber: Huber loss (delta 1) summed over the minibatch "
                        "(Nature); mse: squared TD error averaged over the minibatch "
-                       "(Dopamine's JAX DQN)", choices=LOSSES)
-    discount: float = _field(0.99, "discount factor gamma")
-    initial_epsilon: float = _field(1.0, "exploration epsilon at the start of learning")
-    exploration_steps: int = _field(1_000_000, "agent steps over which epsilon decays linearly")
-    final_epsilon: float = _field(0.1, "exploration epsilon after the decay")
-    eval_episodes: int = _field(30, "full games per evaluation")
-    eval_epsilon: float = _field(0.05, "epsilon of the evaluation policy")
+                       "(Dopamine's JAX DQN)", LEARNING, choices=LOSSES)
+    discount: float = _field(0.99, "discount factor gamma", LEARNING)
+    initial_epsilon: float = _field(1.0, "exploration epsilon at the start of learning", LEARNING)
+    exploration_steps: int = _field(1_000_000, "agent steps over which epsilon decays linearly",
+                                    LEARNING)
+    final_epsilon: float = _field(0.1, "exploration epsilon after the decay", LEARNING)
+    eval_episodes: int = _field(30, "full games per evaluation", EVALUATION)
+    eval_epsilon: float = _field(0.05, "epsilon of the evaluation policy", EVALUATION)
     eval_max_episode_steps: int = _field(4_500, "agent steps before an evaluation game is cut "
                                          "off (4,500 steps = 18,000 frames = 5 minutes, "
-                                         "Nature's Methods, 'Evaluation procedure')")
+                                         "Nature's Methods, 'Evaluation procedure')", EVALUATION)
     video_every: int = _field(0, "record the first game of every Nth evaluation into "
-                              "RUN_DIR/eval-step<STEP>.mp4 as play --video does (0 = never; a "
+                              "RUN_DIR/eval-step<STEP>.mp4, as play records a game (0 = never; a "
                               "run that records plays its first evaluation games in Python "
-                              "envs, whose screens can be read, not in ale-py's vector env)")
+                              "envs, whose screens can be read, not in ale-py's vector env)",
+                              EVALUATION)
     protocol: str = _field("nature", "Atari protocol preset: nature (Mnih et al. 2015) or "
                            "machado (Machado et al. 2018: sticky actions 0.25, no life-loss "
                            "signal, all 18 actions, no no-ops); flags given beside it win",
-                           choices=PROTOCOLS)
+                           PROTOCOL, choices=PROTOCOLS)
     sticky_actions: float = _field(0.0, "probability of repeating the previous action "
-                                   "(Machado et al. 2018 use 0.25; Nature used none)")
+                                   "(Machado et al. 2018 use 0.25; Nature used none)", PROTOCOL)
     life_loss_terminal: bool = _field(True, "a lost life ends the learning episode (Nature); "
-                                      "false: only the game's end does (Machado et al. 2018)")
+                                      "false: only the game's end does (Machado et al. 2018)",
+                                      PROTOCOL)
     full_action_set: bool = _field(False, "act with all 18 joystick actions instead of the "
-                                   "game's minimal set (Machado et al. 2018)")
-    noop_max: int = _field(30, "maximum random no-op actions at the start of each game")
+                                   "game's minimal set (Machado et al. 2018)", PROTOCOL)
+    noop_max: int = _field(30, "maximum random no-op actions at the start of each game", PROTOCOL)
     max_episode_steps: int = _field(27_000, "agent steps before a game is cut off "
-                                    "(27,000 steps = 108,000 frames = 30 minutes)")
+                                    "(27,000 steps = 108,000 frames = 30 minutes)", PROTOCOL)
     double: bool = _field(False, "Double DQN target (van Hasselt et al. 2016): the online "
-                          "network picks the next action, the target network values it")
+                          "network picks the next action, the target network values it", LEARNING)
     dueling: bool = _field(False, "dueling network (Wang et al. 2016): value and advantage "
                            "streams, mean advantage subtracted, the gradient into the last "
-                           "convolution scaled by 1/sqrt(2)")
+                           "convolution scaled by 1/sqrt(2)", LEARNING)
     n_step: int = _field(1, "n-step returns (Dopamine's update_horizon): the target sums n "
                          "clipped rewards, discounted, up to the learning episode's end, and "
-                         "bootstraps from the state n steps on; 1 = Nature")
+                         "bootstraps from the state n steps on; 1 = Nature", LEARNING)
     prioritized: bool = _field(False, "proportional prioritized replay (Schaul et al. 2016, "
                                "as dqn_zoo runs it): priority exponent 0.6, importance-sampling "
                                "exponent 0.4 to 1 over the run; with RMSProp a new run's "
-                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given")
+                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given",
+                               REPLAY)
 
     logdir: str = _field("", "run directory: a new or empty one, outside any other run's "
-                         "(default runs/<game>-<algo>-seed<seed>-<time>)")
+                         "(default: runs/<game>-<algo>-seed<seed>-<time>)", RUN_FILES)
     checkpoint_every: int = _field(1_000_000, "agent steps between checkpoints (0 = only at "
-                                   "the end and on interruption)")
-    checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints")
+                                   "the end and on interruption)", RUN_FILES)
+    checkpoint_replay: bool = _field(True, "save the replay memory in checkpoints", RUN_FILES)
     resume: str = _field("", "run directory to continue from its latest checkpoint (only "
                          "--timesteps, to extend the run, --refill-replay and --device may be "
-                         "given beside it)")
+                         "given beside it)", RUN_FILES)
     refill_replay: bool = _field(False, "with --resume only: if the checkpoint's replay "
                                  "memory is missing, refill it for --replay-start steps instead "
                                  "of refusing to resume (for that resume: config.json does not "
-                                 "keep it)")
+                                 "keep it)", RUN_FILES)
     progress_every: float = _field(30.0, "seconds between progress lines when stdout is "
-                                   "not a terminal")
+                                   "not a terminal", RUN_FILES)
     xla: str = _field("on", "compile the minibatch update and the samplers' query with XLA on "
                       "every device (one that cannot compile runs uncompiled and says so in "
-                      "one line); off = never", choices=XLA_MODES)
+                      "one line); off = never", LEARNING, choices=XLA_MODES)
     replay_device: str = _field("auto", "where the replay memory's frames live: device = "
                                 "in a variable on the training device, gathered by the "
                                 "update; host = in NumPy, gathered by the host; auto = the "
                                 "device on a GPU with room for them, else the host (the "
-                                "same updates either way)", choices=REPLAY_DEVICES)
+                                "same updates either way)", REPLAY, choices=REPLAY_DEVICES)
     device: str = _field("auto", f"{DEVICE_HELP} (for this process only: config.json does "
-                         "not keep it, and it may be given beside --resume)", choices=DEVICES)
+                         "not keep it, and it may be given beside --resume)", LEARNING,
+                         choices=DEVICES)
 
-    workers: int = _field(8, "number of environments acting in parallel", fast_only=True)
+    workers: int = _field(8, "number of environments acting in parallel", FAST_SCHEME)
     concurrent: bool = _field(True, "train in a background thread while the samplers act",
-                              fast_only=True)
+                              FAST_SCHEME)
     synchronize: bool = _field(True, "batch the samplers' Q-value queries in lock-step rounds",
-                               fast_only=True)
+                               FAST_SCHEME)
     backend: str = _field("vector", "sampler pool: ale-py's C++ vector env, or one Python "
-                          "thread per env", fast_only=True, choices=BACKENDS)
+                          "thread per env", FAST_SCHEME, choices=BACKENDS)
     updates_per_call: int = _field(64, "minibatch updates the learner draws and runs in one "
                                    "call (the same updates as one per call; fewer calls "
-                                   "cost the host less)", fast_only=True)
+                                   "cost the host less)", FAST_SCHEME)
 
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
@@ -363,6 +378,18 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+class WholeFlagsHelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped at spaces only: a flag named in a help text
+    (--no-life-loss-terminal) stays whole on its line, to be copied, at any terminal width."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False,
+                             break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in self._split_lines(text, width - len(indent)))
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line and exit with status 2; an unknown flag's
     line names the flag it is closest to (`--gmae=pong`: did you mean --game?).
@@ -373,7 +400,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any):
         # No abbreviations: `--work=4` must not silently mean `--workers=4`.
-        super().__init__(*args, allow_abbrev=False, **kwargs)
+        super().__init__(*args, allow_abbrev=False, formatter_class=WholeFlagsHelpFormatter,
+                         **kwargs)
         self.flags_elsewhere: dict[str, str] = {}
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
@@ -408,15 +436,18 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def add_config_flags(parser: argparse.ArgumentParser, algo: str,
                      names: Sequence[str] | None = None) -> None:
     """Adds one flag per `Config` field (fast-only fields only for the fast trainer), or
-    per field in `names` (for the commands that take some of the trainers' flags)."""
+    per field in `names` (for the commands that take some of the trainers' flags), each in
+    its field's group (GROUPS; argparse leaves an empty group out of --help)."""
+    groups = {title: parser.add_argument_group(title) for title in GROUPS}
     for field in dataclasses.fields(Config):
         if field.metadata["fast_only"] and algo != ALGO_FAST_DQN:
             continue
         if names is not None and field.name not in names:
             continue
         kwargs: dict[str, Any] = {"default": None, "dest": field.name}
+        group = groups[field.metadata["group"]]
         if field.type in ("bool", bool):
-            _add_bool_flag(parser, field)
+            _add_bool_flag(group, field)
             continue
         if field.type in ("int", int):
             kwargs["type"] = parse_count
@@ -424,11 +455,13 @@ def add_config_flags(parser: argparse.ArgumentParser, algo: str,
             kwargs["type"] = float
         if field.metadata["choices"]:
             kwargs["choices"] = field.metadata["choices"]
-        kwargs["help"] = f"{field.metadata['help']} (default: {field.default!r})"
-        parser.add_argument(flag_name(field.name), **kwargs)
+        # An empty default is "not given": the help says what that means (--logdir).
+        shown = f" (default: {field.default!r})" if field.default != "" else ""
+        kwargs["help"] = field.metadata["help"] + shown
+        group.add_argument(flag_name(field.name), **kwargs)
 
 
-def _add_bool_flag(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+def _add_bool_flag(parser: argparse._ActionsContainer, field: dataclasses.Field) -> None:
     """`--name` alone means true and `--no-name` false, as people type them; `--name=BOOL`
     keeps the original tool's spellings (true/false/1/0/yes/no)."""
     default = str(field.default).lower()
@@ -446,7 +479,8 @@ def _negated_flag(field_name: str) -> str:
 
 def make_parser(algo: str, description: str,
                 fast_command: str = "run_fast_dqn.py, fast-dqn") -> OneLineErrorParser:
-    parser = OneLineErrorParser(description=description)
+    parser = OneLineErrorParser(description=description,
+                                usage="%(prog)s [-h] [--FLAG[=VALUE] ...]")
     add_config_flags(parser, algo)
     if algo != ALGO_FAST_DQN:
         for field in dataclasses.fields(Config):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -15,12 +16,16 @@ from tests.script_runs import FAKE_LEARNER
 
 
 def pytest_configure(config) -> None:
-    """Gives the test process Ctrl-C as a terminal has it. A runner started as a background
-    job of a non-interactive shell (`pytest &` in a script) has SIGINT ignored; the processes
-    the tests start inherit that, and bash cannot trap a signal ignored on entry, so the
-    sweep's Ctrl-C test hung though the script was right."""
+    """Gives the test process Ctrl-C as a terminal has it, and an 80-column terminal, whatever
+    the caller's. A runner started as a background job of a non-interactive shell (`pytest &`
+    in a script) has SIGINT ignored; the processes the tests start inherit that, and bash
+    cannot trap a signal ignored on entry, so the sweep's Ctrl-C test hung though the script
+    was right. argparse wraps --help at $COLUMNS, which the processes inherit too; a test of
+    another width sets its own."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ["COLUMNS"] = "80"
+    os.environ.pop("LINES", None)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_protocol_constants():
 
 def test_every_field_has_a_flag_with_its_default_in_help():
     parser = make_parser(ALGO_FAST_DQN, "test")
-    help_text = parser.format_help()
+    help_text = " ".join(parser.format_help().split())  # as wrapped at any width
     for field in dataclasses.fields(Config):
         flag = "--" + field.name.replace("_", "-")
         assert flag in help_text
@@ -166,21 +167,25 @@ def test_largest_timesteps_is_valid():
 
 
 def flags_markdown_table() -> str:
-    """The README's table of flags as `Config` declares them: each field's flag, default and
-    help (printed by `python -c "from tests.test_config import flags_markdown_table as t;
-    print(t())"` to regenerate the table)."""
-    lines = ["| flag | default | meaning |", "| --- | --- | --- |"]
-    for field in dataclasses.fields(Config):
-        default = field.default if field.default != "" else "(none)"
-        if isinstance(default, bool):
-            default = str(default).lower()
-        elif isinstance(default, int):
-            default = f"{default:,}"
-        meaning = field.metadata["help"]
-        if field.metadata["fast_only"]:
-            meaning += " (run_fast_dqn.py only)"
-        lines.append(f"| `{config_module.flag_name(field.name)}` | {default} | {meaning} |")
-    return "\n".join(lines)
+    """The README's tables of flags as `Config` declares them, one per group of --help: each
+    field's flag, default and help (printed by `python -c "from tests.test_config import
+    flags_markdown_table as t; print(t())"` to regenerate the tables)."""
+    tables = []
+    for group in config_module.GROUPS:
+        only = " (run_fast_dqn.py only)" if group == config_module.FAST_SCHEME else ""
+        lines = [f"**{group}**{only}", "", "| flag | default | meaning |", "| --- | --- | --- |"]
+        for field in dataclasses.fields(Config):
+            if field.metadata["group"] != group:
+                continue
+            default = field.default if field.default != "" else "(none)"
+            if isinstance(default, bool):
+                default = str(default).lower()
+            elif isinstance(default, int):
+                default = f"{default:,}"
+            flag = config_module.flag_name(field.name)
+            lines.append(f"| `{flag}` | {default} | {field.metadata['help']} |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def test_readme_flag_table_is_generated_from_the_config():
@@ -247,7 +252,73 @@ def test_every_boolean_flag_is_true_bare_false_negated_and_keeps_its_spellings(a
         assert vars(parser.parse_args([f"{flag}=false"]))[name] is False, flag
         assert vars(parser.parse_args([f"{flag}=yes"]))[name] is True, flag
         assert vars(parser.parse_args([]))[name] is None, flag  # not given: the default
-        assert negated in parser.format_help()
+
+
+# Where a user looks for a flag in --help: an example of each group.
+FLAG_GROUPS = {"--life-loss-terminal": "Atari protocol", "--game": "Atari protocol",
+               "--lr": "network and learning", "--device": "network and learning",
+               "--replay-capacity": "replay memory", "--prioritized": "replay memory",
+               "--eval-episodes": "evaluation", "--resume": "run files",
+               "--checkpoint-every": "run files", "--workers": "fast scheme"}
+
+
+def test_help_lists_the_flags_by_group_and_leaves_none_ungrouped():
+    """Each flag under its group's title, the groups in GROUPS' order; only -h under
+    argparse's "options"."""
+    help_text = make_parser(ALGO_FAST_DQN, "test").format_help()
+    titles = [line[:-1] for line in help_text.splitlines() if re.fullmatch(r"\w.*:", line)]
+    assert titles == ["options", *config_module.GROUPS]
+    group_of = {}
+    for line in help_text.splitlines():
+        if line in [f"{title}:" for title in titles]:
+            title = line[:-1]
+        elif line.startswith("  -"):
+            group_of[line.split()[0].rstrip(",")] = title
+    assert {flag: group_of[flag] for flag in FLAG_GROUPS} == FLAG_GROUPS
+    assert [flag for flag, title in group_of.items() if title == "options"] == ["-h"]
+    assert len(group_of) == len(dataclasses.fields(Config)) + 1
+
+
+def help_entries(help_text: str) -> dict[str, str]:
+    """Each option's entry in argparse's --help, by its first flag: the flag's lines joined
+    (an entry starts at a line indented by two spaces and a dash)."""
+    entries: dict[str, list[str]] = {}
+    for line in help_text.splitlines():
+        if line.startswith("  -"):
+            entry = entries.setdefault(line.split()[0].rstrip(","), [])
+        elif not line.startswith("   "):
+            entry = []  # a group's title, a blank line, the usage or the description
+        entry.extend(line.split())
+    return {flag: " ".join(words) for flag, words in entries.items()}
+
+
+@pytest.mark.parametrize("columns", [40, 200])
+@pytest.mark.parametrize("algo", [ALGO_DQN, ALGO_FAST_DQN])
+def test_help_keeps_every_flag_whole_and_states_each_default_once(algo, columns, monkeypatch,
+                                                                  capsys):
+    """Regression: argparse wrapped help at hyphens, so that at some widths the help of
+    --life-loss-terminal read `--no-life-loss-` / `terminal for false)`; --logdir and --resume
+    printed `(default: '')` after their own words. At a narrow and a wide terminal, every
+    name that starts with -- in --help is a whole flag of the trainer, every flag is named
+    whole, and each entry states its default once (--resume has none: without it a run is
+    new)."""
+    monkeypatch.setenv("COLUMNS", str(columns))  # argparse wraps at $COLUMNS
+    with pytest.raises(SystemExit) as exit_info:
+        make_parser(algo, "test").parse_args(["--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    fields = [field for field in dataclasses.fields(Config)
+              if algo == ALGO_FAST_DQN or not field.metadata["fast_only"]]
+    flags = {"--" + field.name.replace("_", "-") for field in fields}
+    negations = {"--no-" + field.name.replace("_", "-") for field in fields
+                 if field.type in ("bool", bool)}
+    named = {name for line in help_text.splitlines()
+             for name in re.findall(r"(?<![\w-])--[\w-]+", line)}
+    assert named - {"--help", "--FLAG"} == flags | negations
+    entries = help_entries(help_text)
+    for field in fields:
+        entry = entries["--" + field.name.replace("_", "-")]
+        assert entry.count("(default") == (0 if field.name == "resume" else 1), entry
 
 
 def test_the_fast_trainer_announces_periods_it_cannot_keep():
