@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, TextIO
+from typing import Callable, Iterator, Mapping, NamedTuple, TextIO
 
 # Pauses that come once more when the run ends, besides their periodic ones: the loop always
 # writes a final checkpoint (and skips the periodic one that would fall on the total itself).
@@ -33,9 +33,10 @@ FINAL_PAUSES: Mapping[str, int] = {"checkpoint": 1}
 SEPARATOR = " | "
 BAR_WIDTH = 30  # columns inside the bar's brackets, at most
 # What a terminal's line shows beyond the step, the phase, steps/s, the ETA and the last
-# evaluation: a field is shown from its level on, and the line takes the highest level
-# that fits the terminal.
+# evaluation (shown at every level): a field is shown from its level on, and the line takes
+# the highest level that fits the terminal; off a terminal, the highest.
 PHASE_TIME, UPDATE_RATE, EPSILON, RECENT_RETURN, EXACT_STEP = range(1, 6)
+ALWAYS = range(EXACT_STEP + 1)
 LONG_RUN_SECONDS = 24 * 3600.0  # an ETA past this gets the long-run note
 # Learning measured before the long-run note may be given: the first updates carry the
 # network's compile.
@@ -85,8 +86,9 @@ class Progress:
     minibatch update (0: the updates are not counted), `epoch_steps` the steps measured
     before the ETA is no longer rough. `periods` maps a pause kind (as given to `paused`) to
     its period in agent steps (0 = never); periodic pauses fall at its multiples in (step,
-    total], and a kind in `final_pauses` also comes that many times at the end, in place of
-    the periodic one at the total. A kind not measured yet adds nothing to the ETA. With
+    total], and a kind in FINAL_PAUSES also comes that many times at the end, in place of
+    the periodic one at the total. A kind not measured yet adds nothing to the ETA. The
+    settings are the run's, which config.validate checked. With
     `long_run_note`, a line says once, after a minute of learning, that the ETA passed a
     day, followed by the note. `update` is cheap when nothing is due, so it may be called
     every step. Owned by the main thread.
@@ -96,17 +98,10 @@ class Progress:
 
     def __init__(self, total_steps: int, *, every_seconds: float = 30.0,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-                 periods: Mapping[str, int] | None = None,
-                 final_pauses: Mapping[str, int] | None = None, replay_start: int = 0,
+                 periods: Mapping[str, int] | None = None, replay_start: int = 0,
                  steps_per_update: int = 0, epoch_steps: int = 0,
                  long_run_note: str | None = None):
-        if total_steps < 0:
-            raise ValueError(f"total steps must be 0 or more; got {total_steps}")
-        if not every_seconds > 0:
-            raise ValueError(f"the progress period must be positive; got {every_seconds}")
-        self._periods = _counts(periods or {}, "pause period")
-        self._final = _counts(FINAL_PAUSES if final_pauses is None else final_pauses,
-                              "final pause count")
+        self._periods = dict(periods or {})
         self._total = total_steps
         self._replay_start, self._learning_from = replay_start, replay_start
         self._steps_per_update, self._epoch_steps = steps_per_update, epoch_steps
@@ -210,12 +205,6 @@ class Progress:
         elif self._fields_now() != self._shown_fields and self._epsilon is not None:
             self._show(self._clock())
 
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
     # -- pauses ------------------------------------------------------------------------------
 
     def _close_pause(self, pause: _OpenPause, completed: bool) -> None:
@@ -237,7 +226,7 @@ class Progress:
     def _pauses_left(self, kind: str) -> int:
         if self._step >= self._total:
             return 0  # the final pauses are under way or done
-        final = self._final.get(kind, 0)
+        final = FINAL_PAUSES.get(kind, 0)
         period = self._periods.get(kind, 0)
         periodic = 0
         if period > 0:
@@ -256,15 +245,14 @@ class Progress:
 
     def _measure(self, now: float) -> _Measure:
         """The stage's training time so far and the steps counted in it: while learning,
-        those whose updates are made (updates_due rounds down, so each update's steps are
-        counted whole: the ETA reaches 0 with the last update)."""
+        those whose updates are made."""
         if self._start is None:
             return _Measure(0.0, 0, 0)
         start = self._start
         seconds = (now - start.time) - (self._paused_until(now) - start.paused)
         steps, updates = self._step - start.step, self._updates - start.updates
         if not start.filling and self._steps_per_update:
-            steps = min(steps, (updates + 1) * self._steps_per_update - 1) if updates else 0
+            steps = min(steps, updates * self._steps_per_update)
         return _Measure(seconds, steps, updates)
 
     def _eta_seconds(self, measure: _Measure) -> float | None:
@@ -274,7 +262,10 @@ class Progress:
             left, pauses = self._learning_from - self._step, 0.0
         else:
             start = self._step if self._start is None else self._start.step
-            left = max(0, self._total - start - measure.steps)
+            left = self._total - start - measure.steps
+            # updates_due rounds down: the updates' steps may fall short of the last step's
+            # by less than an update's.
+            left = 0 if left < max(1, self._steps_per_update) else left
             pauses = self._expected_pause_seconds()
         rate = _per_second(measure.steps, measure)
         if left == 0:
@@ -283,60 +274,43 @@ class Progress:
 
     # -- the line ----------------------------------------------------------------------------
 
-    def _parts(self, now: float) -> dict[str, str]:
-        """Each field of the line, as text."""
+    def _fields(self, now: float) -> list[tuple[range, str]]:
+        """The line's fields in order, each with the levels it is shown at."""
         measure = self._measure(now)
         eta = self._eta_seconds(measure)
         eta_text = "?" if eta is None else _duration(eta)
         percent = min(100.0, 100.0 * self._step / self._total) if self._total else 100.0
-        parts = {"exact step": f"step {self._step}/{self._total} ({percent:.1f}%)",
-                 "step": f"step {_short(self._step)}/{_short(self._total)}",
-                 "steps/s": f"{_rate(_per_second(measure.steps, measure))} steps/s"}
-        if self._filling():
+        fields = [(_from(EXACT_STEP), f"step {self._step}/{self._total} ({percent:.1f}%)")]
+        if self._filling():  # the fill's count says where it is
             done = self._step - (self._learning_from - self._replay_start)
-            parts["fill"] = f"filling replay {done:,}/{self._replay_start:,}"
-            parts["eta"] = f"learning in {eta_text}"
+            fields.append((ALWAYS, f"filling replay {done:,}/{self._replay_start:,}"))
         else:
-            rough = measure.steps < self._epoch_steps
-            parts["eta"] = f"ETA {'~' if rough and eta else ''}{eta_text}"
-            if self._steps_per_update:
-                parts["updates/s"] = f"{_rate(_per_second(measure.updates, measure))} updates/s"
+            fields.append((_below(EXACT_STEP),
+                           f"step {_short(self._step)}/{_short(self._total)}"))
         if self._phase is not None:
             waited = now - self._phase.start
-            parts["phase"] = self._phase.label
-            parts["phase time"] = f" {_duration(waited)}" if waited >= 1 else ""
-        parts["eps"] = f"eps {'-' if self._epsilon is None else f'{self._epsilon:.2f}'}"
-        parts["return"] = f"return {_number(self._recent_return)}"
-        parts["eval"] = f"eval {_number(self._last_eval)}"
-        return parts
+            fields += [(_below(PHASE_TIME), self._phase.label),
+                       (_from(PHASE_TIME), self._phase.label +
+                        (f" {_duration(waited)}" if waited >= 1 else ""))]
+        fields.append((ALWAYS, f"{_rate(_per_second(measure.steps, measure))} steps/s"))
+        if self._filling():
+            fields.append((ALWAYS, f"learning in {eta_text}"))
+        else:
+            if self._steps_per_update:
+                fields.append((_from(UPDATE_RATE),
+                               f"{_rate(_per_second(measure.updates, measure))} updates/s"))
+            rough = "~" if eta and measure.steps < self._epoch_steps else ""
+            fields.append((ALWAYS, f"ETA {rough}{eta_text}"))
+        epsilon = "-" if self._epsilon is None else f"{self._epsilon:.2f}"
+        return fields + [(_from(EPSILON), f"eps {epsilon}"),
+                         (_from(RECENT_RETURN), f"return {_number(self._recent_return)}"),
+                         (ALWAYS, f"eval {_number(self._last_eval)}")]
 
-    def _text(self, parts: dict[str, str], level: int) -> str:
-        """The line with the fields shown at `level` (PHASE_TIME, ...; 0: the least)."""
-        fields = []
-        if level >= EXACT_STEP:
-            fields.append(parts["exact step"])
-        elif "fill" not in parts:  # the fill's count says where it is
-            fields.append(parts["step"])
-        if "fill" in parts:
-            fields.append(parts["fill"])
-        if "phase" in parts:
-            fields.append(parts["phase"] + (parts["phase time"] if level >= PHASE_TIME else ""))
-        fields.append(parts["steps/s"])
-        if level >= UPDATE_RATE and "updates/s" in parts:
-            fields.append(parts["updates/s"])
-        fields.append(parts["eta"])
-        if level >= EPSILON:
-            fields.append(parts["eps"])
-        if level >= RECENT_RETURN:
-            fields.append(parts["return"])
-        fields.append(parts["eval"])
-        return SEPARATOR.join(fields)
-
-    def _fitted(self, parts: dict[str, str], width: int) -> str:
+    def _fitted(self, fields: list[tuple[range, str]], width: int) -> str:
         """The line at the highest level that fits `width` (cut there as a last resort),
         with the bar if there is room for one."""
-        for level in range(EXACT_STEP, -1, -1):
-            text = self._text(parts, level)
+        for level in reversed(ALWAYS):
+            text = _joined(fields, level)
             if len(text) <= width:
                 break
         else:
@@ -351,15 +325,15 @@ class Progress:
         return self._step, self._epsilon, self._recent_return, self._last_eval
 
     def _show(self, now: float) -> None:
-        parts = self._parts(now)
+        fields = self._fields(now)
         if self._terminal:
             # One column spare: a line that fills the last one wraps on some terminals. Spaces
             # blank what is left of a longer line drawn before.
-            drawn = self._fitted(parts, _columns(self._stream) - 1)
+            drawn = self._fitted(fields, _columns(self._stream) - 1)
             self._write(f"\r{drawn}{' ' * (len(self._drawn) - len(drawn))}")
             self._drawn = drawn
         else:
-            self._write(self._text(parts, EXACT_STEP) + "\n")
+            self._write(_joined(fields, ALWAYS[-1]) + "\n")
         self._shown_time = now
         self._shown_fields = self._fields_now()
         self._note_a_long_run(now)
@@ -387,13 +361,6 @@ class Progress:
             self._output_lost = True
 
 
-def _counts(mapping: Mapping[str, int], what: str) -> dict[str, int]:
-    for kind, value in mapping.items():
-        if value < 0:
-            raise ValueError(f"the {what} of {kind!r} must be 0 or more; got {value}")
-    return dict(mapping)
-
-
 def _isatty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
@@ -408,6 +375,18 @@ def _columns(stream: TextIO) -> int:
         if columns > 0:
             return columns
     return shutil.get_terminal_size().columns
+
+
+def _from(level: int) -> range:
+    return range(level, len(ALWAYS))
+
+
+def _below(level: int) -> range:
+    return range(level)
+
+
+def _joined(fields: list[tuple[range, str]], level: int) -> str:
+    return SEPARATOR.join(text for levels, text in fields if level in levels)
 
 
 def _per_second(count: int, measure: _Measure) -> float | None:

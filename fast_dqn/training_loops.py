@@ -468,7 +468,7 @@ class TrainingLoop:
         """Acts and learns until `timesteps` or a stop request, then checkpoints."""
         installed_here = self.stop.install()
         try:
-            self.update_progress()  # the progress line's clock starts here, not at its making
+            self.update_progress()  # the progress line's clocks start here
             self.act_and_learn()
             self.stop_requested()  # a stop not seen by the loop is announced all the same
             self.log_training()  # also the last NaN guard before the checkpoint
