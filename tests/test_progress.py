@@ -522,7 +522,8 @@ def test_a_shorter_line_blanks_what_is_left_of_a_longer_one(monkeypatch):
     clock.now = 11.0
     report(progress, 11_000)  # 11 000 steps in 11 s; 39 000 more in 39 s
     assert screen(stream.getvalue()) == [
-        "a line above", "filling replay 11,000/50,000 | 1000 steps/s | learning in 0m39s | eval 2.0"]
+        "a line above",
+        "filling replay 11,000/50,000 | 1000 steps/s | learning in 0m39s | eval 2.0"]
 
 
 def test_a_terminal_too_narrow_for_the_least_line_cuts_it(monkeypatch):
