@@ -9,8 +9,9 @@ pauses for evaluations and checkpoints) from the first step the line is given in
 - learning: the rate counts the agent steps whose updates are made (the steps, but no more
   than the updates' steps, since the fast trainer's samplers run up to an epoch ahead of its
   learner and then wait), so a partial epoch measures it. ETA = the steps left at that rate
-  + the pauses still to come at each kind's mean measured duration; it is marked rough
-  (`~`) until an epoch's steps have been measured.
+  from when they were last counted, less the training time since (so it counts down
+  between two of the learner's calls), + the pauses still to come at each kind's mean
+  measured duration; it is marked rough (`~`) until an epoch's steps have been measured.
 
 On a terminal the line is redrawn in place within the terminal's width, leaving out first
 the bar, then the exact step, the recent return, epsilon, updates/s and the phase's time.
@@ -67,7 +68,7 @@ class _Start(NamedTuple):
 
 
 class _Measure(NamedTuple):
-    """A stage's training seconds and the steps and updates made in them."""
+    """A stage's training seconds and the steps counted and updates made in them."""
     seconds: float
     steps: int
     updates: int
@@ -113,6 +114,7 @@ class Progress:
         self._recent_return: float | None = None
         self._last_eval: float | None = None
         self._start: _Start | None = None  # the stage's, from its first `update`
+        self._counted = _Measure(0.0, 0, 0)  # the stage's, when its counted steps last moved
         # Pauses: the open ones (innermost last), the closed outermost ones' total time, and
         # per kind the count and total duration of the completed ones (for the ETA).
         self._open: list[_OpenPause] = []
@@ -143,6 +145,10 @@ class Progress:
             self._learning_from = learning_from
         if self._start is None or self._start.filling != self._filling():
             self._start = _Start(self._filling(), now, self._paused_until(now), step, updates)
+            self._counted = _Measure(0.0, 0, 0)
+        measure = self._measure(now)
+        if measure.steps != self._counted.steps:
+            self._counted = measure
         self._epsilon, self._recent_return, self._last_eval = epsilon, recent_return, last_eval
         if now - self._shown_time >= self._period:
             self._show(now)
@@ -243,41 +249,46 @@ class Progress:
     def _filling(self) -> bool:
         return self._step < self._learning_from
 
+    def _training_seconds(self, now: float) -> float:
+        """The stage's time so far, less its pauses."""
+        if self._start is None:
+            return 0.0
+        return (now - self._start.time) - (self._paused_until(now) - self._start.paused)
+
     def _measure(self, now: float) -> _Measure:
         """The stage's training time so far and the steps counted in it: while learning,
         those whose updates are made."""
-        if self._start is None:
-            return _Measure(0.0, 0, 0)
-        start = self._start
-        seconds = (now - start.time) - (self._paused_until(now) - start.paused)
-        steps, updates = self._step - start.step, self._updates - start.updates
-        if not start.filling and self._steps_per_update:
+        steps = self._step - self._start.step
+        updates = self._updates - self._start.updates
+        if not self._start.filling and self._steps_per_update:
             steps = min(steps, updates * self._steps_per_update)
-        return _Measure(seconds, steps, updates)
+        return _Measure(self._training_seconds(now), steps, updates)
 
-    def _eta_seconds(self, measure: _Measure) -> float | None:
+    def _eta_seconds(self, now: float) -> float | None:
         """Seconds to the replay start while filling, else to the run's end; None before
         any rate."""
+        counted = self._counted
         if self._filling():
             left, pauses = self._learning_from - self._step, 0.0
         else:
             start = self._step if self._start is None else self._start.step
-            left = self._total - start - measure.steps
+            left = self._total - start - counted.steps
             # updates_due rounds down: the updates' steps may fall short of the last step's
             # by less than an update's.
             left = 0 if left < max(1, self._steps_per_update) else left
             pauses = self._expected_pause_seconds()
-        rate = _per_second(measure.steps, measure)
+        rate = _per_second(counted.steps, counted)
         if left == 0:
             return pauses
-        return None if rate is None else left / rate + pauses
+        if rate is None:
+            return None
+        return max(0.0, left / rate - (self._training_seconds(now) - counted.seconds)) + pauses
 
     # -- the line ----------------------------------------------------------------------------
 
     def _fields(self, now: float) -> list[tuple[range, str]]:
         """The line's fields in order, each with the levels it is shown at."""
-        measure = self._measure(now)
-        eta = self._eta_seconds(measure)
+        counted, eta = self._counted, self._eta_seconds(now)
         eta_text = "?" if eta is None else _duration(eta)
         percent = min(100.0, 100.0 * self._step / self._total) if self._total else 100.0
         fields = [(_from(EXACT_STEP), f"step {self._step}/{self._total} ({percent:.1f}%)")]
@@ -292,14 +303,14 @@ class Progress:
             fields += [(_below(PHASE_TIME), self._phase.label),
                        (_from(PHASE_TIME), self._phase.label +
                         (f" {_duration(waited)}" if waited >= 1 else ""))]
-        fields.append((ALWAYS, f"{_rate(_per_second(measure.steps, measure))} steps/s"))
+        fields.append((ALWAYS, f"{_rate(_per_second(counted.steps, counted))} steps/s"))
         if self._filling():
             fields.append((ALWAYS, f"learning in {eta_text}"))
         else:
             if self._steps_per_update:
                 fields.append((_from(UPDATE_RATE),
-                               f"{_rate(_per_second(measure.updates, measure))} updates/s"))
-            rough = "~" if eta and measure.steps < self._epoch_steps else ""
+                               f"{_rate(_per_second(counted.updates, counted))} updates/s"))
+            rough = "~" if eta and counted.steps < self._epoch_steps else ""
             fields.append((ALWAYS, f"ETA {rough}{eta_text}"))
         epsilon = "-" if self._epsilon is None else f"{self._epsilon:.2f}"
         return fields + [(_from(EPSILON), f"eps {epsilon}"),
@@ -342,9 +353,8 @@ class Progress:
         """The long-run note, once: after a minute of learning with an ETA past a day."""
         if self._long_run_note is None or self._filling():
             return
-        measure = self._measure(now)
-        eta = self._eta_seconds(measure)
-        if measure.seconds >= NOTE_AFTER_SECONDS and eta and eta > LONG_RUN_SECONDS:
+        eta = self._eta_seconds(now)
+        if self._training_seconds(now) >= NOTE_AFTER_SECONDS and eta and eta > LONG_RUN_SECONDS:
             self.message(f"note: at the rate measured so far the run needs about "
                          f"{_duration(eta)} more; {self._long_run_note}")
             self._long_run_note = None

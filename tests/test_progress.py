@@ -124,9 +124,10 @@ def test_a_phase_says_that_it_starts_and_its_time_stays_in_the_rate():
     progress.phase("waiting for the learner")
     assert stream.getvalue() == "waiting for the learner at step 1000\n"
     clock.now = 40.0
-    report(progress, 1000)  # due: 1000 steps / 40 s, the wait counted; the phase named
+    report(progress, 1000)  # due, the phase named: the rate as the steps were last counted
+    # (1000 steps in 10 s), the ETA counted down since: 999 000 / 100 - 30 = 9960 s.
     assert last_line(stream).startswith("step 1000/1000000 (0.1%) | waiting for the learner "
-                                        "0m30s | 25 steps/s | ")
+                                        "0m30s | 100 steps/s | ETA 2h46m | ")
     clock.now = 70.0
     report(progress, 1400)  # acting again: the phase is over; 1400 steps / 70 s
     assert last_line(stream).startswith("step 1400/1000000 (0.1%) | 20 steps/s | ")
@@ -577,18 +578,18 @@ def test_the_line_fits_a_terminal_of_80_or_200_columns(columns):
     fill_line = [state.rstrip() for state in re.split(r"[\r\n]", fill) if state.strip()][-1]
     line = screen(output)[-1]
     # The fill: 35 520 steps in 33 s = 1076 steps/s, 14 480 more in 13.5 s. Learning: 296 142
-    # updates x 4 = 1 184 568 steps in 12 046 s = 98 steps/s (24.6 updates/s); (50 000 000
-    # - 1 234 568) / 98.34 = 495 902 s = 137 h.
+    # updates x 4 = 1 184 568 steps in 12 000 s = 98.7 steps/s (24.7 updates/s), counted 46 s
+    # before the line; (50 000 000 - 1 234 568) / 98.7 - 46 = 493 960 s = 137 h.
     if columns == 80:
         assert fill_line == ("filling replay 35,520/50,000 | 1076 steps/s | learning in 0m13s "
                              "| eval -")
-        assert line == ("step 1.23M/50M | waiting for learner | 98 steps/s | ETA 5d17h | "
+        assert line == ("step 1.23M/50M | waiting for learner | 99 steps/s | ETA 5d17h | "
                         "eval -20.3")
     else:
         assert fill_line.startswith("step 35520/50000000 (0.1%) | filling replay 35,520/50,000 "
                                     "| 1076 steps/s | learning in 0m13s | eps 1.00 | "
                                     "return -20.5 | eval - [")
-        assert line == ("step 1234568/50000000 (2.5%) | waiting for learner 0m46s | 98 steps/s "
+        assert line == ("step 1234568/50000000 (2.5%) | waiting for learner 0m46s | 99 steps/s "
                         "| 25 updates/s | ETA 5d17h | eps 0.10 | return -19.5 | eval -20.3 "
                         "[#-----------------------------]")
 
