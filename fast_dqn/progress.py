@@ -8,9 +8,10 @@ pauses for evaluations and checkpoints) from the first step the line is given in
   faster than learning and tells nothing of the run's length;
 - learning: the rate counts the agent steps whose updates are made (the steps, but no more
   than the updates' steps, since the fast trainer's samplers run up to an epoch ahead of its
-  learner and then wait), so a partial epoch measures it. ETA = the steps left at that rate
-  from when they were last counted, less the training time since (so it counts down
-  between two of the learner's calls), + the pauses still to come at each kind's mean
+  learner and then wait), so a partial epoch measures it; its clock starts again once the
+  learner's first call (which holds the network's compile) is done. ETA = the steps left at
+  that rate from when they were last counted, less the training time since (so it counts
+  down between two of the learner's calls), + the pauses still to come at each kind's mean
   measured duration; it is marked rough (`~`) until an epoch's steps have been measured.
 
 On a terminal the line is redrawn in place within the terminal's width, leaving out first
@@ -65,6 +66,7 @@ class _Start(NamedTuple):
     paused: float  # the paused time before it
     step: int
     updates: int
+    warm: bool  # the learner's first call (with the network's compile) is behind it
 
 
 class _Measure(NamedTuple):
@@ -143,8 +145,16 @@ class Progress:
         self._step, self._updates = step, updates
         if learning_from is not None:
             self._learning_from = learning_from
-        if self._start is None or self._start.filling != self._filling():
-            self._start = _Start(self._filling(), now, self._paused_until(now), step, updates)
+        filling = self._filling()
+        if self._start is None or self._start.filling != filling:
+            self._start = _Start(filling, now, self._paused_until(now), step, updates,
+                                 warm=filling or not self._steps_per_update)
+            self._counted = _Measure(0.0, 0, 0)
+        elif not self._start.warm and updates != self._start.updates:
+            # Restarted from the steps the first call's updates count, after its time.
+            first = self._measure(now)
+            self._start = _Start(False, now, self._paused_until(now),
+                                 self._start.step + first.steps, updates, warm=True)
             self._counted = _Measure(0.0, 0, 0)
         measure = self._measure(now)
         if measure.steps != self._counted.steps:

@@ -263,10 +263,14 @@ def test_the_eta_comes_within_the_first_minute_of_learning():
     progress, stream, clock = plain(50_000_000, **NATURE)
     clock.now = 46.5
     report(progress, 50_000)  # the replay start
-    clock.now = 56.5
-    report(progress, 60_000, updates=250)
-    # 250 updates x 4 = 1000 steps in 10 s: 100 steps/s, 25 updates/s; (50 000 000 - 50 000
-    # - 1000) / 100 = 499 490 s = 138 h = 5d18h, rough before an epoch's 10 000 steps.
+    clock.now = 66.5
+    report(progress, 55_000, updates=64)  # the learner's first call, its compile: 20 s
+    assert "| ? steps/s | ? updates/s | ETA ? |" in last_line(stream)
+    clock.now = 76.5
+    report(progress, 60_000, updates=314)
+    # From the first call's end (its 64 updates count the steps to 50 256): 250 updates x 4
+    # = 1000 steps in 10 s, 100 steps/s, 25 updates/s; (50 000 000 - 50 256 - 1000) / 100 =
+    # 499 487 s = 138 h = 5d18h, rough before an epoch's 10 000 steps.
     assert "| 100 steps/s | 25 updates/s | ETA ~5d18h |" in last_line(stream)
 
 
@@ -278,21 +282,23 @@ def test_the_samplers_running_ahead_move_neither_the_rate_nor_the_eta():
     clock.now = 5.0
     report(progress, 1000)  # the replay start
     clock.now = 15.0
-    report(progress, 11_000, updates=250)  # 10 000 steps ahead, 1000 steps' updates
-    # 1000 steps / 10 s = 100 steps/s (the steps alone would say 1000); 99 000 / 100 = 990 s.
-    assert "| 100 steps/s | 25 updates/s | ETA ~16m30s |" in last_line(stream)
+    report(progress, 11_000, updates=250)  # the first call's end: its steps counted to 2000
     progress.phase("waiting for the learner")
+    clock.now = 25.0
+    report(progress, 11_000, updates=500)  # 9000 steps ahead, 1000 steps' updates in 10 s
+    # 1000 steps / 10 s = 100 steps/s (the steps alone would say 900); 98 000 / 100 = 980 s.
+    assert "| 100 steps/s | 25 updates/s | ETA ~16m20s |" in last_line(stream)
     clock.now = 105.0
-    report(progress, 11_000, updates=2500)  # the epoch's updates: 10 000 steps in 100 s
-    # 90 000 / 100 = 900 s; an epoch's steps measured: no longer rough.
-    assert "| 100 steps/s | 25 updates/s | ETA 15m00s |" in last_line(stream)
+    report(progress, 11_000, updates=2500)  # the epoch's updates: 9000 steps in 90 s
+    assert "| 100 steps/s | 25 updates/s | ETA ~15m00s |" in last_line(stream)  # 90 000 / 100
     clock.now = 115.0
-    report(progress, 21_000, updates=2750)  # ahead again: 11 000 steps' updates in 110 s
+    report(progress, 21_000, updates=2750)  # ahead again: 10 000 steps' updates in 100 s
+    # 89 000 / 100 = 890 s; an epoch's steps measured: no longer rough.
     assert "| 100 steps/s | 25 updates/s | ETA 14m50s |" in last_line(stream)
     with progress.paused("evaluation"):
         clock.now = 175.0
     clock.now = 265.0
-    report(progress, 21_000, updates=5000)  # 20 000 steps in 260 - 60 = 200 s
+    report(progress, 21_000, updates=5000)  # 19 000 steps in 250 - 60 = 190 s
     # 80 000 / 100 = 800 s (no evaluation period given: none to come).
     assert "| 100 steps/s | 25 updates/s | ETA 13m20s |" in last_line(stream)
 
@@ -301,10 +307,12 @@ def test_when_the_envs_are_slower_than_the_learner_the_steps_set_the_rate():
     progress, stream, clock = plain(101_000, replay_start=1000, steps_per_update=4)
     clock.now = 5.0
     report(progress, 1000)
-    clock.now = 105.0
-    report(progress, 6000, updates=2500)  # the epoch's updates made; 5000 steps taken
-    # 5000 steps / 100 s = 50 steps/s; 95 000 / 50 = 1900 s.
-    assert "| 50 steps/s | 25 updates/s | ETA 31m40s |" in last_line(stream)
+    clock.now = 7.0
+    report(progress, 1100, updates=64)  # the first call's end: 100 steps counted
+    clock.now = 107.0
+    report(progress, 6100, updates=2564)  # the epoch's updates made; 5000 steps taken
+    # 5000 steps / 100 s = 50 steps/s, 2500 updates: 25 updates/s; 94 900 / 50 = 1898 s.
+    assert "| 50 steps/s | 25 updates/s | ETA 31m38s |" in last_line(stream)
 
 
 def test_after_a_resume_the_eta_comes_with_the_first_updates():
@@ -312,9 +320,12 @@ def test_after_a_resume_the_eta_comes_with_the_first_updates():
     # Resumed past the replay start: the loop's first report is the resumed step's.
     progress, stream, clock = plain(50_000_000, {"step": 1_000_000, "updates": 237_500},
                                     **NATURE)
-    clock.now = 20.0
-    report(progress, 1_008_000, updates=238_000)
-    # 500 updates x 4 = 2000 steps in 20 s: 100 steps/s; 48 998 000 / 100 = 489 980 s = 136 h.
+    clock.now = 5.0
+    report(progress, 1_002_000, updates=237_564)  # the first call: its steps to 1 000 256
+    clock.now = 25.0
+    report(progress, 1_010_000, updates=238_064)
+    # 500 updates x 4 = 2000 steps in 20 s: 100 steps/s; (50 000 000 - 1 002 256) / 100 =
+    # 489 977 s = 136 h.
     assert "| 100 steps/s | 25 updates/s | ETA ~5d16h |" in last_line(stream)
 
 
@@ -330,9 +341,11 @@ def test_a_refill_after_a_resume_is_labelled_as_filling():
     assert "ETA" not in last_line(stream)
     clock.now = 25.0
     report(progress, refilled, updates=237_500, learning_from=refilled)
-    clock.now = 35.0
-    report(progress, 1_051_000, updates=237_750, learning_from=refilled)
-    # 1000 steps in 10 s; (50 000 000 - 1 051 000) / 100 = 489 490 s = 135 h.
+    clock.now = 27.0
+    report(progress, 1_050_400, updates=237_564, learning_from=refilled)  # to 1 050 256
+    clock.now = 37.0
+    report(progress, 1_052_000, updates=237_814, learning_from=refilled)
+    # 1000 steps in 10 s; (50 000 000 - 1 051 256) / 100 = 489 487 s = 135 h.
     assert "| 100 steps/s | 25 updates/s | ETA ~5d15h |" in last_line(stream)
 
 
@@ -344,8 +357,10 @@ def test_the_eta_reaches_zero_with_the_last_update(replay_start, updates):
     progress, stream, clock = plain(2000, replay_start=replay_start, steps_per_update=4)
     clock.now = 1.0
     report(progress, replay_start)
+    clock.now = 6.0
+    report(progress, 2000, updates=62)  # the first call: its steps counted to 1248 (1249)
     clock.now = 11.0
-    report(progress, 2000, updates=updates // 2)
+    report(progress, 2000, updates=updates // 2)  # 252 (248) steps in 5 s; 500 (503) left
     assert re.search(r"\| \d+ steps/s \| \S+ updates/s \| ETA 0m(09|10)s \|", last_line(stream))
     clock.now = 21.0
     report(progress, 2000, updates=updates)
@@ -358,12 +373,14 @@ def test_a_run_of_more_than_a_day_says_so_once_after_a_minute():
     progress, stream, clock = plain(50_000_000, long_run_note="NOTE", **NATURE)
     clock.now = 50.0
     report(progress, 50_000)
-    clock.now = 80.0
-    report(progress, 53_000, updates=750)  # 30 s: too soon to say
+    clock.now = 52.0
+    report(progress, 50_500, updates=64)  # the first call: its steps counted to 50 256
+    clock.now = 82.0
+    report(progress, 53_256, updates=814)  # 30 s: too soon to say
     assert "note" not in stream.getvalue()
-    clock.now = 111.0
-    report(progress, 56_100, updates=1525)
-    # 6100 steps in 61 s: 100 steps/s; (50 000 000 - 56 100) / 100 = 499 439 s = 138 h.
+    clock.now = 113.0
+    report(progress, 56_356, updates=1589)
+    # 6100 steps in 61 s: 100 steps/s; (50 000 000 - 56 356) / 100 = 499 436 s = 138 h.
     assert last_line(stream) == ("note: at the rate measured so far the run needs about "
                                  "5d18h more; NOTE")
     clock.now = 200.0
@@ -377,8 +394,10 @@ def test_a_shorter_run_or_one_without_the_note_says_nothing(total, note):
     progress, stream, clock = plain(total, long_run_note=note, **NATURE)
     clock.now = 50.0
     report(progress, 50_000)
-    clock.now = 111.0
-    report(progress, 56_100, updates=1525)  # (1 000 000 - 56 100) / 100 = 9439 s
+    clock.now = 52.0
+    report(progress, 50_500, updates=64)
+    clock.now = 113.0
+    report(progress, 56_356, updates=1589)  # (1 000 000 - 56 356) / 100 = 9436 s
     assert "note" not in stream.getvalue()
 
 
@@ -564,11 +583,13 @@ def test_the_line_fits_a_terminal_of_80_or_200_columns(columns):
         fill = read_terminal(main)
         clock.now = 46.0
         progress.update(50_000, epsilon=1.0, recent_return=-20.5, last_eval=None)
-        clock.now = 12_046.0
+        clock.now = 66.0
+        progress.update(55_000, updates=64, epsilon=1.0, recent_return=-20.5, last_eval=None)
+        clock.now = 12_066.0
         progress.update(1_234_568, updates=296_142, epsilon=0.1, recent_return=-19.5,
                         last_eval=-20.3)
         progress.phase("waiting for the learner", "waiting for learner")
-        clock.now = 12_092.0
+        clock.now = 12_112.0
         progress.update(1_234_568, updates=296_142, epsilon=0.1, recent_return=-19.5,
                         last_eval=-20.3)
         output = fill + read_terminal(main)
@@ -577,9 +598,10 @@ def test_the_line_fits_a_terminal_of_80_or_200_columns(columns):
     assert all(len(state) < columns for state in states), states
     fill_line = [state.rstrip() for state in re.split(r"[\r\n]", fill) if state.strip()][-1]
     line = screen(output)[-1]
-    # The fill: 35 520 steps in 33 s = 1076 steps/s, 14 480 more in 13.5 s. Learning: 296 142
-    # updates x 4 = 1 184 568 steps in 12 000 s = 98.7 steps/s (24.7 updates/s), counted 46 s
-    # before the line; (50 000 000 - 1 234 568) / 98.7 - 46 = 493 960 s = 137 h.
+    # The fill: 35 520 steps in 33 s = 1076 steps/s, 14 480 more in 13.5 s. Learning, from
+    # the first call's end (its 64 updates: steps to 50 256): 296 078 updates x 4 = 1 184 312
+    # steps in 12 000 s = 98.7 steps/s (24.7 updates/s), counted 46 s before the line;
+    # (50 000 000 - 1 234 568) / 98.7 - 46 = 494 066 s = 137 h.
     if columns == 80:
         assert fill_line == ("filling replay 35,520/50,000 | 1076 steps/s | learning in 0m13s "
                              "| eval -")
