@@ -64,7 +64,7 @@ class _Start(NamedTuple):
     filling: bool
     time: float
     paused: float  # the paused time before it
-    step: int
+    step: int  # while learning, the step whose updates are all made
     updates: int
     warm: bool  # the learner's first call (with the network's compile) is behind it
 
@@ -133,9 +133,10 @@ class Progress:
     # -- what the training loop calls ------------------------------------------------------
 
     def update(self, step: int, *, epsilon: float, recent_return: float | None,
-               last_eval: float | None, updates: int = 0,
+               last_eval: float | None, updates: int = 0, updates_due: int | None = None,
                learning_from: int | None = None) -> None:
-        """Reports the agent step and the updates made; `learning_from` is the step learning
+        """Reports the agent step, the updates made and those due by it (if more: a resumed
+        run makes those an epoch still owed first); `learning_from` is the step learning
         (re)starts at, if not the replay start (a refill after a resume). Draws or prints
         only when its period has passed. A step other than the one a phase began at ends
         that phase."""
@@ -147,7 +148,9 @@ class Progress:
             self._learning_from = learning_from
         filling = self._filling()
         if self._start is None or self._start.filling != filling:
-            self._start = _Start(filling, now, self._paused_until(now), step, updates,
+            owed = 0 if filling or updates_due is None else max(0, updates_due - updates)
+            self._start = _Start(filling, now, self._paused_until(now),
+                                 step - owed * self._steps_per_update, updates,
                                  warm=filling or not self._steps_per_update)
             self._counted = _Measure(0.0, 0, 0)
         elif not self._start.warm and updates != self._start.updates:
@@ -329,7 +332,7 @@ class Progress:
 
     def _fitted(self, fields: list[tuple[range, str]], width: int) -> str:
         """The line at the highest level that fits `width` (cut there as a last resort),
-        with the bar if there is room for one."""
+        with the bar if the whole line leaves room for one."""
         for level in reversed(ALWAYS):
             text = _joined(fields, level)
             if len(text) <= width:
@@ -337,7 +340,7 @@ class Progress:
         else:
             return text[:width]
         inside = min(BAR_WIDTH, width - len(text) - 3)
-        if inside < 10:
+        if level < ALWAYS[-1] or inside < 10:
             return text
         filled = round(inside * min(1.0, self._step / self._total)) if self._total else inside
         return f"{text} [{'#' * filled}{'-' * (inside - filled)}]"

@@ -336,6 +336,7 @@ class TrainingLoop:
             minibatches = self.draws.draw(count, buffer=0, first_update=self.counters.updates)
             self.draws.write_back(0, self.learner.update(minibatches, count))
             self.counters.updates += count
+            self.update_progress_now_and_then()  # a resume's made-up updates take minutes
 
     def start_acting(self) -> None:
         """Fresh games in every env unless no step is left, then the evaluation due, if any
@@ -453,6 +454,7 @@ class TrainingLoop:
         counters = self.counters
         step = counters.step
         self.progress.update(step, updates=counters.updates,
+                             updates_due=counters.updates_due(step),
                              learning_from=counters.learning_from(),
                              epsilon=epsilon_at(step, self.config),
                              recent_return=counters.recent_mean_score(),

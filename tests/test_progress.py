@@ -329,6 +329,20 @@ def test_after_a_resume_the_eta_comes_with_the_first_updates():
     assert "| 100 steps/s | 25 updates/s | ETA ~5d16h |" in last_line(stream)
 
 
+def test_a_resume_that_first_makes_the_updates_an_epoch_owed_gets_its_eta_from_them():
+    """A run stopped while its learner finished an epoch (all the epoch's steps taken)
+    makes the rest of the epoch's updates first when resumed, for minutes on a CPU: they
+    count the steps they are due for, taken before the stop."""
+    progress, stream, clock = plain(50_000_000, {"step": 1_010_000, "updates": 235_000,
+                                                 "updates_due": 237_500}, **NATURE)
+    clock.now = 5.0
+    report(progress, 1_010_000, updates=235_064)  # the first call: steps to 1 000 256
+    clock.now = 15.0
+    report(progress, 1_010_000, updates=235_314)
+    # 250 updates x 4 = 1000 steps in 10 s; (50 000 000 - 1 001 256) / 100 = 489 987 s.
+    assert "| 100 steps/s | 25 updates/s | ETA ~5d16h |" in last_line(stream)
+
+
 def test_a_refill_after_a_resume_is_labelled_as_filling():
     refilled = 1_050_000  # resumed at step 1 000 000 without the memory
     progress, stream, clock = plain(50_000_000, {"step": 1_000_000, "updates": 237_500,
@@ -603,6 +617,7 @@ def test_the_line_fits_a_terminal_of_80_or_200_columns(columns):
     # steps in 12 000 s = 98.7 steps/s (24.7 updates/s), counted 46 s before the line;
     # (50 000 000 - 1 234 568) / 98.7 - 46 = 494 066 s = 137 h.
     if columns == 80:
+        assert "[" not in output  # no bar: the whole line does not fit
         assert fill_line == ("filling replay 35,520/50,000 | 1076 steps/s | learning in 0m13s "
                              "| eval -")
         assert line == ("step 1.23M/50M | waiting for learner | 99 steps/s | ETA 5d17h | "
