@@ -82,7 +82,8 @@ def _mean(values: Sequence[float]) -> float:
 class RunCounters:
     """Agent steps (one per environment per round), minibatch updates, finished games and
     the run's clock, which spans earlier processes of a resumed run. Thread use: during an
-    epoch only the learner thread adds to `updates`; the main thread reads them after `wait`.
+    epoch only the learner thread adds to `updates`; the main thread reads them after `wait`
+    (and the progress line, as it goes: a count read whole).
     """
 
     def __init__(self, config: Config):

@@ -60,6 +60,11 @@ EVAL_GROUP_SIZE = 8
 # the count from which the run says it is making them (docs/fast-scheme.md has the figures).
 ENV_BYTES = 1_250_000
 MANY_ENVS = 64
+# The README's smoke run's schedule, and what a CPU run whose ETA passes a day adds to it.
+SMOKE_RUN_FLAGS = ("--timesteps=6000 --replay-start=1000 --replay-capacity=20000 "
+                   "--evaluate=3000 --eval-episodes=2")
+CPU_LONG_RUN_NOTE = ("it trains on the CPU: a smaller --timesteps makes a shorter run (the "
+                     f"README's smoke run: {SMOKE_RUN_FLAGS})")
 
 
 class OutputLost(Exception):
@@ -163,12 +168,13 @@ def checkpoint_bytes(config: Config) -> int:
     return replay + NETWORK_CHECKPOINT_BYTES
 
 
-def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 0,
+def build_loop(config: Config, algo: str, run_log: RunLogs,
                stop: StopRequest | None = None) -> tuple[TrainingLoop, str]:
     """Wires the parts of a run together; returns the loop and the device line."""
     from fast_dqn.learner import make_learner  # TensorFlow here
 
     device = configure_device()  # first: a GPU's settings are fixed once it is used
+    on_cpu = device.startswith("training on CPU")
     from fast_dqn.device_frames import make_frame_store  # TensorFlow is loaded by now
 
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
@@ -201,19 +207,19 @@ def build_loop(config: Config, algo: str, run_log: RunLogs, initial_step: int = 
                 arrays.update(unstored_arrays(unstored))
         save_checkpoint(run_log.directory, state, learner.checkpoint().write, arrays)
 
-    progress = Progress(config.timesteps, initial_step=initial_step,
-                        every_seconds=config.progress_every,
+    progress = Progress(config.timesteps, every_seconds=config.progress_every,
                         periods={"evaluation": config.evaluate,
-                                 "checkpoint": config.checkpoint_every})
+                                 "checkpoint": config.checkpoint_every},
+                        replay_start=config.replay_start, steps_per_update=config.train_freq,
+                        epoch_steps=config.target_update,
+                        long_run_note=CPU_LONG_RUN_NOTE if on_cpu else None)
     parts = LoopParts(config=config, learner=learner, memory=memory, pool=pool,
                       make_eval_pool=lambda should_stop: make_eval_pool(config, should_stop),
                       run_log=run_log,
                       rng=np.random.default_rng(seeds[1]), progress=progress,
                       save_checkpoint=save, stop=stop)
     loop_class = FastDQN if algo == ALGO_FAST_DQN else DQN
-    loop = loop_class(parts)
-    loop.counters.on_learning_start.append(lambda: progress.start_rate(loop.counters.step))
-    return loop, device
+    return loop_class(parts), device
 
 
 def report_crashes() -> None:
@@ -294,9 +300,8 @@ def _main(argv: Sequence[str] | None, algo: str, stop: StopRequest) -> int:
         warning = disk_space_warning(run_dir.path, checkpoint_bytes(config), "a checkpoint")
         if warning:
             warn(warning)
-        initial_step = checkpoint_step(manifest) if manifest else 0
         try:
-            loop, device = build_loop(config, algo, run_log, initial_step, stop)
+            loop, device = build_loop(config, algo, run_log, stop)
         except (ValueError, WriteFailed) as error:  # e.g. no room on the device for the frames
             if manifest is None:
                 run_dir.discard()

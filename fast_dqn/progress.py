@@ -1,24 +1,48 @@
 """The live progress line of a training run: for people to read, never parsed by the code.
 
-The rate is agent steps per second of training time (wall time less the pauses for
-evaluations and checkpoints), over whole epochs once learning has started (`epoch_ended`):
-within an epoch the samplers first run ahead and then wait for the trainer, so a rate read
-mid-epoch swings by a factor of ten. ETA = remaining steps / rate + the pauses still to come
-at each kind's mean measured duration, so pauses make neither swing.
+A run has two stages, each measured on its own clock of training time (wall time less the
+pauses for evaluations and checkpoints) from the first step the line is given in it:
+
+- filling the replay memory (random actions, no updates) up to the replay start: the line
+  says so and gives the time to the replay start only, since this stage runs many times
+  faster than learning and tells nothing of the run's length;
+- learning: the rate counts the agent steps whose updates are made (the steps, but no more
+  than the updates' steps, since the fast trainer's samplers run up to an epoch ahead of its
+  learner and then wait), so a partial epoch measures it; its clock starts again once the
+  learner's first call (which holds the network's compile) is done. ETA = the steps left at
+  that rate from when they were last counted, less the training time since (so it counts
+  down between two of the learner's calls), + the pauses still to come at each kind's mean
+  measured duration; it is marked rough (`~`) until an epoch's steps have been measured.
+
+On a terminal the line is redrawn in place within the terminal's width, leaving out first
+the bar, then the exact step, the recent return, epsilon, updates/s and the phase's time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import Callable, Iterator, Mapping, NamedTuple, TextIO
 
 # Pauses that come once more when the run ends, besides their periodic ones: the loop always
 # writes a final checkpoint (and skips the periodic one that would fall on the total itself).
 FINAL_PAUSES: Mapping[str, int] = {"checkpoint": 1}
+SEPARATOR = " | "
+BAR_WIDTH = 30  # columns inside the bar's brackets, at most
+# What a terminal's line shows beyond the step, the phase, steps/s, the ETA and the last
+# evaluation (shown at every level): a field is shown from its level on, and the line takes
+# the highest level that fits the terminal; off a terminal, the highest.
+PHASE_TIME, UPDATE_RATE, EPSILON, RECENT_RETURN, EXACT_STEP = range(1, 6)
+ALWAYS = range(EXACT_STEP + 1)
+LONG_RUN_SECONDS = 24 * 3600.0  # an ETA past this gets the long-run note
+# Learning measured before the long-run note may be given: the first updates carry the
+# network's compile.
+NOTE_AFTER_SECONDS = 60.0
 
 
 @dataclass
@@ -30,76 +54,115 @@ class _OpenPause:
 
 @dataclass
 class _Phase:
-    label: str  # what the line says, e.g. "waiting for the learner"
+    label: str  # what the line says, e.g. "waiting for learner"
     start: float
     step: int  # the step it began at
 
 
+class _Start(NamedTuple):
+    """Where a stage's clock starts."""
+    filling: bool
+    time: float
+    paused: float  # the paused time before it
+    step: int  # while learning, the step whose updates are all made
+    updates: int
+    warm: bool  # the learner's first call (with the network's compile) is behind it
+
+
+class _Measure(NamedTuple):
+    """A stage's training seconds and the steps counted and updates made in them."""
+    seconds: float
+    steps: int
+    updates: int
+
+
 class Progress:
-    """The live progress line: step/total, steps/s of training time, ETA, epsilon, returns.
+    """The live progress line: the step, the replay filling or the learning rate and ETA,
+    epsilon, the recent return and the last evaluation.
 
-    On a terminal, a single line redrawn by tqdm (our rate and ETA, not tqdm's own, which
-    would collapse after every pause). Off a terminal (CI, a cluster log), one plain line
-    every `every_seconds`, e.g.
+    On a terminal, one line redrawn in place; off a terminal (CI, a cluster log), one plain
+    line every `every_seconds`, e.g.
 
-        step 12000/50000000 (0.0%) | 1534 steps/s training | ETA 9h02m | eps 0.91 | return -20.3 | eval -21.0
+        step 1234567/50000000 (2.5%) | 112 steps/s | 28 updates/s | ETA ~5d01h | eps 0.10 | return -20.3 | eval -21.0
 
-    `periods` maps a pause kind (as given to `paused`) to its period in agent steps (0 =
-    never); periodic pauses fall at its multiples in (step, total], and a kind in
-    `final_pauses` also comes that many times at the end, in place of the periodic one at
-    the total. A kind not measured yet adds nothing to the ETA. `update` is cheap when
-    nothing is due, so it may be called every step. Owned by the main thread.
+    `replay_start` is the fill's length in agent steps, `steps_per_update` the steps per
+    minibatch update (0: the updates are not counted), `epoch_steps` the steps measured
+    before the ETA is no longer rough. `periods` maps a pause kind (as given to `paused`) to
+    its period in agent steps (0 = never); periodic pauses fall at its multiples in (step,
+    total], and a kind in FINAL_PAUSES also comes that many times at the end, in place of
+    the periodic one at the total. A kind not measured yet adds nothing to the ETA. The
+    settings are the run's, which config.validate checked. With
+    `long_run_note`, a line says once, after a minute of learning, that the ETA passed a
+    day, followed by the note. `update` is cheap when nothing is due, so it may be called
+    every step. Owned by the main thread.
     """
 
     REDRAW_SECONDS = 0.5  # terminal redraw period
 
-    def __init__(self, total_steps: int, *, initial_step: int = 0, every_seconds: float = 30.0,
+    def __init__(self, total_steps: int, *, every_seconds: float = 30.0,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-                 periods: Mapping[str, int] | None = None,
-                 final_pauses: Mapping[str, int] | None = None):
-        if total_steps < 0:
-            raise ValueError(f"total steps must be 0 or more; got {total_steps}")
-        if not every_seconds > 0:
-            raise ValueError(f"the progress period must be positive; got {every_seconds}")
-        self._periods = _counts(periods or {}, "pause period")
-        self._final = _counts(FINAL_PAUSES if final_pauses is None else final_pauses,
-                              "final pause count")
+                 periods: Mapping[str, int] | None = None, replay_start: int = 0,
+                 steps_per_update: int = 0, epoch_steps: int = 0,
+                 long_run_note: str | None = None):
+        self._periods = dict(periods or {})
         self._total = total_steps
+        self._replay_start, self._learning_from = replay_start, replay_start
+        self._steps_per_update, self._epoch_steps = steps_per_update, epoch_steps
+        self._long_run_note = long_run_note
         self._stream = sys.stdout if stream is None else stream
         self._clock = clock
-        self._step = initial_step
+        self._step = self._updates = 0
         self._epsilon: float | None = None  # None until the first update
         self._recent_return: float | None = None
         self._last_eval: float | None = None
+        self._start: _Start | None = None  # the stage's, from its first `update`
+        self._counted = _Measure(0.0, 0, 0)  # the stage's, when its counted steps last moved
         # Pauses: the open ones (innermost last), the closed outermost ones' total time, and
         # per kind the count and total duration of the completed ones (for the ETA).
         self._open: list[_OpenPause] = []
         self._paused_seconds = 0.0
         self._measured: dict[str, tuple[int, float]] = {}
-        now = clock()
-        self._rate_step, self._rate_time, self._rate_paused = initial_step, now, 0.0
-        # Once learning started, the rate is over whole epochs: the last epoch end's step,
-        # time and paused time (None before the first one since the rate started).
-        self._whole_epochs = False
-        self._epoch_end: tuple[int, float, float] | None = None
         self._phase: _Phase | None = None
-        self._shown_time = now  # when the last line was drawn (or the start)
+        self._shown_time = clock()  # when the last line was drawn (or the start)
         self._shown_fields: tuple | None = None  # what the last line drawn showed
-        self._bar = self._make_bar(initial_step) if _isatty(self._stream) else None
+        self._terminal = _isatty(self._stream)
+        self._drawn = ""  # the line last drawn on the terminal
         self._output_lost = False  # a write failed (a terminal hung up): nothing more shown
-        self._period = self.REDRAW_SECONDS if self._bar is not None else every_seconds
+        self._period = self.REDRAW_SECONDS if self._terminal else every_seconds
 
     # -- what the training loop calls ------------------------------------------------------
 
     def update(self, step: int, *, epsilon: float, recent_return: float | None,
-               last_eval: float | None) -> None:
-        """Reports the agent step reached; draws or prints only when its period has passed.
-        A step other than the one a phase began at ends that phase."""
+               last_eval: float | None, updates: int = 0, updates_due: int | None = None,
+               learning_from: int | None = None) -> None:
+        """Reports the agent step, the updates made and those due by it (if more: a resumed
+        run makes those an epoch still owed first); `learning_from` is the step learning
+        (re)starts at, if not the replay start (a refill after a resume). Draws or prints
+        only when its period has passed. A step other than the one a phase began at ends
+        that phase."""
         if self._phase is not None and step != self._phase.step:
             self._phase = None
-        self._step = step
-        self._epsilon, self._recent_return, self._last_eval = epsilon, recent_return, last_eval
         now = self._clock()
+        self._step, self._updates = step, updates
+        if learning_from is not None:
+            self._learning_from = learning_from
+        filling = self._filling()
+        if self._start is None or self._start.filling != filling:
+            owed = 0 if filling or updates_due is None else max(0, updates_due - updates)
+            self._start = _Start(filling, now, self._paused_until(now),
+                                 step - owed * self._steps_per_update, updates,
+                                 warm=filling or not self._steps_per_update)
+            self._counted = _Measure(0.0, 0, 0)
+        elif not self._start.warm and updates != self._start.updates:
+            # Restarted from the steps the first call's updates count, after its time.
+            first = self._measure(now)
+            self._start = _Start(False, now, self._paused_until(now),
+                                 self._start.step + first.steps, updates, warm=True)
+            self._counted = _Measure(0.0, 0, 0)
+        measure = self._measure(now)
+        if measure.steps != self._counted.steps:
+            self._counted = measure
+        self._epsilon, self._recent_return, self._last_eval = epsilon, recent_return, last_eval
         if now - self._shown_time >= self._period:
             self._show(now)
 
@@ -131,8 +194,8 @@ class Progress:
         "KIND at step N" is printed above it too. Its time stays in the rate."""
         now = self._clock()
         self._phase = _Phase(label or kind, now, self._step)
-        if self._bar is None:
-            self._write_line(f"{kind} at step {self._step}")
+        if not self._terminal:
+            self._write(f"{kind} at step {self._step}\n")
             return
         if lasting:
             self.message(f"{kind} at step {self._step}")
@@ -142,67 +205,24 @@ class Progress:
         """The phase begun by `phase` is over: the line no longer names it."""
         self._phase = None
 
-    def tick(self) -> None:
-        """Draws (or prints) the line again if its period has passed: called while the loop
-        waits inside a phase, so that the line shows how long it has been waiting."""
-        now = self._clock()
-        if now - self._shown_time >= self._period:
-            self._show(now)
-
     def message(self, line: str) -> None:
         """Prints a line that stays (an evaluation's result, a checkpoint, a stop): on a
         terminal above the progress line, which is drawn again below it."""
-        if self._bar is None:
-            self._write_line(line)
-            return
-        try:
-            self._bar.clear()
-            self._stream.write(line + "\n")
-            self._stream.flush()
-            self._bar.refresh()
-        except OSError:
-            # The terminal was hung up: the run goes on to save itself, unseen.
-            self._bar = None
-            self._output_lost = True
-
-    def epoch_ended(self, step: int | None = None) -> None:
-        """Marks an epoch's end (a sync point) at `step` (default: the last given to
-        `update`): once learning has started (`start_rate`), the rate is measured up to the
-        last such end, over whole epochs."""
-        if step is not None:
-            self._step = step
-        if self._whole_epochs:
-            now = self._clock()
-            self._epoch_end = (self._step, now, self._paused_until(now))
-
-    def start_rate(self, step: int | None = None) -> None:
-        """Restarts the rate from now: called when learning starts, since the random-action
-        steps before the replay start are much faster and would make the ETA optimistic.
-        `step` is the step reached now; by default the last one given to `update`. From then
-        on the rate is measured over whole epochs (`epoch_ended`)."""
-        now = self._clock()
-        self._rate_step = self._step if step is None else step
-        self._rate_time, self._rate_paused = now, self._paused_until(now)
-        self._whole_epochs, self._epoch_end = True, None
+        if self._terminal:
+            self._write(f"\r{' ' * len(self._drawn)}\r{line}\n\r{self._drawn}")
+        else:
+            self._write(line + "\n")
 
     def close(self) -> None:
         """Shows the final state (the last step reached, the last evaluation) and ends the
         line; off a terminal, unless the last line printed showed the same."""
         self._phase = None
-        if self._bar is not None:
+        if self._terminal:
             self._show(self._clock())
-            with contextlib.suppress(OSError):  # a terminal lost to a hang-up
-                if self._bar is not None:
-                    self._bar.close()
-            self._bar = None
+            self._write("\n")
+            self._terminal = False
         elif self._fields_now() != self._shown_fields and self._epsilon is not None:
             self._show(self._clock())
-
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
     # -- pauses ------------------------------------------------------------------------------
 
@@ -225,7 +245,7 @@ class Progress:
     def _pauses_left(self, kind: str) -> int:
         if self._step >= self._total:
             return 0  # the final pauses are under way or done
-        final = self._final.get(kind, 0)
+        final = FINAL_PAUSES.get(kind, 0)
         period = self._periods.get(kind, 0)
         periodic = 0
         if period > 0:
@@ -237,107 +257,131 @@ class Progress:
         return sum(self._pauses_left(kind) * seconds / count
                    for kind, (count, seconds) in self._measured.items())
 
+    # -- the rate and the ETA ------------------------------------------------------------------
+
+    def _filling(self) -> bool:
+        return self._step < self._learning_from
+
+    def _training_seconds(self, now: float) -> float:
+        """The stage's time so far, less its pauses."""
+        if self._start is None:
+            return 0.0
+        return (now - self._start.time) - (self._paused_until(now) - self._start.paused)
+
+    def _measure(self, now: float) -> _Measure:
+        """The stage's training time so far and the steps counted in it: while learning,
+        those whose updates are made."""
+        steps = self._step - self._start.step
+        updates = self._updates - self._start.updates
+        if not self._start.filling and self._steps_per_update:
+            steps = min(steps, updates * self._steps_per_update)
+        return _Measure(self._training_seconds(now), steps, updates)
+
+    def _eta_seconds(self, now: float) -> float | None:
+        """Seconds to the replay start while filling, else to the run's end; None before
+        any rate."""
+        counted = self._counted
+        if self._filling():
+            left, pauses = self._learning_from - self._step, 0.0
+        else:
+            start = self._step if self._start is None else self._start.step
+            left = self._total - start - counted.steps
+            # updates_due rounds down: the updates' steps may fall short of the last step's
+            # by less than an update's.
+            left = 0 if left < max(1, self._steps_per_update) else left
+            pauses = self._expected_pause_seconds()
+        rate = _per_second(counted.steps, counted)
+        if left == 0:
+            return pauses
+        if rate is None:
+            return None
+        return max(0.0, left / rate - (self._training_seconds(now) - counted.seconds)) + pauses
+
     # -- the line ----------------------------------------------------------------------------
 
-    def _rate(self, now: float) -> float | None:
-        """Agent steps per second of unpaused time since the rate started, up to now or,
-        once learning has started, up to the last epoch's end; None before any."""
-        step, until, paused = self._step, now, self._paused_until(now)
-        if self._whole_epochs:
-            if self._epoch_end is None:
-                return None
-            step, until, paused = self._epoch_end
-        seconds = (until - self._rate_time) - (paused - self._rate_paused)
-        steps = step - self._rate_step
-        return steps / seconds if seconds > 0 and steps > 0 else None
-
-    def _eta(self, rate: float | None, now: float) -> str:
-        if self._whole_epochs:
-            return self._eta_from_epochs(rate, now)
-        remaining = max(0, self._total - self._step)
-        if remaining == 0:
-            return _duration(0)
-        if rate is None:
-            return "?"
-        return _duration(remaining / rate + self._expected_pause_seconds())
-
-    def _eta_from_epochs(self, rate: float | None, now: float) -> str:
-        """Once learning has started: the steps left after the last epoch's end at the
-        whole epochs' rate, less the training time since that end, so that the ETA counts
-        down with the clock, not with the steps the samplers run ahead of their trainer
-        (and is not 0 while the last epoch's updates are still being made)."""
-        if self._epoch_end is None or rate is None:
-            return "?"
-        step, since, paused = self._epoch_end
-        if step >= self._total:
-            return _duration(0)
-        training = (now - since) - (self._paused_until(now) - paused)
-        return _duration(max(0.0, (self._total - step) / rate - training)
-                         + self._expected_pause_seconds())
-
-    def _text(self, now: float) -> str:
-        rate = self._rate(now)
+    def _fields(self, now: float) -> list[tuple[range, str]]:
+        """The line's fields in order, each with the levels it is shown at."""
+        counted, eta = self._counted, self._eta_seconds(now)
+        eta_text = "?" if eta is None else _duration(eta)
         percent = min(100.0, 100.0 * self._step / self._total) if self._total else 100.0
-        rate_text = "?" if rate is None else f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}"
-        return (f"step {self._step}/{self._total} ({percent:.1f}%) | {self._phase_text(now)}"
-                f"{rate_text} steps/s training | ETA {self._eta(rate, now)} | {self._fields()}")
+        fields = [(_from(EXACT_STEP), f"step {self._step}/{self._total} ({percent:.1f}%)")]
+        if self._filling():  # the fill's count says where it is
+            done = self._step - (self._learning_from - self._replay_start)
+            fields.append((ALWAYS, f"filling replay {done:,}/{self._replay_start:,}"))
+        else:
+            fields.append((_below(EXACT_STEP),
+                           f"step {_short(self._step)}/{_short(self._total)}"))
+        if self._phase is not None:
+            waited = now - self._phase.start
+            fields += [(_below(PHASE_TIME), self._phase.label),
+                       (_from(PHASE_TIME), self._phase.label +
+                        (f" {_duration(waited)}" if waited >= 1 else ""))]
+        fields.append((ALWAYS, f"{_rate(_per_second(counted.steps, counted))} steps/s"))
+        if self._filling():
+            fields.append((ALWAYS, f"learning in {eta_text}"))
+        else:
+            if self._steps_per_update:
+                fields.append((_from(UPDATE_RATE),
+                               f"{_rate(_per_second(counted.updates, counted))} updates/s"))
+            rough = "~" if eta and counted.steps < self._epoch_steps else ""
+            fields.append((ALWAYS, f"ETA {rough}{eta_text}"))
+        epsilon = "-" if self._epsilon is None else f"{self._epsilon:.2f}"
+        return fields + [(_from(EPSILON), f"eps {epsilon}"),
+                         (_from(RECENT_RETURN), f"return {_number(self._recent_return)}"),
+                         (ALWAYS, f"eval {_number(self._last_eval)}")]
 
-    def _phase_text(self, now: float) -> str:
-        if self._phase is None:
-            return ""
-        waited = now - self._phase.start
-        return f"{self._phase.label}{f' {_duration(waited)}' if waited >= 1 else ''} | "
+    def _fitted(self, fields: list[tuple[range, str]], width: int) -> str:
+        """The line at the highest level that fits `width` (cut there as a last resort),
+        with the bar if the whole line leaves room for one."""
+        for level in reversed(ALWAYS):
+            text = _joined(fields, level)
+            if len(text) <= width:
+                break
+        else:
+            return text[:width]
+        inside = min(BAR_WIDTH, width - len(text) - 3)
+        if level < ALWAYS[-1] or inside < 10:
+            return text
+        filled = round(inside * min(1.0, self._step / self._total)) if self._total else inside
+        return f"{text} [{'#' * filled}{'-' * (inside - filled)}]"
 
     def _fields_now(self) -> tuple:
         return self._step, self._epsilon, self._recent_return, self._last_eval
 
-    def _fields(self) -> str:
-        if self._epsilon is None:
-            return "eps - | return - | eval -"
-        return (f"eps {self._epsilon:.2f} | return {_number(self._recent_return)} | "
-                f"eval {_number(self._last_eval)}")
-
     def _show(self, now: float) -> None:
-        text = self._text(now)
-        try:
-            if self._bar is not None:
-                self._bar.set_description_str(text, refresh=False)
-                self._bar.n = min(self._step, self._total)  # past the total tqdm drops the bar
-                self._bar.refresh()
-            else:
-                self._write_line(text)
-        except OSError:
-            # The terminal was hung up (EIO) as the line was drawn: the run goes on to save
-            # itself (SIGHUP stops it), and a line that cannot be shown is not shown.
-            self._bar = None
-            self._output_lost = True
+        fields = self._fields(now)
+        if self._terminal:
+            # One column spare: a line that fills the last one wraps on some terminals. Spaces
+            # blank what is left of a longer line drawn before.
+            drawn = self._fitted(fields, _columns(self._stream) - 1)
+            self._write(f"\r{drawn}{' ' * (len(self._drawn) - len(drawn))}")
+            self._drawn = drawn
+        else:
+            self._write(_joined(fields, ALWAYS[-1]) + "\n")
         self._shown_time = now
         self._shown_fields = self._fields_now()
+        self._note_a_long_run(now)
 
-    def _write_line(self, text: str) -> None:
+    def _note_a_long_run(self, now: float) -> None:
+        """The long-run note, once: after a minute of learning with an ETA past a day."""
+        if self._long_run_note is None or self._filling():
+            return
+        eta = self._eta_seconds(now)
+        if self._training_seconds(now) >= NOTE_AFTER_SECONDS and eta and eta > LONG_RUN_SECONDS:
+            self.message(f"note: at the rate measured so far the run needs about "
+                         f"{_duration(eta)} more; {self._long_run_note}")
+            self._long_run_note = None
+
+    def _write(self, text: str) -> None:
         if self._output_lost:
             return
         try:
-            self._stream.write(text + "\n")
+            self._stream.write(text)
             self._stream.flush()
         except OSError:
+            # The terminal was hung up (EIO): the run goes on to save itself (SIGHUP stops
+            # it), and a line that cannot be shown is not shown.
             self._output_lost = True
-
-    def _make_bar(self, initial_step: int):
-        from tqdm import tqdm
-        # Our whole line is the description, then the bar: tqdm's own rate and ETA are per
-        # interval and would collapse after every pause. tqdm's throttling is off: update()
-        # already redraws at most every REDRAW_SECONDS.
-        return tqdm(total=self._total, initial=min(initial_step, self._total),
-                    file=self._stream, bar_format="{desc} |{bar}|", dynamic_ncols=True,
-                    mininterval=0, miniters=1)
-
-
-def _counts(mapping: Mapping[str, int], what: str) -> dict[str, int]:
-    for kind, value in mapping.items():
-        if value < 0:
-            raise ValueError(f"the {what} of {kind!r} must be 0 or more; got {value}")
-    return dict(mapping)
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -345,6 +389,43 @@ def _isatty(stream: TextIO) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width: the stream's own (it follows a resize), else $COLUMNS or 80."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        columns = os.get_terminal_size(stream.fileno()).columns
+        if columns > 0:
+            return columns
+    return shutil.get_terminal_size().columns
+
+
+def _from(level: int) -> range:
+    return range(level, len(ALWAYS))
+
+
+def _below(level: int) -> range:
+    return range(level)
+
+
+def _joined(fields: list[tuple[range, str]], level: int) -> str:
+    return SEPARATOR.join(text for levels, text in fields if level in levels)
+
+
+def _per_second(count: int, measure: _Measure) -> float | None:
+    """`count` per second of `measure`'s training time; None before either."""
+    if measure.seconds <= 0 or count <= 0:
+        return None
+    return count / measure.seconds
+
+
+def _rate(rate: float | None) -> str:
+    return "?" if rate is None else f"{rate:.0f}" if rate >= 10 else f"{rate:.1f}"
+
+
+def _short(count: int) -> str:
+    """`35,520` below a million, `1.23M` (rounded down) from a million on."""
+    return f"{count:,}" if count < 1_000_000 else f"{count // 10_000 / 100:g}M"
 
 
 def _number(value: float | None) -> str:

@@ -293,9 +293,9 @@ class TrainingLoop:
 
     def _stop_or_tick(self) -> bool:
         """What a wait asks again and again (the trainer's epoch, an evaluation's steps):
-        whether to stop; meanwhile the progress line shows how long it has waited."""
-        if self.progress is not None:
-            self.progress.tick()
+        whether to stop; meanwhile the progress line shows how long it has waited and the
+        updates the trainer makes."""
+        self.update_progress_now_and_then()
         return self.stop_requested()
 
     # -- acting -----------------------------------------------------------------------------
@@ -336,6 +336,7 @@ class TrainingLoop:
             minibatches = self.draws.draw(count, buffer=0, first_update=self.counters.updates)
             self.draws.write_back(0, self.learner.update(minibatches, count))
             self.counters.updates += count
+            self.update_progress_now_and_then()  # a resume's made-up updates take minutes
 
     def start_acting(self) -> None:
         """Fresh games in every env unless no step is left, then the evaluation due, if any
@@ -362,8 +363,6 @@ class TrainingLoop:
         learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
-            if self.progress is not None:
-                self.progress.epoch_ended(self.counters.step)  # the rate is over whole epochs
             self.learner.sync_target()
             if learned:
                 self.log_training()
@@ -417,7 +416,7 @@ class TrainingLoop:
         resume is logged at the checkpoint's own step: it is saved again then, to count it."""
         if self._save_checkpoint is None or self._saved == self._checkpoint_position():
             return
-        with self._paused("checkpoint", "writing the checkpoint", lasting=True):
+        with self._paused("checkpoint", "writing checkpoint", lasting=True):
             started = time.monotonic()
             self.run_log.flush()  # the events up to the checkpoint are on disk with it
             self._save_checkpoint(self.state(), self.unstored_transitions())
@@ -456,9 +455,13 @@ class TrainingLoop:
         self._progress_shown_at = time.monotonic()
         if self.progress is None:
             return
-        step = self.counters.step
-        self.progress.update(step, epsilon=epsilon_at(step, self.config),
-                             recent_return=self.counters.recent_mean_score(),
+        counters = self.counters
+        step = counters.step
+        self.progress.update(step, updates=counters.updates,
+                             updates_due=counters.updates_due(step),
+                             learning_from=counters.learning_from(),
+                             epsilon=epsilon_at(step, self.config),
+                             recent_return=counters.recent_mean_score(),
                              last_eval=self.evaluator.last_mean())
 
     def update_progress_now_and_then(self) -> None:
@@ -471,6 +474,7 @@ class TrainingLoop:
         """Acts and learns until `timesteps` or a stop request, then checkpoints."""
         installed_here = self.stop.install()
         try:
+            self.update_progress()  # the progress line's clocks start here
             self.act_and_learn()
             self.stop_requested()  # a stop not seen by the loop is announced all the same
             # The last NaN guard before the checkpoint. A stopped run's partial window is not
@@ -684,7 +688,7 @@ class FastDQN(TrainingLoop):
         self.update_progress()  # the epoch's last step, before the wait for the trainer
         if in_background:
             if self.progress is not None:
-                self.progress.phase("waiting for the learner")
+                self.progress.phase("waiting for the learner", "waiting for learner")
             # On a stop request the rest of the epoch's updates are abandoned.
             try:
                 self.learner_thread.wait(abandon_if=self._stop_or_tick)

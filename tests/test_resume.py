@@ -688,8 +688,7 @@ def test_resume_restores_every_piece_of_state_exactly(tmp_path):
 
     resumed_config = launch.prepare_config(["--resume", str(run_dir)], ALGO_FAST_DQN)
     checkpoint, manifest = resume.verified_checkpoint(resumed_config, ALGO_FAST_DQN)
-    restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, RunLogs(run_dir),
-                                    initial_step=step_of(manifest))
+    restored, _ = launch.build_loop(resumed_config, ALGO_FAST_DQN, RunLogs(run_dir))
     try:
         launch.resume(restored, manifest, checkpoint)
     finally:

@@ -222,8 +222,7 @@ def test_on_a_terminal_the_line_names_its_phases_and_a_stop_speaks(tmp_path):
                          f"--logdir={run_dir}"], tmp_path / "terminal", script=LINE_STOP)
     assert terminal.finish() == 128 + signal.SIGINT, (tmp_path / "terminal.err").read_text()
     drawn = drawn_lines(terminal.output)
-    for phase in ("| waiting for the learner |", "| evaluating 2 games |",
-                  "| writing the checkpoint |"):
+    for phase in ("| waiting for learner |", "| evaluating 2 games |", "| writing checkpoint |"):
         assert any(line.startswith("step ") and phase in line for line in drawn), phase
     shown = [line for line in screen(terminal.output) if line]
     evaluation = [line for line in shown if line.startswith("evaluation at step 800: mean ")]
@@ -284,6 +283,17 @@ def without_periodic_progress(lines: list[str]) -> list[str]:
     prints when it ends, stays."""
     last = max(i for i, line in enumerate(lines) if line.startswith("step "))
     return [line for i, line in enumerate(lines) if i == last or not line.startswith("step ")]
+
+
+def test_the_long_run_note_names_timesteps_and_the_readmes_smoke_run():
+    """Issue 46: a CPU run whose ETA passes a day names the way to a shorter run."""
+    from fast_dqn.launch import CPU_LONG_RUN_NOTE, SMOKE_RUN_FLAGS
+
+    args, _ = readme_block()
+    flags = SMOKE_RUN_FLAGS.split()
+    assert "--timesteps=6000" in flags and set(flags) <= set(args)
+    assert f"--timesteps makes a shorter run (the README's smoke run: {SMOKE_RUN_FLAGS})" in \
+        CPU_LONG_RUN_NOTE
 
 
 @pytest.mark.slow
