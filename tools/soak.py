@@ -256,7 +256,9 @@ def final_run(run_dir: Path, tally: dict) -> None:
     moved = run_dir.with_name(RUN_NAME + ".moved")
     tally["resumes"] += 1
     with Trainer(start.args(run_dir, timesteps), run_dir.parent / "logs" / "final") as run:
-        run.wait_for(lambda: "checkpoint at step" in run.output("out"), FINAL_SECONDS,
+        # A line that starts so: a resume's first line, "resuming from RUN/checkpoint at
+        # step N", holds the words too, and a rename then would be before the restore.
+        run.wait_for(lambda: "\ncheckpoint at step" in "\n" + run.output("out"), FINAL_SECONDS,
                      '"checkpoint at step" line')
         run_dir.rename(moved)
         tally["renamed_mid_run"] = True
