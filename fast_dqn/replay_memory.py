@@ -404,10 +404,11 @@ class MinibatchDraws:
         self._drawn_from[buffer] = self.memory.generator_state()
         slots = self.memory.many_indices(count, self.batch_size)
         exponents = None
-        if self.memory.priorities is not None and self._importance_exponent is not None:
-            exponents = np.array([self._importance_exponent(first_update + k)
-                                  for k in range(count)])
-            self._slots[buffer] = slots
+        if self.memory.priorities is not None:
+            self._slots[buffer] = slots  # for `write_back`
+            if self._importance_exponent is not None:
+                exponents = np.array([self._importance_exponent(first_update + k)
+                                      for k in range(count)])
         return self.memory.batch(slots, self._buffers[buffer], exponents)
 
     def write_back(self, buffer: int, td_errors: Any) -> None:

@@ -103,6 +103,21 @@ def test_a_large_td_error_is_drawn_more_often_afterwards():
     assert all(after[slot] < before[slot] / 10 for slot in drawn[1:] if slot != drawn[0])
 
 
+def test_draws_without_an_importance_exponent_still_write_back_to_the_slots_drawn():
+    """Regression: MinibatchDraws kept the drawn slots only when given an importance
+    exponent, so the benchmark's learner-alone draws (which give none) wrote the priorities
+    back to `leaves[None]` and crashed `python -m fast_dqn.benchmark --prioritized`."""
+    memory = long_episode_memory(64, 60)
+    draws = MinibatchDraws(memory, batch_size=4)
+    drawn = draws.draw(1, buffer=0).states[:, -1, 0, 0]  # slot i holds frames of value i
+    leaves = memory.priorities.leaves.copy()
+    draws.write_back(0, np.full(4, 3.0))
+    written = np.flatnonzero(memory.priorities.leaves != leaves)
+    assert sorted(written) == sorted(set(drawn))
+    np.testing.assert_allclose(memory.priorities.leaves[written],
+                               (3.0 + PRIORITY_EPSILON) ** ALPHA)
+
+
 def test_new_transitions_enter_with_the_largest_priority_seen():
     memory = long_episode_memory(64, 10)
     memory.priorities.write_back(np.array([2]), np.array([-9.0]))
