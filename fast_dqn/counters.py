@@ -151,11 +151,14 @@ class RunCounters:
         return seconds, steps, updates
 
     def rates(self) -> tuple[float, float]:
-        """Agent steps/s and updates/s after the replay start, over the whole run (0 before)."""
+        """The run's one rate of each kind, which every report shows: agent steps/s and
+        updates/s over the wall-clock time after the replay start (evaluations, checkpoints
+        and the network's compile included), over the whole run (0 before). Only steps whose
+        updates are made count: the fast trainer's samplers run up to an epoch ahead."""
         seconds, steps, updates = self._learning_totals()
         if seconds <= 0:
             return 0.0, 0.0
-        return steps / seconds, updates / seconds
+        return min(steps, updates * self.config.train_freq) / seconds, updates / seconds
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -565,9 +565,10 @@ def last_line(loop: TrainingLoop, run_log: RunLogs, finished: bool, *, failed: b
     run_dir = run_log.run_dir  # where it is now, if it was moved
     files = "no files: the run directory was deleted" if gone else f"files in {run_dir}"
     if finished:
-        steps_per_second, _ = counters.rates()
-        return (f"done: {counters.step} steps, {steps_per_second:.0f} steps/s after the "
-                f"replay start, {counters.updates} updates; {files}")
+        steps_per_second, updates_per_second = counters.rates()
+        return (f"done: {counters.step} steps, {counters.updates} updates; "
+                f"{steps_per_second:.0f} steps/s and {updates_per_second:.0f} updates/s "
+                f"after the replay start; {files}")
     where = f"stopped at step {counters.step} of {config.timesteps}"
     if failed or gone:
         return f"{where} by the error above; {files}"

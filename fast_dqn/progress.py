@@ -6,13 +6,15 @@ pauses for evaluations and checkpoints) from the first step the line is given in
 - filling the replay memory (random actions, no updates) up to the replay start: the line
   says so and gives the time to the replay start only, since this stage runs many times
   faster than learning and tells nothing of the run's length;
-- learning: the rate counts the agent steps whose updates are made (the steps, but no more
-  than the updates' steps, since the fast trainer's samplers run up to an epoch ahead of its
-  learner and then wait), so a partial epoch measures it; its clock starts again once the
-  learner's first call (which holds the network's compile) is done. ETA = the steps left at
-  that rate from when they were last counted, less the training time since (so it counts
-  down between two of the learner's calls), + the pauses still to come at each kind's mean
-  measured duration; it is marked rough (`~`) until an epoch's steps have been measured.
+- learning: the line shows the run's rates as every other report does (`rates`: the
+  counters' steps/s and updates/s over the wall clock since the replay start). The ETA has a
+  measure of its own, of the agent steps whose updates are made (the fast trainer's samplers
+  run up to an epoch ahead of its learner and then wait), so a partial epoch measures it;
+  its clock starts again once the learner's first call (which holds the network's compile)
+  is done. ETA = the steps left at that rate from when they were last counted, less the
+  training time since (so it counts down between two of the learner's calls), + the pauses
+  still to come at each kind's mean measured duration; it is marked rough (`~`) until an
+  epoch's steps have been measured.
 
 On a terminal the line is redrawn in place within the terminal's width, leaving out first
 the bar, then the exact step, the recent return, epsilon, updates/s and the phase's time.
@@ -104,6 +106,9 @@ class Progress:
                  periods: Mapping[str, int] | None = None, replay_start: int = 0,
                  steps_per_update: int = 0, epoch_steps: int = 0,
                  long_run_note: str | None = None):
+        # The steps/s and updates/s shown while learning (the run's counters' `rates`, set
+        # by the loop); without it, the ETA's own measure's.
+        self.rates: Callable[[], tuple[float, float]] | None = None
         self._periods = dict(periods or {})
         self._total = total_steps
         self._replay_start, self._learning_from = replay_start, replay_start
@@ -316,13 +321,16 @@ class Progress:
             fields += [(_below(PHASE_TIME), self._phase.label),
                        (_from(PHASE_TIME), self._phase.label +
                         (f" {_duration(waited)}" if waited >= 1 else ""))]
-        fields.append((ALWAYS, f"{_rate(_per_second(counted.steps, counted))} steps/s"))
+        steps_rate = _per_second(counted.steps, counted)
+        updates_rate = _per_second(counted.updates, counted)
+        if self.rates is not None and not self._filling():
+            steps_rate, updates_rate = (rate or None for rate in self.rates())
+        fields.append((ALWAYS, f"{_rate(steps_rate)} steps/s"))
         if self._filling():
             fields.append((ALWAYS, f"learning in {eta_text}"))
         else:
             if self._steps_per_update:
-                fields.append((_from(UPDATE_RATE),
-                               f"{_rate(_per_second(counted.updates, counted))} updates/s"))
+                fields.append((_from(UPDATE_RATE), f"{_rate(updates_rate)} updates/s"))
             rough = "~" if eta and counted.steps < self._epoch_steps else ""
             fields.append((ALWAYS, f"ETA {rough}{eta_text}"))
         epsilon = "-" if self._epsilon is None else f"{self._epsilon:.2f}"

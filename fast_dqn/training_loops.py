@@ -235,6 +235,8 @@ class TrainingLoop:
         self.progress = parts.progress
         self._save_checkpoint = parts.save_checkpoint
         self.counters = RunCounters(self.config)
+        if self.progress is not None:  # the line shows the rates every report shows
+            self.progress.rates = self.counters.rates
         self.evaluator = Evaluator(self.config, parts.make_eval_pool, parts.run_log)
         self.env_seed = self.config.seed
         self.draws = MinibatchDraws(

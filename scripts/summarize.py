@@ -627,18 +627,16 @@ class Games(NamedTuple):
     steps: list[int]
     returns: list[float]
     avg_returns: list[float]  # over the last 100 games
-    hours: list[float]
 
 
 def read_games(path: Path, notes: list[str]) -> Games:
     """The finished games of episodes.csv (read_log; rows holding inf or nan skipped too)."""
-    games = Games([], [], [], [])
-    for _, (step, score, average, hours) in read_log(
-            path, ("timestep", "return", "avg_return", "hours"), notes, finite=True):
+    games = Games([], [], [])
+    for _, (step, score, average) in read_log(
+            path, ("timestep", "return", "avg_return"), notes, finite=True):
         games.steps.append(int(step))
         games.returns.append(score)
         games.avg_returns.append(average)
-        games.hours.append(hours)
     return games
 
 
@@ -711,22 +709,6 @@ def _scalar(value: Any) -> Optional[float]:
     return float(listed[0]) if len(listed) == 1 else None
 
 
-def rate_between_games(games: Games, points: int = 60) -> tuple[list[int], list[float]]:
-    """Agent steps/s over windows of games (wall clock from episodes.csv's hours, so the
-    evaluations and checkpoints are counted in), about `points` windows in all."""
-    if len(games.steps) < 2:
-        return [], []
-    stride = max(1, (len(games.steps) - 1) // points)
-    steps, rates = [], []
-    for end in range(stride, len(games.steps), stride):
-        start = end - stride
-        seconds = 3600.0 * (games.hours[end] - games.hours[start])
-        if seconds > 0:
-            steps.append(games.steps[end])
-            rates.append((games.steps[end] - games.steps[start]) / seconds)
-    return steps, rates
-
-
 def run_figure(run: Run, games: Games, scalars: dict[str, list[tuple[int, float]]]) -> Any:
     """The picture of one run: RUN_PANELS, one above the other, against agent steps."""
     plt = _pyplot()
@@ -756,12 +738,8 @@ def run_figure(run: Run, games: Games, scalars: dict[str, list[tuple[int, float]
                          label="random agent")
     _line(loss, scalars.get("train/loss"), "mean Huber loss per update since the last log")
     _line(mean_q, scalars.get("train/mean_q"), "mean Q of the minibatches' actions")
-    _line(speed, scalars.get("train/steps_per_second"), "since the replay start (the run's "
-          "own rate)")
-    between = rate_between_games(games)
-    if between[0]:
-        speed.plot(*between, linewidth=1, alpha=0.6,
-                   label="between games (evaluations and checkpoints included)")
+    _line(speed, scalars.get("train/steps_per_second"), "trained agent steps/s since the "
+          "replay start (the rate done: and summary.json give)")
     settings = dict(run.settings)
     replay_start = json.loads(settings.get("replay_start", "0"))
     why_empty = {returns: "no finished game yet", evaluations: "no evaluation yet",

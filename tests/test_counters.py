@@ -152,6 +152,20 @@ def test_rates_of_a_resumed_run_include_the_earlier_process(clock):
         (200.0, 3_000, 750)
 
 
+def test_the_rate_counts_only_the_steps_whose_updates_are_made(clock):
+    """Regression (issue 46): a fast run stopped while its samplers ran ahead wrote 79
+    steps/s to summary.json while its learner trained about 50 (12.5 updates/s x 4). By
+    hand: 2,000 steps taken but 250 updates (1,000 steps' worth) in 100 s = 10 steps/s."""
+    run = RunCounters(NATURE)
+    run.step = NATURE.replay_start
+    run.mark_learning_start()
+    clock.now += 100.0
+    run.step, run.updates = NATURE.replay_start + 2_000, 250
+    assert run.rates() == (10.0, 2.5)
+    run.updates = 600  # more updates than steps (a resume's owed epoch): the steps count
+    assert run.rates() == (20.0, 6.0)
+
+
 def good_counters_state(**changes) -> dict:
     state = {"step": 60_000, "updates": 2_500, "refill_until": 0, "updates_before_refill": 0,
              "games": EpisodeStats().state(), "hours": 1.0, "learning_seconds": 0.0,

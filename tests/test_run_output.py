@@ -163,6 +163,39 @@ def test_every_evaluation_prints_its_line_and_the_final_line_carries_the_last(tm
     assert lines[-1].startswith("done: 1200 steps, ")
 
 
+def test_the_progress_line_done_summary_json_and_summarize_give_one_rate(tmp_path, capfd):
+    """Regression (issue 46): one run said 88 steps/s on its progress line and 73 on `done:`
+    (the line left the evaluations and the compile out), and a stopped run's summary.json
+    counted steps its learner had not trained. Each report now shows the run's counters'
+    rates: the same figures, to their rounding (the last progress line is drawn a moment
+    before `done:`). Three evaluations of 4 games make the pauses a large part of this run."""
+    run_dir = tmp_path / "run"
+    result = run_in_process(RUN_FAST_DQN, [*FAST_OFF, "--timesteps=1200", "--evaluate=400",
+                                           "--eval-episodes=4", "--eval-max-episode-steps=100",
+                                           SMALL_BATCH, f"--logdir={run_dir}"], capfd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = lines_of(result.stdout)
+    final_progress = [line for line in lines if line.startswith("step ")][-1]
+    shown = re.search(r"\| (\S+) steps/s \| (\S+) updates/s \|", final_progress)
+    done = re.fullmatch(r"done: 1200 steps, (\d+) updates; (\d+) steps/s and (\d+) updates/s "
+                        r"after the replay start; files in .*", lines[-1])
+    assert shown and done, result.stdout
+    saved = summary(run_dir)
+    table = tmp_path / "table.csv"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "summarize.py"), str(run_dir),
+                    f"--csv={table}"], check=True, capture_output=True, env=ENV)
+    summarized = read_csv(table)[0]
+    steps_rates = [float(shown[1]), float(done[2]), saved["steps_per_second"],
+                   float(summarized["steps_per_second"])]
+    updates_rates = [float(shown[2]), float(done[3]), saved["updates_per_second"],
+                     float(summarized["updates_per_second"])]
+    for rates in (steps_rates, updates_rates):
+        assert max(rates) - min(rates) <= max(1.0, 0.02 * max(rates)), (rates, final_progress)
+    # Every step of the finished run is trained: 4 steps per update, from the replay start.
+    assert int(done[1]) == (1200 - 400) // 4
+    assert saved["steps_per_second"] == pytest.approx(4 * saved["updates_per_second"])
+
+
 # -- on a terminal ---------------------------------------------------------------------------
 
 
