@@ -167,7 +167,7 @@ def test_largest_timesteps_is_valid():
 
 
 def flags_markdown_table() -> str:
-    """The README's tables of flags as `Config` declares them, one per group of --help: each
+    """docs/flags.md's tables of flags as `Config` declares them, one per group of --help: each
     field's flag, default and help (printed by `python -c "from tests.test_config import
     flags_markdown_table as t; print(t())"` to regenerate the tables)."""
     tables = []
@@ -188,12 +188,12 @@ def flags_markdown_table() -> str:
     return "\n\n".join(tables)
 
 
-def test_readme_flag_table_is_generated_from_the_config():
+def test_the_flag_tables_are_generated_from_the_config():
     from pathlib import Path
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("<!-- flags-table:start -->\n") + len("<!-- flags-table:start -->\n")
-    end = readme.index("\n<!-- flags-table:end -->")
-    assert readme[start:end] == flags_markdown_table()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "flags.md").read_text()
+    start = page.index("<!-- flags-table:start -->\n") + len("<!-- flags-table:start -->\n")
+    end = page.index("\n<!-- flags-table:end -->")
+    assert page[start:end] == flags_markdown_table()
 
 
 # ------------------------------------------------------------------------- protocols
