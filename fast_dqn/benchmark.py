@@ -342,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         configs = {w: bench_config(args, w) for w in args.workers}
+        serial_config = None if args.skip_serial else bench_config(args, 1)
         select_device(args.device)  # before anything imports TensorFlow
     except ValueError as error:
         print(f"benchmark: error: {error}", file=sys.stderr)
@@ -363,8 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict = {"game": first.game, "simulated": simulated,
                     **dispatch_figures(first, game_actions(first))}
     serial = None
-    if not args.skip_serial:
-        serial = measure_loop(args, bench_config(args, 1), fast=False)["steps_per_second"]
+    if serial_config is not None:
+        serial = measure_loop(args, serial_config, fast=False)["steps_per_second"]
         rows.append(("serial reference", serial, ""))
         print(f"serial: {serial:.0f} steps/s", flush=True)
         result["serial_steps_per_second"] = serial

@@ -470,12 +470,9 @@ def _bind_env(fn: Callable[[int, AtariEnv], T], index: int) -> Callable[[AtariEn
 def make_env_pool(backend: str, settings: GameSettings, num_envs: int, *,
                   seed: int) -> EnvPool:
     """Builds a pool of `num_envs` games and resets it with `seed` (env i gets seed + i):
-    `backend` is one of config.BACKENDS, which the flags check, or SERIAL.
-
-    Raises:
-        ValueError: a setting out of range, or `interp` other than area with the vector
-            backend (ale-py's vector env always resizes with area interpolation).
-    """
+    `backend` is one of config.BACKENDS, which the flags check, or SERIAL; the settings are
+    those config.validate checked (ale-py's vector env always resizes with area
+    interpolation, and validate refuses another with it)."""
     pool: EnvPool
     if backend == "vector":
         pool = VectorEnvPool(settings, num_envs)

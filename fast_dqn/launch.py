@@ -45,6 +45,7 @@ from fast_dqn.env_pools import SERIAL, EnvPool, GroupedPool, make_env_pool
 from fast_dqn.schedule import steps_at_sync_points
 from fast_dqn.stop_request import StopRequest
 from fast_dqn.transitions import Transitions, replay_bytes
+from fast_dqn.video import ATARI_VIDEO_SIZE, video_codec
 
 DESCRIPTIONS = {
     ALGO_DQN: "Nature DQN on Atari, the serial reference procedure (Mnih et al., 2015): "
@@ -78,6 +79,7 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
     if "resume" in settings:
         config = resumed_config(settings, algo)
         check_memory_for(config.replay_capacity, num_envs(config, algo))
+        check_video_codec(config)
         return config
     if settings.get("refill_replay"):
         raise ValueError("--refill-replay only has meaning with --resume (it accepts a "
@@ -93,7 +95,19 @@ def prepare_config(argv: Sequence[str] | None, algo: str) -> Config:
         raise ValueError(f"{too_long}; choose a shorter --logdir")
     if not Path(config.logdir).is_dir():  # an existing one is checked by RunDirectory.create
         check_run_dir_writable(Path(config.logdir))
+    check_video_codec(config)
     return config
+
+
+def check_video_codec(config: Config) -> None:
+    """With --video-every, refuses a run whose OpenCV writes no video codec now, not at its
+    first recorded evaluation."""
+    if config.video_every:
+        try:
+            video_codec(ATARI_VIDEO_SIZE)
+        except ValueError as error:
+            raise ValueError(f"--video-every: {error}; leave it out to train without "
+                             "videos") from None
 
 
 def available_memory_bytes() -> int | None:

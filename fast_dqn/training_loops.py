@@ -92,7 +92,7 @@ class UpdateTimes:
 
 
 class LearnerThread:
-    """Runs an epoch's minibatch updates on a named background thread, the trainer of
+    """Runs an epoch's minibatch updates on a named background thread, the learner thread of
     docs/design.md §2; the main thread starts an epoch and waits for it at the sync point.
 
     A second thread draws the next call's minibatches (`draws.draw`, into buffer 0 or 1 by
@@ -294,9 +294,9 @@ class TrainingLoop:
             self.progress.message(line)
 
     def _stop_or_tick(self) -> bool:
-        """What a wait asks again and again (the trainer's epoch, an evaluation's steps):
+        """What a wait asks again and again (the learner's epoch, an evaluation's steps):
         whether to stop; meanwhile the progress line shows how long it has waited and the
-        updates the trainer makes."""
+        updates the learner makes."""
         self.update_progress_now_and_then()
         return self.stop_requested()
 
@@ -359,7 +359,7 @@ class TrainingLoop:
         current step, in one order for both loops (docs/design.md §2): the target sync, the
         training scalars after the NaN guard, an evaluation, a checkpoint (after the guard,
         so a diverged network is never saved). DQN calls it after every step, FastDQN at
-        each epoch's end, after the trainer is drained and the buffers flushed."""
+        each epoch's end, after the learner thread is drained and the buffers flushed."""
         # Training scalars exist once the last step taken was a learning step.
         self._between_sync_points = False  # first: a stop in what follows resumes here
         learned = learning_started(self.counters.step - 1, self.config)
@@ -660,7 +660,12 @@ class FastDQN(TrainingLoop):
         # The learner thread makes whole calls from the epoch's start: the rest are calls of
         # updates_per_call too (without the thread, of one update each).
         per_call = self.draws.updates_per_call if self.learner_thread is not None else 1
+        if self.progress is not None:  # no step moves meanwhile: the line says why
+            self.progress.phase("finishing the stopped epoch's updates", "finishing updates",
+                                lasting=True)
         self.update_inline_until(due, stoppable=True, per_call=per_call)
+        if self.progress is not None:
+            self.progress.end_phase()
         if counters.updates < due:
             return
         self.memory.add_in_order([self._unstored])
@@ -687,7 +692,7 @@ class FastDQN(TrainingLoop):
                                              counters.updates_due(end)))
             self.update_progress_now_and_then()
         self._stage_acted()
-        self.update_progress()  # the epoch's last step, before the wait for the trainer
+        self.update_progress()  # the epoch's last step, before the wait for the learner
         if in_background:
             if self.progress is not None:
                 self.progress.phase("waiting for the learner", "waiting for learner")
@@ -701,7 +706,7 @@ class FastDQN(TrainingLoop):
 
     def _next_round(self, step: int, end: int) -> Exploration | None:
         """The draws of the round to take at `step`, or None where the epoch's acting stops
-        there: at its end, on a stop request, or once the trainer has failed. The draws are
+        there: at its end, on a stop request, or once the learner has failed. The draws are
         made only for a round that is then taken, so the generator's state (a checkpoint
         holds it) counts exactly the rounds taken."""
         updates_failed = self.learner_thread is not None and self.learner_thread.failed

@@ -32,6 +32,7 @@ ATARI_HZ = 60  # emulator frames per second of the real console
 VIDEO_FPS = ATARI_HZ // FRAME_SKIP  # 15: one screen per agent step plays in real time
 VIDEO_SUFFIX = ".mp4"  # OpenCV picks the container by the file name's suffix
 VIDEO_SCALE = 2  # each Atari pixel as 2x2: 4:2:0 chroma then keeps every pixel's colour
+ATARI_VIDEO_SIZE = (210 * VIDEO_SCALE, 160 * VIDEO_SCALE)  # (height, width) of every game's
 DEFAULT_VIDEO = object()  # `--video` without a path: into the run directory
 # FFmpeg writes files in chunks of this size: one that did not fit left less free than this
 FFMPEG_WRITE_BYTES = 32 * 1024

@@ -142,7 +142,10 @@ def test_updates_per_call_is_a_benchmark_setting(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],
-                                  ["--workers", "3"], ["--trainer-windows=0"]])
+                                  ["--workers", "3"], ["--trainer-windows=0"],
+                                  # W = 16 rounds the random steps up to 32, the serial
+                                  # reference's W = 1 does not (a traceback, before)
+                                  ["--random-steps=30", "--workers", "16", "--steps=16"]])
 def test_bad_benchmark_input_exits_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         status = benchmark.main(argv)

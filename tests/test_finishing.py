@@ -102,6 +102,9 @@ def test_a_stop_between_the_last_step_and_the_last_update_resumes_to_the_same_by
     resumed = resume(RUN_FAST_DQN, run_dir, "resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_no_traceback(resumed)
+    # No step moves while the owed updates are made: a line says why (a newcomer's resume
+    # showed the same step for minutes without a word).
+    assert "finishing the stopped epoch's updates at step 1200" in resumed.stdout.splitlines()
     assert summary(run_dir)["finished"] is True
     assert summary(run_dir)["updates"] == (1200 - 400) // 4
     resumed_bytes, never_stopped_bytes = run_bytes(

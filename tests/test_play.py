@@ -362,6 +362,27 @@ def test_video_alone_is_refused_while_a_run_holds_the_directory(tmp_path, capsys
     assert not list(run_dir.glob("*.mp4")) and not list(run_dir.glob(".*.mp4"))
 
 
+def test_a_training_run_with_video_every_and_no_codec_is_refused_before_it_starts(
+        tmp_path, monkeypatch, capsys):
+    """Regression (review of issue 44): a run given --video-every on an OpenCV that writes
+    none of the codecs trained until its first recorded evaluation (250,000 steps with the
+    defaults), then died with a traceback and no checkpoint. It is refused in one line, with
+    exit status 2, before its run directory is made."""
+    from fast_dqn import launch, video
+    from tests.cli_runs import TINY
+
+    monkeypatch.setattr(video, "VIDEO_CODECS", ())
+    run_dir = tmp_path / "run"
+    status = launch.main([*TINY, "--timesteps=600", "--evaluate=300", "--eval-episodes=1",
+                          "--eval-max-episode-steps=50", "--batch-size=4", "--video-every=1",
+                          "--xla=off", f"--logdir={run_dir}"], ALGO_DQN)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "--video-every: this OpenCV writes none of the video codecs" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not run_dir.exists()
+
+
 @pytest.mark.parametrize("step, replay_start, warned", [
     (0, 50_000, True), (50_000, 50_000, True), (50_001, 50_000, False), (1_234, 1_000, False),
     (None, 50_000, False),
