@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fast_dqn.play import Agent
+    from fast_dqn.agent import Agent
 
 
 def load(run_dir: str | os.PathLike, seed: int | None = None) -> "Agent":
@@ -28,6 +28,6 @@ def load(run_dir: str | os.PathLike, seed: int | None = None) -> "Agent":
         ValueError: one line: no such directory, no config.json naming a game (not a run's),
             no complete checkpoint, or one that is damaged or does not fit the network.
     """
-    from fast_dqn.play import Agent, load_run
+    from fast_dqn.agent import Agent, load_run
 
     return Agent(load_run(Path(run_dir)), seed)

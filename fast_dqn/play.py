@@ -13,50 +13,31 @@ has it, into the run directory only while no run holds it, renamed into place on
 
 A stop signal ends play at its next step (exit 128 + the signal; the video removed). Bad
 input, and a checkpoint that fails `--resume`'s checks, get one line and exit status 2.
-The network is loaded as `fast_dqn.load` loads it, into an `Agent`.
+The network is loaded as `fast_dqn.load` loads it, into an `agent.Agent`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import json
 import signal
 import statistics
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from fast_dqn.atari import GameSettings, game_actions, make_atari_env, resolve_game
-from fast_dqn.checkpoints import (MANIFEST, CheckpointError, latest_checkpoint, network_prefix,
-                                  verify_checkpoint)
+from fast_dqn.agent import EVAL_EPSILON, Agent, RunToPlay, load_run, one_line
+from fast_dqn.atari import GameSettings, make_atari_env
 from fast_dqn.config import Config, OneLineErrorParser, add_device_flag, counted
-from fast_dqn.acting import Actor, GreedyFn, draw_exploration
-from fast_dqn.tensorflow_start import configure_device, select_device
-from fast_dqn.run_dir import CONFIG_FILE, WriteFailed
+from fast_dqn.acting import Actor, GreedyFn
+from fast_dqn.tensorflow_start import select_device
+from fast_dqn.run_dir import WriteFailed
 from fast_dqn.env_pools import SerialEnvPool
 from fast_dqn.stop_request import StopRequest
-from fast_dqn.transitions import STATE_SHAPE
 from fast_dqn.video import (DEFAULT_VIDEO, VIDEO_FPS, VideoRecorder, VideoTarget,
                             check_video_path, open_video_target)
-
-if TYPE_CHECKING:  # the network module imports TensorFlow: only after the cheap checks
-    from fast_dqn.learner import Learner
-
-EVAL_EPSILON = 0.05  # Mnih et al. (2015): the evaluation policy's epsilon
-
-
-class RunToPlay(NamedTuple):
-    """What `RUN_DIR` provides: the run's settings and its latest complete checkpoint."""
-
-    config: Config
-    algo: str  # which trainer wrote it ("dqn" or "fast_dqn"); the network is the same
-    checkpoint: Path  # the checkpoint directory (`checkpoint/` or `checkpoint.old/`)
-    step: int | None  # agent step at which it was written, if its manifest says
-
 
 class GameResult(NamedTuple):
     """One full game (all lives)."""
@@ -110,53 +91,8 @@ def check_args(args: argparse.Namespace) -> None:
         check_video_path(args.video)
 
 
-def load_run(run_dir: Path) -> RunToPlay:
-    """Reads the run's settings, finds its latest complete checkpoint and verifies it.
-
-    Raises:
-        ValueError: no such directory, no readable config.json (or a setting missing from
-            it, or one a flag would refuse), an unknown game, no complete checkpoint, or a
-            damaged one (the message names the file).
-    """
-    if not run_dir.is_dir():
-        raise ValueError(f"no run directory {run_dir}")
-    saved = _read_json(run_dir / CONFIG_FILE)
-    if not isinstance(saved, dict) or "game" not in saved:
-        raise ValueError(f"{run_dir / CONFIG_FILE} does not name a game; is it a run's config?")
-    try:
-        config = Config.from_saved(saved, str(saved.get("algo")))
-    except ValueError as error:  # a hand edit
-        raise ValueError(f"{run_dir / CONFIG_FILE}: {error}") from None
-    config = config.replace(game=resolve_game(config.game))  # a hand-edited name, too
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise ValueError(f"{run_dir} has no complete checkpoint (looked for "
-                         f"checkpoint/{MANIFEST} and checkpoint.old/{MANIFEST})")
-    try:
-        manifest = verify_checkpoint(checkpoint, replay_optional=True)
-    except CheckpointError as error:
-        raise ValueError(str(error)) from None
-    counters = manifest.get("counters")
-    step = counters.get("step") if isinstance(counters, dict) else None
-    return RunToPlay(config, str(saved.get("algo", "?")), checkpoint,
-                     step if isinstance(step, int) else None)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError included
-        reason = "not found" if isinstance(error, FileNotFoundError) else _one_line(error)
-        raise ValueError(f"cannot read {path}: {reason}") from None
-
-
-def _one_line(error: BaseException | str) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
 # --------------------------------------------------------------------------------------------
-# Environment and network
+# Environment
 
 
 def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
@@ -164,57 +100,6 @@ def make_pool(config: Config, *, seed: int, max_steps: int) -> SerialEnvPool:
     pool of one as the serial trainer's, its env seeded `seed`."""
     settings = GameSettings.of_run(config, max_steps)
     return SerialEnvPool(lambda i: make_atari_env(settings, seed=seed + i), 1)
-
-
-def load_network(config: Config, n_actions: int, checkpoint: Path) -> "Learner":
-    """Builds the run's Q-network and restores its online weights from `checkpoint`.
-
-    Raises:
-        ValueError: the checkpoint is unreadable or does not fit the network (e.g. another
-            game's action count).
-    """
-    from fast_dqn.learner import make_learner
-
-    network = make_learner(config, n_actions)
-    network.restore_online(network_prefix(checkpoint))
-    return network
-
-
-class Agent:
-    """A run's online network, restored from its checkpoint, acting on batches of states as
-    the trainers' networks take them: (B, 4, 84, 84) uint8, 4 frames of 84x84, oldest first.
-    `greedy` gives the argmax actions, `act` the epsilon-greedy ones drawn from `rng`."""
-
-    def __init__(self, run: RunToPlay, seed: int | None = None):
-        """Configures TensorFlow as play does (`device` says where it computes), builds the
-        network and restores it; `rng` is seeded `seed` (default: the run's seed).
-
-        Raises:
-            ValueError: the checkpoint does not fit the run's network.
-        """
-        self.run = run
-        self.device = configure_device(activity="playing")
-        self.n_actions = game_actions(run.config)
-        network = load_network(run.config, self.n_actions, run.checkpoint)
-        self.greedy: GreedyFn = functools.partial(network.greedy_actions, use_target=False)
-        self.rng = np.random.default_rng(run.config.seed if seed is None else seed)
-
-    def act(self, states: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
-        """The (B,) actions for `states`: each greedy, or with probability `epsilon` (Nature
-        evaluates at EVAL_EPSILON, 0.05) uniformly random, drawn as the loops draw them.
-
-        Raises:
-            ValueError: `states` are not (B, 4, 84, 84) uint8, or `epsilon` is not in [0, 1].
-        """
-        states = np.asarray(states)
-        if states.dtype != np.uint8 or states.shape[1:] != STATE_SHAPE:
-            raise ValueError("states must be a uint8 array of shape (B, %d, %d, %d)" % STATE_SHAPE
-                             + f"; got {states.dtype} {states.shape}")
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be within [0, 1]; got {epsilon}")
-        exploration = draw_exploration(epsilon, len(states), self.n_actions, self.rng)
-        return exploration.actions(np.zeros(len(states), np.int64) if exploration.all_random
-                                   else self.greedy(states))
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             select_device(args.device)  # before the network's module imports TensorFlow
             target = open_video_target(args.video, args.run_dir, run.step, held)
         except ValueError as error:
-            parser.error(_one_line(error))
+            parser.error(one_line(error))
         try:
             results, recorder = _play_run(run, args, target, parser, stop)
         except KeyboardInterrupt:  # the recorder was left by the exception: no video written
@@ -307,7 +192,7 @@ def _play_run(run: RunToPlay, args: argparse.Namespace, target: VideoTarget | No
                         stack.enter_context(VideoRecorder(target, pool.first_screen().shape[:2])))
             agent = Agent(run, seed)
         except ValueError as error:
-            parser.error(_one_line(error))
+            parser.error(one_line(error))
         print(agent.device, flush=True)
         _print_header(run, args, seed, max_steps)
         if recorder is not None and recorder.codec.plays_in_browsers:

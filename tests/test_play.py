@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from fast_dqn import play
+from fast_dqn.agent import RunToPlay, load_network, load_run
 from fast_dqn.config import ALGO_DQN, Config
 from fast_dqn.acting import FrameHistory
 from fast_dqn.run_dir import OpenDirectory
@@ -89,8 +90,8 @@ def test_restores_the_online_weights_that_were_saved(trained_run):
     from fast_dqn.learner import Learner
 
     run_dir, saved = trained_run
-    run = play.load_run(run_dir)
-    network = play.load_network(run.config, PONG_ACTIONS, run.checkpoint)
+    run = load_run(run_dir)
+    network = load_network(run.config, PONG_ACTIONS, run.checkpoint)
     fresh = Learner(PONG_ACTIONS, lr=2.5e-4, rho=0.95, epsilon=0.01,
                      seed=RUN_SEED)
     restored = [variable.numpy() for variable in network.online.variables]
@@ -144,14 +145,14 @@ def test_a_run_at_the_longest_path_plays_and_one_byte_longer_is_refused_in_one_l
     network = run_dir / "checkpoint.old" / "network"
     # The names TensorFlow gave its files: LONGEST_NAME holds the longer.
     assert sorted(os.listdir(network)) == ["ckpt.data-00000-of-00001", "ckpt.index"]
-    run = play.load_run(run_dir)
-    play.load_network(run.config, PONG_ACTIONS, run.checkpoint)
+    run = load_run(run_dir)
+    load_network(run.config, PONG_ACTIONS, run.checkpoint)
     longer = run_dir.with_name(run_dir.name + "d")
     run_dir.rename(longer)
     assert_bad_input([str(longer)], f"the path of {longer} is too long for a run: TensorFlow "
                      f"opens {LONGEST_NAME} in it by a path of {LONGEST_RUN_DIR + 49:,} bytes", capsys)
     with pytest.raises(ValueError, match="cannot restore the online network"):
-        play.load_network(run.config, PONG_ACTIONS, longer / "checkpoint.old")
+        load_network(run.config, PONG_ACTIONS, longer / "checkpoint.old")
 
 
 def assert_bad_input(argv: list[str], message: str, capsys) -> None:
@@ -205,7 +206,7 @@ def test_load_run_finds_the_latest_complete_checkpoint(tmp_path, complete, expec
         write_checkpoint(tmp_path / name, steps[name])
         (tmp_path / name / "checkpoint").rename(run_dir / name)
     (run_dir / "checkpoint" / "network").mkdir(parents=True, exist_ok=True)  # else incomplete
-    run = play.load_run(run_dir)
+    run = load_run(run_dir)
     assert run.checkpoint == run_dir / expected
     assert (run.config.game, run.algo, run.step) == ("pong", ALGO_DQN, steps[expected])
 
@@ -214,7 +215,7 @@ def test_load_run_resolves_another_spelling_of_the_game_and_refuses_an_unknown_o
                                                                                    capsys):
     write_run_dir(tmp_path, game="ALE/Pong-v5")  # a hand-edited config.json
     write_checkpoint(tmp_path, 5)
-    assert play.load_run(tmp_path).config.game == "pong"
+    assert load_run(tmp_path).config.game == "pong"
     write_run_dir(tmp_path, game="pongg")
     assert_bad_input([str(tmp_path)], "unknown game 'pongg'", capsys)
 
@@ -368,14 +369,21 @@ def test_a_training_run_with_video_every_and_no_codec_is_refused_before_it_start
     none of the codecs trained until its first recorded evaluation (250,000 steps with the
     defaults), then died with a traceback and no checkpoint. It is refused in one line, with
     exit status 2, before its run directory is made."""
-    from fast_dqn import launch, video
+    from fast_dqn import launch
     from tests.cli_runs import TINY
 
-    monkeypatch.setattr(video, "VIDEO_CODECS", ())
+    # The video module launch calls into (another test may have imported fast_dqn afresh);
+    # its probe's answer is cached, so the cache is emptied before and after.
+    probe = launch.video_codec
+    monkeypatch.setitem(probe.__wrapped__.__globals__, "VIDEO_CODECS", ())
+    probe.cache_clear()
     run_dir = tmp_path / "run"
-    status = launch.main([*TINY, "--timesteps=600", "--evaluate=300", "--eval-episodes=1",
-                          "--eval-max-episode-steps=50", "--batch-size=4", "--video-every=1",
-                          "--xla=off", f"--logdir={run_dir}"], ALGO_DQN)
+    try:
+        status = launch.main([*TINY, "--timesteps=600", "--evaluate=300", "--eval-episodes=1",
+                              "--eval-max-episode-steps=50", "--batch-size=4",
+                              "--video-every=1", "--xla=off", f"--logdir={run_dir}"], ALGO_DQN)
+    finally:
+        probe.cache_clear()  # later tests probe the real codecs again
     err = capsys.readouterr().err
     assert status == 2, err
     assert "--video-every: this OpenCV writes none of the video codecs" in err
@@ -390,7 +398,7 @@ def test_a_training_run_with_video_every_and_no_codec_is_refused_before_it_start
 def test_a_checkpoint_from_before_the_replay_start_gets_a_warning(step, replay_start, warned):
     """The first minibatch update comes at the step after --replay-start steps: a checkpoint
     at or before it holds the network as it was made."""
-    run = play.RunToPlay(Config(replay_start=replay_start), ALGO_DQN, Path("checkpoint"), step)
+    run = RunToPlay(Config(replay_start=replay_start), ALGO_DQN, Path("checkpoint"), step)
     warning = play.untrained_warning(run)
     assert (warning is not None) == warned
     if warned:
