@@ -36,11 +36,16 @@ def tensorflow_logs_wanted() -> bool:
     return os.environ.get(TF_LOGS_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+_shown = False  # this process has shown TensorFlow's start (and the note) once already
+
+
 @contextlib.contextmanager
 def quiet_tensorflow_start() -> Iterator[None]:
     """Runs the block (which imports TensorFlow) with fd 2 captured, then lists the GPUs;
-    the captured lines are shown only as the module docstring says."""
-    if tensorflow_logs_wanted():
+    the captured lines are shown only as the module docstring says, and once a process
+    (every module that imports TensorFlow does so in such a block)."""
+    global _shown
+    if tensorflow_logs_wanted() or _shown:
         yield
         return
     # Keeps TensorFlow's later INFO and WARNING lines out too (its logging reads this once).
@@ -57,6 +62,7 @@ def quiet_tensorflow_start() -> Iterator[None]:
     if not gpu_visible and gpu_trouble(capture.text, nvidia_device=nvidia_device):
         _show(capture.text)
         _show(_no_gpu_note(nvidia_device))
+        _shown = True
 
 
 def select_device(device: str) -> None:

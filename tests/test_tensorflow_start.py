@@ -38,6 +38,7 @@ def cpu_machine(monkeypatch):
     monkeypatch.delenv(TF_LOGS_ENV, raising=False)
     monkeypatch.setattr(tensorflow_start, "_gpu_visible", lambda: False)
     monkeypatch.setattr(tensorflow_start, "_NVIDIA_DEVICE", Path("/nonexistent/nvidiactl"))
+    monkeypatch.setattr(tensorflow_start, "_shown", False)  # as in a new process
 
 
 def write_fd2(text: str) -> None:
@@ -79,6 +80,20 @@ def test_nvidia_machine_without_a_visible_gpu_is_reported(capfd, monkeypatch, tm
         write_fd2(CPU_MACHINE_START)
     err = capfd.readouterr().err
     assert "note: this machine has an NVIDIA GPU, but TensorFlow sees no GPU" in err
+
+
+def test_the_note_comes_once_a_process_whatever_the_blocks(capfd, monkeypatch, tmp_path):
+    """Regression (review of issue 44): on an NVIDIA machine whose TensorFlow sees no GPU,
+    each module's block printed the note again (6 notes in one training run)."""
+    device = tmp_path / "nvidiactl"
+    device.touch()
+    monkeypatch.setattr(tensorflow_start, "_NVIDIA_DEVICE", device)
+    with quiet_tensorflow_start():
+        write_fd2(CPU_MACHINE_START)
+    for _ in range(5):
+        with quiet_tensorflow_start():
+            pass  # TensorFlow is imported already: nothing new to show
+    assert capfd.readouterr().err.count("note: ") == 1
 
 
 def test_visible_gpu_is_quiet(capfd, monkeypatch):
