@@ -114,14 +114,14 @@ def test_summarize_keeps_the_optimizers_and_losses_apart(tmp_path):
 
 def test_the_benchmark_takes_the_variant_flags_as_the_trainer_does():
     args = benchmark.parse_args(["--optimizer=adam", "--loss=mse", "--dueling",
-                                 "--workers", "4", "--random-steps=400"])
+                                 "--precision=bfloat16", "--workers", "4", "--random-steps=400"])
     config = benchmark.bench_config(args, 4)
-    assert (config.optimizer, config.loss, config.dueling, config.double) == \
-        ("adam", "mse", True, False)
+    assert (config.optimizer, config.loss, config.dueling, config.double, config.precision) == \
+        ("adam", "mse", True, False, "bfloat16")
     assert config.lr == 6.25e-5  # Dopamine's, as a new run's with --optimizer=adam
     nature = benchmark.bench_config(benchmark.parse_args(["--workers", "4"]), 4)
-    assert (nature.optimizer, nature.loss, nature.lr, nature.protocol) == \
-        ("rmsprop", "huber", 2.5e-4, "nature")
+    assert (nature.optimizer, nature.loss, nature.lr, nature.protocol, nature.precision) == \
+        ("rmsprop", "huber", 2.5e-4, "nature", "float32")
 
 
 def test_the_benchmark_applies_the_protocol_preset():
