@@ -33,6 +33,7 @@ MAX_SEED = 2**32 - 1
 INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 BACKENDS = ("vector", "threads")
 XLA_MODES = ("on", "off")
+PRECISIONS = ("float32", "bfloat16")
 REPLAY_DEVICES = ("auto", "host", "device")
 DEVICES = ("auto", "cpu", "gpu")
 DEVICE_HELP = ("where TensorFlow computes: auto = a GPU if TensorFlow sees one, else the CPU; "
@@ -76,11 +77,11 @@ NOT_SAVED = RESUME_ONLY + PROCESS_ONLY
 # holds every setting of its version; one of an older version lacks the settings added after
 # it, which its run ran with at their defaults (version 1: from checkpoint format 2 on).
 CONFIG_VERSION_KEY = "config_version"
-CONFIG_VERSION = 3
+CONFIG_VERSION = 4
 SETTINGS_ADDED_AFTER = {1: ("protocol", "life_loss_terminal", "full_action_set", "double",
                             "dueling", "replay_device", "optimizer", "loss", "n_step",
                             "prioritized"),
-                        2: ("video_every",)}
+                        2: ("video_every",), 3: ("precision",)}
 # The largest --timesteps: TensorBoard records the agent step as a 64-bit integer.
 MAX_TIMESTEPS = 2**63 - 1
 
@@ -197,6 +198,12 @@ class Config:
     xla: str = _field("on", "compile the minibatch update and the samplers' query with XLA on "
                       "every device (one that cannot compile runs uncompiled and says so in "
                       "one line); off = never", LEARNING, choices=XLA_MODES)
+    precision: str = _field("float32", "the network's arithmetic: float32 (Nature); "
+                            "bfloat16, a departure from Nature: its convolutions and dense "
+                            "layers compute in bfloat16, in the queries and the update; the "
+                            "weights, the optimizer's slots, the Q-values it outputs, the TD "
+                            "targets, the loss and the checkpoints stay float32",
+                            LEARNING, choices=PRECISIONS)
     replay_device: str = _field("auto", "where the replay memory's frames live: device = "
                                 "in a variable on the training device, gathered by the "
                                 "update; host = in NumPy, gathered by the host; auto = the "
@@ -338,6 +345,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("loss", {"mse": "mean squared loss (Dopamine's)"}, {"mse": "mse"}),
     Variant("n_step", "{}-step returns", "nstep{}"),
     Variant("prioritized", {True: "prioritized replay"}, {True: "prioritized"}),
+    Variant("precision", {"bfloat16": "bfloat16 network compute"}, {"bfloat16": "bf16"}),
 )
 
 

@@ -90,21 +90,24 @@ class Learner:
     the memory's frames on the device (`FrameStore.device_frames`), for updates from slots.
     With `td_errors` an update call returns each transition's TD error; without, none, since
     that output makes TensorFlow's graph optimizer arrange the update otherwise, and the
-    weights differ in their last bits. `update_function` replaces the learning rule;
-    `traced_calls` (every purpose in `CALL_PURPOSES`, or refused) and `dispatch` are the
-    simulated GPU's, which replaces whole calls so that its host cost is the real calls'.
+    weights differ in their last bits. `precision` is what the networks compute in
+    (`build_nature_cnn`); their weights and the optimizer's slots are float32 at either.
+    `update_function` replaces the learning rule; `traced_calls` (every purpose in
+    `CALL_PURPOSES`, or refused) and `dispatch` are the simulated GPU's, which replaces
+    whole calls so that its host cost is the real calls'.
     """
 
     def __init__(self, n_actions: int, *, lr: float, rho: float, epsilon: float, seed: int,
                  xla: bool = False, double: bool = False, dueling: bool = False,
                  optimizer: str = Config.optimizer, loss: str = Config.loss,
+                 precision: str = Config.precision,
                  replay_frames: tf.Variable | None = None, td_errors: bool = False,
                  update_function: UpdateFunction | None = None,
                  traced_calls: TracedCalls | None = None, dispatch: Dispatch = run_call):
         self.n_actions = n_actions
         seeds = random.Random(seed)
-        self.online = build_nature_cnn(n_actions, "online", seeds, dueling)
-        self.target = build_nature_cnn(n_actions, "target", seeds, dueling)
+        self.online = build_nature_cnn(n_actions, "online", seeds, dueling, precision)
+        self.target = build_nature_cnn(n_actions, "target", seeds, dueling, precision)
         self.optimizer_name = optimizer
         self.optimizer = make_optimizer(optimizer, lr=lr, rmsprop_rho=rho,
                                         rmsprop_epsilon=epsilon)
@@ -335,11 +338,12 @@ def _xla_refused(error: Exception) -> bool:
 
 
 def learner_settings(config: Config) -> dict[str, Any]:
-    """Learner's keyword arguments from `config` (optimizer, loss, Double DQN, dueling)."""
+    """Learner's keyword arguments from `config` (optimizer, loss, Double DQN, dueling,
+    precision)."""
     return dict(lr=config.lr, rho=config.rmsprop_rho, epsilon=config.rmsprop_epsilon,
                 seed=config.seed, xla=config.xla == "on", double=config.double,
                 dueling=config.dueling, optimizer=config.optimizer, loss=config.loss,
-                td_errors=config.prioritized)
+                precision=config.precision, td_errors=config.prioritized)
 
 
 def make_learner(config: Config, n_actions: int,

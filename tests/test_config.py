@@ -413,7 +413,7 @@ VERSION_1 = {
     "rmsprop_rho": 0.95, "seed": 0, "sticky_actions": 0.0, "synchronize": True,
     "target_update": 10000, "timesteps": 1000, "train_freq": 4, "updates_per_call": 4,
     "workers": 8, "xla": "auto", "library_versions": {"python": "3.11.9"}}
-# The settings config.json holds from version 2 on, and from version 3 on: a setting added to
+# The settings config.json holds from version 2 on, from 3 on and from 4 on: a setting added to
 # Config needs a new version (config.CONFIG_VERSION, SETTINGS_ADDED_AFTER) and a line here.
 VERSION_2_SETTINGS = {
     "game", "timesteps", "evaluate", "seed", "interp", "replay_capacity", "replay_start",
@@ -425,12 +425,25 @@ VERSION_2_SETTINGS = {
     "checkpoint_replay", "progress_every", "xla", "replay_device", "workers", "concurrent",
     "synchronize", "backend", "updates_per_call"}
 VERSION_3_SETTINGS = VERSION_2_SETTINGS | {"video_every"}
+VERSION_4_SETTINGS = VERSION_3_SETTINGS | {"precision"}
 
 
 def test_config_json_holds_every_setting_of_its_version():
     saved = dict(SAVED)
-    assert saved.pop("config_version") == 3
-    assert set(saved) == VERSION_3_SETTINGS
+    assert saved.pop("config_version") == 4
+    assert set(saved) == VERSION_4_SETTINGS
+
+
+def test_a_config_json_of_version_3_is_read_with_natures_float32_precision():
+    saved = {**{k: v for k, v in SAVED.items() if k != "precision"}, "config_version": 3}
+    assert Config.from_saved(saved, ALGO_FAST_DQN).precision == "float32"
+    assert Config.from_saved({**saved, "precision": "bfloat16"},
+                             ALGO_DQN).precision == "bfloat16"
+    with pytest.raises(ValueError, match="^'precision' is missing$"):
+        Config.from_saved({**saved, "config_version": 4}, ALGO_FAST_DQN)
+    with pytest.raises(ValueError, match="^'precision' must be one of float32, bfloat16; "
+                                         'got "float16"$'):
+        Config.from_saved({**SAVED, "precision": "float16"}, ALGO_FAST_DQN)
 
 
 def test_a_config_json_of_version_2_is_read_without_video_every_at_its_default():
@@ -440,7 +453,7 @@ def test_a_config_json_of_version_2_is_read_without_video_every_at_its_default()
         Config.from_saved({**saved, "config_version": 3}, ALGO_FAST_DQN)
 
 
-@pytest.mark.parametrize("key", sorted(VERSION_3_SETTINGS))
+@pytest.mark.parametrize("key", sorted(VERSION_4_SETTINGS))
 def test_a_setting_missing_from_config_json_is_refused_naming_the_key(key):
     """Regression: a setting deleted from config.json quietly took its default."""
     saved = {name: value for name, value in SAVED.items() if name != key}
@@ -464,9 +477,9 @@ def test_a_config_json_of_version_1_is_read_with_the_settings_added_since_at_the
                               ALGO_FAST_DQN)
 
 
-@pytest.mark.parametrize("version", [0, 4, "3", None])
+@pytest.mark.parametrize("version", [0, 5, "4", None])
 def test_a_config_json_of_an_unknown_version_is_refused(version):
-    with pytest.raises(ValueError, match="^'config_version' must be an integer from 1 to 3"):
+    with pytest.raises(ValueError, match="^'config_version' must be an integer from 1 to 4"):
         Config.from_saved({**SAVED, "config_version": version}, ALGO_DQN)
 
 

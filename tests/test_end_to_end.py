@@ -255,3 +255,42 @@ def test_machado_double_dueling_runs_resumes_and_plays(tmp_path, algo, capsys):
     capsys.readouterr()
     assert play.main([str(run_dir), "--episodes", "1", "--max-steps", "20"]) == 0
     assert "game 1/1: score " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, frames", [(ALGO_DQN, "host"), (ALGO_FAST_DQN, "device")])
+def test_bfloat16_runs_resumes_and_plays_in_bfloat16(tmp_path, algo, frames, monkeypatch,
+                                                      capsys):
+    """--precision=bfloat16 in each trainer, with each frame store: config.json keeps it, so
+    the resume and play build their networks in bfloat16 too; the checkpoint is float32."""
+    import fast_dqn
+    from fast_dqn import learner, play
+
+    built = []
+    make_learner = learner.make_learner
+
+    def recording(config, *args, **kwargs):
+        network = make_learner(config, *args, **kwargs)
+        built.append({layer.compute_dtype for layer in network.online.layers if layer.weights})
+        return network
+
+    monkeypatch.setattr(learner, "make_learner", recording)
+    run_dir = tmp_path / algo
+    flags = ["--precision=bfloat16", f"--replay-device={frames}", "--evaluate=0",
+             "--timesteps=800", f"--logdir={run_dir}"]
+    flags += ["--workers=4"] if algo == ALGO_FAST_DQN else []
+    assert main(RUN + flags, algo) == 0
+    assert "bfloat16 network compute" in capsys.readouterr().out  # the variant line
+    assert main([f"--resume={run_dir}", "--timesteps=1200"], algo) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["precision"] == "bfloat16"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and (summary["steps"], summary["updates"]) == (1200, 200)
+    saved = _saved_variables(run_dir)
+    assert {array.dtype.name for name, array in saved.items() if "iteration" not in name} == \
+        {"float32"}
+    assert play.main([str(run_dir), "--episodes", "1", "--max-steps", "20"]) == 0
+    assert "game 1/1: score " in capsys.readouterr().out
+    agent = fast_dqn.load(run_dir)
+    assert agent.act(np.zeros((3, 4, 84, 84), np.uint8)).shape == (3,)
+    assert built == [{"bfloat16"}] * 4  # the run, its resume, play and load

@@ -850,3 +850,89 @@ def test_a_minibatch_carries_the_declared_columns_by_name():
     assert SlotBatch._fields == ("state_slots", "state_mask", "next_slots", "next_mask",
                                  *MINIBATCH_COLUMNS)
     assert list(MINIBATCH_COLUMNS) == ["actions", "returns", "discounts", "weights"]
+
+
+# ----------------------------------------------------------------- --precision=bfloat16
+
+# The ops of the network's layers in the traced update: forward, and the gradients of the
+# weights and of the layers' inputs.
+LAYER_OPS = ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "MatMul")
+
+
+def layer_op_dtypes(network: Learner) -> set[tuple[str, str]]:
+    """(op type, dtype) of every convolution and matmul in the traced update and query."""
+    states = tf.TensorSpec((32, 4, 84, 84), tf.uint8)
+    minibatch = Batch(states=states, next_states=states, **{
+        name: tf.TensorSpec((32, *shape), tf.as_dtype(dtype))
+        for name, (shape, dtype) in MINIBATCH_COLUMNS.items()})
+    graphs = [network._update_fn.get_concrete_function(*minibatch).graph,
+              network._greedy_fns[True].get_concrete_function(states).graph]
+    return {(op.type, op.get_attr("T").name) for graph in graphs
+            for op in graph.get_operations() if op.type in LAYER_OPS}
+
+
+def float_variables(network: Learner) -> list[tf.Variable]:
+    """The networks' weights and the optimizer's slots (its step count is an integer)."""
+    return [*network.online.variables, *network.target.variables,
+            *(v for v in network.optimizer.variables if v.name != "iteration")]
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_the_layers_compute_at_the_precision_on_float32_weights_and_slots(precision, dueling):
+    network = network_from(Config(precision=precision, dueling=dueling, xla="off",
+                                  prioritized=True), seed=2)
+    weighted = [layer for layer in network.online.layers if layer.weights]
+    assert {(layer.compute_dtype, layer.variable_dtype) for layer in weighted} == {
+        (precision, "float32")}
+    assert layer_op_dtypes(network) == {(op, precision) for op in LAYER_OPS}
+    td_errors_ = network.update(random_batch(60), 1)
+    assert td_errors_.dtype == tf.float32
+    assert network.online(random_batch(61, size=2).states).dtype == tf.float32  # the Q-values
+    assert {v.dtype for v in float_variables(network)} == {"float32"}
+    assert len(network.optimizer.variables) > len(network.online.variables)  # slots, built
+    assert keras.mixed_precision.global_policy().name == "float32"  # no leak to others
+
+
+@pytest.mark.parametrize("saved", ["float32", "bfloat16"])
+def test_a_checkpoint_is_float32_and_loads_at_either_precision(saved, tmp_path):
+    trained = network_from(Config(precision=saved, xla="off"), seed=5)
+    trained.update(random_batch(50), 1)
+    prefix = str(tmp_path / "ckpt")
+    trained.checkpoint().write(prefix)
+    written = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()
+    assert {dtype for name, dtype in written.items()
+            if "VARIABLE_VALUE" in name and "iteration" not in name} == {tf.float32}
+    states = random_batch(51, size=16).states
+    q = {}
+    for precision in ("float32", "bfloat16"):
+        restored = network_from(Config(precision=precision, xla="off"), seed=6)
+        restored.restore(prefix)
+        for a, b in zip(float_variables(restored), float_variables(trained)):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+        q[precision] = q_values(restored, states)
+    # bfloat16 keeps 8 significant bits: the same Q-values to about 1% of their scale.
+    scale = np.abs(q["float32"]).max()
+    np.testing.assert_allclose(q["bfloat16"], q["float32"], rtol=0, atol=0.02 * scale)
+    assert not np.array_equal(q["bfloat16"], q["float32"])
+
+
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_bfloat16_updates_by_every_path_with_or_without_xla(xla):
+    """From host minibatches and from frames on the device, with XLA (on the CPU it
+    compiles bfloat16: no fallback) or without. The first update moves the weights as
+    float32's does, to bfloat16's rounding (later ones drift apart, as rounding compounds)."""
+    moved = {}
+    for precision in ("float32", "bfloat16"):
+        network = network_from(Config(precision=precision, xla=xla), seed=7)
+        network.on_xla_fallback = pytest.fail
+        before = network.online.get_weights()
+        network.update(random_batch(40), 1)
+        moved[precision] = np.concatenate([(after - w).ravel() for after, w in
+                                           zip(network.online.get_weights(), before)])
+        four_paths(network, seed=3)
+        assert network.xla is (xla == "on")
+        assert np.isfinite(network.take_train_stats(8)).all()
+        assert all(np.isfinite(w).all() for w in network.online.get_weights())
+    assert np.corrcoef(moved["float32"], moved["bfloat16"])[0, 1] > 0.98
+    assert not np.array_equal(moved["float32"], moved["bfloat16"])

@@ -31,6 +31,7 @@ EXPECTED = [
     ("loss", "--loss", "huber", "mse", "mean squared loss (Dopamine's)", "mse"),
     ("n_step", "--n-step", 1, 3, "3-step returns", "nstep3"),
     ("prioritized", "--prioritized", False, True, "prioritized replay", "prioritized"),
+    ("precision", "--precision", "float32", "bfloat16", "bfloat16 network compute", "bf16"),
 ]
 
 
@@ -52,9 +53,9 @@ def test_a_switch_is_a_variant_only_when_true():
 def test_both_trainers_take_every_variant_flag(algo):
     parser = make_parser(algo, "")
     args = parser.parse_args(["--protocol=machado", "--double", "--dueling",
-                              "--optimizer=adam", "--loss=mse"])
-    assert (args.protocol, args.double, args.dueling, args.optimizer, args.loss) == \
-        ("machado", True, True, "adam", "mse")
+                              "--optimizer=adam", "--loss=mse", "--precision=bfloat16"])
+    assert (args.protocol, args.double, args.dueling, args.optimizer, args.loss,
+            args.precision) == ("machado", True, True, "adam", "mse", "bfloat16")
 
 
 # ----------------------------------------------------------------------- variant line
@@ -113,14 +114,14 @@ def test_summarize_keeps_the_optimizers_and_losses_apart(tmp_path):
 
 def test_the_benchmark_takes_the_variant_flags_as_the_trainer_does():
     args = benchmark.parse_args(["--optimizer=adam", "--loss=mse", "--dueling",
-                                 "--workers", "4", "--random-steps=400"])
+                                 "--precision=bfloat16", "--workers", "4", "--random-steps=400"])
     config = benchmark.bench_config(args, 4)
-    assert (config.optimizer, config.loss, config.dueling, config.double) == \
-        ("adam", "mse", True, False)
+    assert (config.optimizer, config.loss, config.dueling, config.double, config.precision) == \
+        ("adam", "mse", True, False, "bfloat16")
     assert config.lr == 6.25e-5  # Dopamine's, as a new run's with --optimizer=adam
     nature = benchmark.bench_config(benchmark.parse_args(["--workers", "4"]), 4)
-    assert (nature.optimizer, nature.loss, nature.lr, nature.protocol) == \
-        ("rmsprop", "huber", 2.5e-4, "nature")
+    assert (nature.optimizer, nature.loss, nature.lr, nature.protocol, nature.precision) == \
+        ("rmsprop", "huber", 2.5e-4, "nature", "float32")
 
 
 def test_the_benchmark_applies_the_protocol_preset():
@@ -194,7 +195,9 @@ def test_learning_check_help_lists_every_variant_flag(tmp_path):
                           ("--optimizer=rmsprop|adam", "adam: Adam (Dopamine's)"),
                           ("--loss=huber|mse", "mse: mean squared loss (Dopamine's)"),
                           ("--n-step=N", "N-step returns (default: 1)"),
-                          ("--prioritized", "prioritized replay")]:
+                          ("--prioritized", "prioritized replay"),
+                          ("--precision=float32|bfloat16",
+                           "bfloat16: bfloat16 network compute (default: float32)")]:
         assert any(line.split()[:1] == [flag] and meaning in line for line in lines), flag
 
 
