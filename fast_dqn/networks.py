@@ -85,6 +85,7 @@ def build_nature_cnn(n_actions: int, name: str, seeds: random.Random,
         q_values = keras.layers.Activation("linear", dtype="float32", name="q_float32")(q_values)
     return keras.Model(states, q_values, name=name)
 
+
 def greedy(network: Any, states: tf.Tensor) -> tf.Tensor:
     """argmax_a Q(s, a) of `network` for a batch of uint8 states."""
     return tf.argmax(network(states, training=False), axis=1, output_type=tf.int32)

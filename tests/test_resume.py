@@ -529,7 +529,7 @@ def test_a_hand_edited_config_a_flag_would_refuse_is_one_line_naming_the_key(sav
     "--timesteps", a flag this resume was not given; a deleted setting took its default.
     (None deletes the key.)"""
     path = saved_run / "config.json"
-    saved = {**json.loads(path.read_text()), "config_version": 3, **edit}  # as runs now write
+    saved = {**json.loads(path.read_text()), **edit}  # the version runs now write
     path.write_text(json.dumps({key: value for key, value in saved.items()
                                 if value is not None}))
     before = snapshot(saved_run)
