@@ -739,7 +739,7 @@ def run_figure(run: Run, games: Games, scalars: dict[str, list[tuple[int, float]
     _line(loss, scalars.get("train/loss"), "mean Huber loss per update since the last log")
     _line(mean_q, scalars.get("train/mean_q"), "mean Q of the minibatches' actions")
     _line(speed, scalars.get("train/steps_per_second"), "trained agent steps/s since the "
-          "replay start (the rate done: and summary.json give)")
+          "replay start, to each log (done: gives it to the end)")
     settings = dict(run.settings)
     replay_start = json.loads(settings.get("replay_start", "0"))
     why_empty = {returns: "no finished game yet", evaluations: "no evaluation yet",
