@@ -28,7 +28,7 @@ import pytest
 from fast_dqn import launch, resume
 from fast_dqn.checkpoints import (CHECKPOINT, MANIFEST, latest_checkpoint, network_prefix,
                                   read_manifest, save_checkpoint)
-from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, Config
+from fast_dqn.config import ALGO_DQN, ALGO_FAST_DQN, CONFIG_VERSION, Config
 from fast_dqn.replay_memory import ReplayMemory
 from fast_dqn.run_dir import LOCK_FILE
 
@@ -529,7 +529,8 @@ def test_a_hand_edited_config_a_flag_would_refuse_is_one_line_naming_the_key(sav
     "--timesteps", a flag this resume was not given; a deleted setting took its default.
     (None deletes the key.)"""
     path = saved_run / "config.json"
-    saved = {**json.loads(path.read_text()), **edit}  # the version runs now write
+    saved = {**json.loads(path.read_text()), "config_version": CONFIG_VERSION,  # as runs write
+             **edit}
     path.write_text(json.dumps({key: value for key, value in saved.items()
                                 if value is not None}))
     before = snapshot(saved_run)
