@@ -36,16 +36,18 @@ def tensorflow_logs_wanted() -> bool:
     return os.environ.get(TF_LOGS_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-_shown = False  # this process has shown TensorFlow's start (and the note) once already
+# TensorFlow's start (its import, once a process) has been checked and shown if need be.
+_started = False
 
 
 @contextlib.contextmanager
 def quiet_tensorflow_start() -> Iterator[None]:
     """Runs the block (which imports TensorFlow) with fd 2 captured, then lists the GPUs;
-    the captured lines are shown only as the module docstring says, and once a process
-    (every module that imports TensorFlow does so in such a block)."""
-    global _shown
-    if tensorflow_logs_wanted() or _shown:
+    the captured lines are shown only as the module docstring says. Every module that
+    imports TensorFlow does so in such a block; only the first imports it, so the later ones
+    only run their block."""
+    global _started
+    if tensorflow_logs_wanted() or _started:
         yield
         return
     # Keeps TensorFlow's later INFO and WARNING lines out too (its logging reads this once).
@@ -58,11 +60,11 @@ def quiet_tensorflow_start() -> Iterator[None]:
     except BaseException:
         _show(capture.text)
         raise
+    _started = True
     nvidia_device = _NVIDIA_DEVICE.exists()
     if not gpu_visible and gpu_trouble(capture.text, nvidia_device=nvidia_device):
         _show(capture.text)
         _show(_no_gpu_note(nvidia_device))
-        _shown = True
 
 
 def select_device(device: str) -> None:

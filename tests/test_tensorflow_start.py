@@ -38,7 +38,7 @@ def cpu_machine(monkeypatch):
     monkeypatch.delenv(TF_LOGS_ENV, raising=False)
     monkeypatch.setattr(tensorflow_start, "_gpu_visible", lambda: False)
     monkeypatch.setattr(tensorflow_start, "_NVIDIA_DEVICE", Path("/nonexistent/nvidiactl"))
-    monkeypatch.setattr(tensorflow_start, "_shown", False)  # as in a new process
+    monkeypatch.setattr(tensorflow_start, "_started", False)  # as in a new process
 
 
 def write_fd2(text: str) -> None:
