@@ -2,7 +2,9 @@
 
 Measures the trainer alone (4 x its updates/s is the training-bound limit in agent steps/s),
 the serial loop, the fast scheme for each worker count and the W environments alone, on real
-emulation with a short random start, then fixed exploration; prints a table and one JSON line
+emulation with a short random start, then fixed exploration; and the CPU time of an update
+and of an agent step's acting, each alone, whose sum for one agent step bounds what the
+machine's cores can run (the CPU-work limit). Prints a table and one JSON line
 (docs/design.md §6). --trainer-stub-ms/--query-stub-ms replace the network's work alone by
 GIL-releasing waits, to see what the host sustains for a GPU of that speed.
 """
@@ -20,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from fast_dqn.training_loops import DQN, FastDQN, TrainingLoop, UpdateTimes
+from fast_dqn.acting import Actor, GreedyFn
 from fast_dqn.atari import game_actions, resolve_game
 from fast_dqn.config import (ALGO_FAST_DQN, FRAME_SIZE, HISTORY, VARIANTS, Config,
                              OneLineErrorParser, add_config_flags, add_device_flag,
@@ -73,7 +76,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "measured and half after; the limit is their median "
                              "(default: 6)")
     parser.add_argument("--emulation-seconds", type=float, default=3.0,
-                        help="how long to time the envs alone per worker count (default: 3)")
+                        help="how long to time the envs alone, and again acting with the "
+                             "network's queries, per worker count (default: 3)")
     parser.add_argument("--skip-serial", action="store_true",
                         help="do not measure the serial reference")
     parser.add_argument("--trainer-stub-ms", type=float, default=None,
@@ -271,22 +275,37 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     return result
 
 
-def measure_emulation(config: Config, seconds: float) -> float:
-    """Agent steps/s of the W envs alone, stepped with random actions: the most any
-    trainer can reach on this machine, whatever the GPU."""
+def measure_acting(config: Config, seconds: float,
+                   greedy: GreedyFn | None = None) -> tuple[float, float]:
+    """Agent steps/s of the W envs and their frame stacks alone, and the process's CPU
+    microseconds per agent step. Without `greedy`, random actions: the most any trainer can
+    reach on this machine, whatever the GPU. With it, acting as the fast scheme acts, one
+    batched query of the W states a round at the final epsilon: the CPU work of acting,
+    without the replay's writes."""
     pool = make_pool(config, config.workers, config.backend, config.seed)
-    rng = np.random.default_rng(config.seed)
+    actor, rng = Actor(pool), np.random.default_rng(config.seed)
+    epsilon = 1.0 if greedy is None else config.final_epsilon  # 1: no round asks `greedy`
+    greedy = greedy or (lambda states: np.zeros(len(states), np.int64))
     try:
-        pool.reset(seed=config.seed)
+        actor.reset(config.seed)
         for _ in range(10):  # past the resets' no-ops
-            pool.step(rng.integers(0, pool.n_actions, pool.num_envs))
-        rounds, start = 0, time.perf_counter()
+            actor.play_round(greedy, epsilon, rng)
+        rounds, start, cpu_start = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
-            pool.step(rng.integers(0, pool.n_actions, pool.num_envs))
+            actor.play_round(greedy, epsilon, rng)
             rounds += 1
-        return rounds * pool.num_envs / (time.perf_counter() - start)
+        cpu, wall = time.process_time() - cpu_start, time.perf_counter() - start
+        steps = rounds * pool.num_envs
+        return steps / wall, 1e6 * cpu / steps
     finally:
         pool.close()
+
+
+def cpu_work_limit(acting_cpu_us: float, update_cpu_us: float, steps_per_update: int) -> float:
+    """The agent steps/s that the machine's cores can run if the scheme kept every core busy
+    with no overhead: the cores' CPU seconds per second over the CPU time of one agent step,
+    its acting and its share of an update, each measured alone."""
+    return (os.cpu_count() or 1) * 1e6 / (acting_cpu_us + update_cpu_us / steps_per_update)
 
 
 class TrainerAlone:
@@ -313,6 +332,7 @@ class TrainerAlone:
             self._update()
         self._learner.take_train_stats(0)
         self.windows: list[float] = []
+        self.cpu_us_windows: list[float] = []  # the process's CPU time per update
 
     def _update(self) -> None:
         minibatches = self._draws.draw(self._per_call, buffer=0)
@@ -320,13 +340,18 @@ class TrainerAlone:
 
     def measure(self, seconds: float) -> float:
         """Updates/s over one window of about `seconds`; kept in `windows`."""
-        updates, start = 0, time.perf_counter()
+        updates, start, cpu_start = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             self._update()
             updates += self._per_call
         self._learner.take_train_stats(0)  # waits for the device to finish
         self.windows.append(updates / (time.perf_counter() - start))
+        self.cpu_us_windows.append(1e6 * (time.process_time() - cpu_start) / updates)
         return self.windows[-1]
+
+    def greedy_actions(self, states: np.ndarray) -> np.ndarray:
+        """The acting queries, on this trainer's network (its target)."""
+        return self._learner.greedy_actions(states, use_target=True)
 
     @property
     def median(self) -> float:
@@ -372,8 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     fast_results = {}
     for num_envs, config in configs.items():
         measured = measure_loop(args, config, fast=True)
-        measured["emulation_steps_per_second"] = measure_emulation(config,
+        measured["emulation_steps_per_second"], _ = measure_acting(config,
                                                                    args.emulation_seconds)
+        _, measured["acting_cpu_us"] = measure_acting(config, args.emulation_seconds,
+                                                      trainer_alone.greedy_actions)
         fast_results[num_envs] = measured
         note = fast_note(measured)
         rows.append((f"fast, {num_envs} workers", measured["steps_per_second"], note))
@@ -383,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_ups = trainer_alone.median
     limit = 4 * trainer_ups
     rows.insert(0, ("training limit", limit, "4 agent steps per update of the trainer alone"))
+    update_cpu_us = float(np.median(trainer_alone.cpu_us_windows))
+    for num_envs, measured in fast_results.items():
+        measured["cpu_work_limit"] = cpu_work_limit(measured["acting_cpu_us"], update_cpu_us,
+                                                    first.train_freq)
     shown = ", ".join(f"{ups:.1f}" for ups in trainer_alone.windows)
     print(f"trainer alone: {trainer_ups:.1f} updates/s (median of "
           f"{counted(len(trainer_alone.windows), 'window')}: {shown}; spread "
@@ -394,9 +425,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "training_limit_steps_per_second": limit})
     best_workers = max(fast_results, key=lambda w: fast_results[w]["steps_per_second"])
     best = fast_results[best_workers]
+    rows.insert(1, ("CPU-work limit", best["cpu_work_limit"],
+                    f"{os.cpu_count() or 1} cores / CPU per agent step, each part alone: "
+                    f"acting {best['acting_cpu_us']:.0f} us (W={best_workers}) + update "
+                    f"{update_cpu_us:.0f} us / {first.train_freq}"))
     result.update({
         "workers": best_workers, "fast_steps_per_second": best["steps_per_second"],
         "fast_over_limit": best["steps_per_second"] / limit,
+        "trainer_alone_update_cpu_us": update_cpu_us,
+        "cpu_work_limit_steps_per_second": best["cpu_work_limit"],
+        "fast_over_cpu_work_limit": best["steps_per_second"] / best["cpu_work_limit"],
         "fast_by_workers": by_workers(fast_results, "steps_per_second"),
         "updates_per_call": first.updates_per_call, "xla": first.xla,
         "replay_device": first.replay_device,
@@ -405,7 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "emulation_steps_per_second_by_workers": by_workers(fast_results,
                                                             "emulation_steps_per_second"),
     })
-    for key in ("update_ms", "update_cpu_us", "round_cpu_us", "round_wall_us", "cpu_busy"):
+    for key in ("update_ms", "update_cpu_us", "round_cpu_us", "round_wall_us", "cpu_busy",
+                "acting_cpu_us"):
         result[key] = best[key]
         result[f"{key}_by_workers"] = by_workers(fast_results, key)
     if serial:

@@ -58,3 +58,36 @@ def test_a_log_without_a_result_is_an_error(tmp_path):
 def test_bad_arguments_exit_2(argv):
     result = ab_table(*argv)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+# A stand-in for the interpreter: it imports everything, its "benchmark" reports 100 fast
+# steps/s, or 200 when given --precision=bfloat16, and it runs the table's script for real.
+FAKE_PYTHON = """#!/usr/bin/env bash
+[[ $1 == -c ]] && exit 0
+[[ $1 == *ab_table.py ]] && exec {python} "$@"
+fast=100
+for arg in "$@"; do [[ $arg == --precision=bfloat16 ]] && fast=200; done
+echo "{{\\"fast_steps_per_second\\": $fast, \\"args\\": \\"$*\\"}}"
+"""
+
+
+def test_head_flags_go_to_the_head_runs_alone(tmp_path):
+    """An A/B of one flag on one commit (issue 45: float32 against bfloat16)."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "ab"
+    done = subprocess.run(
+        ["bash", str(REPO / "tools" / "ab_benchmark.sh"), "--pairs", "2", "--python", str(fake),
+         "--out", str(out), "--head-flags=--precision=bfloat16 --xla=off", "HEAD", "HEAD",
+         "--", "--game=pong"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    for pair in (1, 2):
+        base_args = json.loads((out / f"base-{pair}.log").read_text())["args"]
+        head_args = json.loads((out / f"head-{pair}.log").read_text())["args"]
+        assert base_args == "-m fast_dqn.benchmark --game=pong"
+        assert head_args == "-m fast_dqn.benchmark --game=pong --precision=bfloat16 --xla=off"
+    fast_row = next(line for line in done.stdout.splitlines()
+                    if line.startswith("fast steps/s"))
+    assert fast_row.split()[-1] == "2.000"
+    assert "head flags --precision=bfloat16 --xla=off" in done.stdout

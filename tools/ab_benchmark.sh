@@ -17,11 +17,14 @@ Runs python -m fast_dqn.benchmark of commit BASE and of commit HEAD (default: HE
 alternately, BASE first, each from its own detached worktree, then prints the medians of
 each figure over the pairs, their spread and HEAD / BASE (tools/ab_table.py OUT prints it
 again). Nothing else should run meanwhile (docs/throughput.md, "A/B of two commits").
+An A/B of one flag on one commit: --head-flags=FLAG HEAD HEAD.
 
 Options:
   --pairs N       benchmark runs of each commit (default: 3)
   --simulated     the GPU regime: the network work replaced by waits (docs/throughput.md)
   --out DIR       where the worktrees and logs go (default: a new directory under /tmp)
+  --head-flags F  benchmark flags added to HEAD's runs only, split at spaces
+                  (e.g. --head-flags=--precision=bfloat16)
   --python PY     Python interpreter with the project's requirements (default: python)
   -h, --help      show this help
 
@@ -32,7 +35,7 @@ EOF
 }
 
 PAIRS=3 OUT='' PY=python
-POSITIONAL=() BENCH_FLAGS=("${CPU_FLAGS[@]}")
+POSITIONAL=() BENCH_FLAGS=("${CPU_FLAGS[@]}") HEAD_FLAGS=()
 
 split_equals "$@"
 set -- "${SPLIT_ARGS[@]}"
@@ -42,6 +45,7 @@ while (($#)); do
     --simulated) BENCH_FLAGS=("${SIMULATED_FLAGS[@]}"); shift ;;
     --out) need_value "$1" $#; OUT=$2; shift 2 ;;
     --python) need_value "$1" $#; PY=$2; shift 2 ;;
+    --head-flags) need_value "$1" $#; read -ra HEAD_FLAGS <<<"$2"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     --) shift; BENCH_FLAGS=("$@"); break ;;
     -*) die_usage "unknown option '$1'" ;;
@@ -76,18 +80,19 @@ trap remove_trees EXIT
 for sha in "${SHA[@]}"; do # a detached worktree of each commit (reused if there already)
   [[ -d $TREES/$sha ]] || git -C "$REPO_ROOT" worktree add --detach --quiet "$TREES/$sha" "$sha"
 done
-printf 'base %s\nhead %s\nflags %s\n' "${SHA[base]}" "${SHA[head]}" "${BENCH_FLAGS[*]}" \
-  >"$OUT/ab.txt"
-note "base ${REF[base]} (${SHA[base]:0:7}), head ${REF[head]} (${SHA[head]:0:7}), $PAIRS pairs;" \
-  "logs in $OUT"
+printf 'base %s\nhead %s\nflags %s\nhead flags %s\n' "${SHA[base]}" "${SHA[head]}" \
+  "${BENCH_FLAGS[*]}" "${HEAD_FLAGS[*]}" >"$OUT/ab.txt"
+note "base ${REF[base]} (${SHA[base]:0:7}), head ${REF[head]} (${SHA[head]:0:7})" \
+  "${HEAD_FLAGS[*]}, $PAIRS pairs; logs in $OUT"
 
 for ((pair = 1; pair <= PAIRS; pair++)); do
   for side in base head; do
-    sha=${SHA[$side]}
+    sha=${SHA[$side]} flags=("${BENCH_FLAGS[@]}")
+    [[ $side == head ]] && flags+=("${HEAD_FLAGS[@]}")
     log="$OUT/$side-$pair.log"
     note "pair $pair/$PAIRS: $side (${sha:0:7})"
     if ! (cd "$TREES/$sha" && CUDA_VISIBLE_DEVICES=-1 "$PY" -m fast_dqn.benchmark \
-      "${BENCH_FLAGS[@]}") >"$log" 2>&1; then
+      "${flags[@]}") >"$log" 2>&1; then
       die "the benchmark of $side (${sha:0:7}) failed; see $log"
     fi
   done
