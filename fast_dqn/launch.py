@@ -34,7 +34,7 @@ from fast_dqn.config import (ALGO_DQN, ALGO_FAST_DQN, VARIANTS, Config, flag_nam
                              validate)
 from fast_dqn.loop_interfaces import LoopParts
 from fast_dqn.progress import Progress
-from fast_dqn.tensorflow_start import configure_device, select_device
+from fast_dqn.tensorflow_start import configure_device, cpu_bfloat16_note, select_device
 from fast_dqn.replay_memory import make_replay_memory
 from fast_dqn.resume import (checkpoint_finished, checkpoint_step, restore_loop, resume_command,
                              resumed_config, verified_checkpoint)
@@ -194,6 +194,8 @@ def build_loop(config: Config, algo: str, run_log: RunLogs,
     frames, replay_line = make_frame_store(config.replay_device, config.replay_capacity)
     device = f"{device}; {replay_line}; XLA {config.xla}"
     say(device)
+    if on_cpu and config.precision == "bfloat16" and (note := cpu_bfloat16_note()):
+        say(note)
     if algo == ALGO_FAST_DQN:
         if config.workers >= MANY_ENVS:
             say(f"making {config.workers} environments of {config.game} (this takes a "

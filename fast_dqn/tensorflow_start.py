@@ -108,6 +108,27 @@ def configure_device(deterministic_cpu: bool = True, activity: str = "training")
     return f"{activity} on CPU ({os.cpu_count()} cores; no GPU visible to TensorFlow)"
 
 
+# The x86 instruction sets that compute bfloat16 products in hardware, as /proc/cpuinfo's
+# flags name them: Intel's AMX tiles and AVX-512 BF16 (on Intel and AMD CPUs).
+CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_bfloat16_note(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """One line for a `--precision=bfloat16` run on a CPU that has none of
+    CPU_BFLOAT16_FLAGS, where the bfloat16 products are emulated; None where it has one or
+    the flags cannot be read (not Linux)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return None
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), None)
+    if flags is None or set(CPU_BFLOAT16_FLAGS) & set(flags):
+        return None
+    return ("note: this CPU has no bfloat16 units (neither AMX nor AVX-512 BF16): "
+            "--precision=bfloat16 is emulated in float32 here, and may be slower than float32")
+
+
 def _hide_gpus() -> None:
     tf = sys.modules.get("tensorflow")
     if tf is None:

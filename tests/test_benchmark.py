@@ -43,13 +43,23 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
     assert result["fast_over_serial"] == pytest.approx(
         result["fast_steps_per_second"] / result["serial_steps_per_second"])
     assert "x serial" in out and "fast, 4 workers" in out
-    # the limit is the median of the trainer-alone windows, and their spread is printed
+    # the limit is the fastest trainer-alone window; 2 windows before the loops, 1 after
     windows = result["trainer_updates_per_second_windows"]
     assert len(windows) == 3
-    assert result["trainer_updates_per_second"] == pytest.approx(sorted(windows)[1])
-    assert result["trainer_spread"] == pytest.approx((max(windows) - min(windows))
-                                                     / sorted(windows)[1])
-    assert "median of 3 windows" in out
+    assert result["trainer_updates_per_second"] == max(windows)
+    assert result["trainer_drift"] == pytest.approx(abs(max(windows[:2]) - windows[2])
+                                                    / max(windows))
+    assert "the fastest of 3 windows" in out
+    # the CPU-work limit by hand (issue 45): the cores over the CPU time of an agent step,
+    # its acting and a quarter of the least CPU time an update took alone
+    cpu_windows = result["trainer_update_cpu_us_windows"]
+    assert len(cpu_windows) == 3 and result["trainer_alone_update_cpu_us"] == min(cpu_windows)
+    per_step_us = result["acting_cpu_us_by_workers"]["4"] + min(cpu_windows) / 4
+    assert result["cpu_work_limit_steps_per_second"] == pytest.approx(
+        os.cpu_count() * 1e6 / per_step_us)
+    assert result["fast_over_cpu_work_limit"] == pytest.approx(
+        result["fast_steps_per_second"] / result["cpu_work_limit_steps_per_second"])
+    assert "CPU-work limit" in out
     assert result["simulated"] is False
     assert result["xla"] == Config().xla == "on"
     for kind in ("dispatch_per_update", "dispatch_per_query"):
@@ -64,9 +74,10 @@ def test_simulated_gpu_benchmark_reports_the_trainer_busy_fraction(capsys):
     out, err = capsys.readouterr()
     result = last_json_line(out)
     assert_one_unit_per_line(out)
-    # the warning comes exactly when the windows spread by more than 10% (issue 46)
-    warned = "warning: the trainer-alone windows spread by" in err
-    assert warned == (result["trainer_spread"] > 0.10), (result["trainer_spread"], err)
+    # the warning comes exactly when the fastest windows before and after the loops are
+    # more than 5% apart
+    warned = "warning: the trainer alone's fastest windows" in err
+    assert warned == (result["trainer_drift"] > 0.05), (result["trainer_drift"], err)
     assert result["simulated"] is True
     assert result["xla"] == "on"  # as on a real GPU
     assert 0 < result["sim_trainer_busy"] <= 1.0
@@ -115,22 +126,26 @@ def assert_one_unit_per_line(out: str) -> None:
                              r"cores\)\)", line), line
 
 
-@pytest.mark.parametrize("windows, shown", [
-    ([100.0, 100.0, 125.0], "25%"),  # (125 - 100) / 100
-    ([100.0, 105.0, 110.0], None),  # (110 - 100) / 105 = 9.5%
-    ([100.0, 100.0, 110.0], None),  # 10% exactly
+@pytest.mark.parametrize("before, after, shown", [
+    ([100.0, 80.0], [90.0, 70.0], "10%"),  # fastest 100 and 90: 10 / 100
+    ([70.0, 96.0], [100.0], None),  # 4 / 100
+    ([95.0], [100.0, 60.0], None),  # 5% exactly
 ])
-def test_trainer_windows_that_spread_by_more_than_10_percent_are_warned_of(windows, shown,
-                                                                           capsys):
-    """Regression (issue 46): a spread of 30% was printed beside the limit without a word."""
-    benchmark.warn_of_spread((max(windows) - min(windows)) / sorted(windows)[1])
+def test_trainer_windows_whose_fastest_drift_by_more_than_5_percent_are_warned_of(
+        before, after, shown, capsys):
+    """Regression (issue 46): a spread of 30% was printed beside the limit without a word.
+    Issue 45: the limit is the fastest window; what makes it uncertain is a machine slower
+    for all the windows on one side of the loops."""
+    trainer = benchmark.TrainerAlone.__new__(benchmark.TrainerAlone)
+    trainer.windows = before + after
+    benchmark.warn_of_drift(trainer.drift(len(before)))
     out, err = capsys.readouterr()
     assert out == ""
     if shown is None:
         assert err == ""
     else:
-        assert err.startswith(f"warning: the trainer-alone windows spread by {shown}, more "
-                              "than 10%: "), err
+        assert err.startswith("warning: the trainer alone's fastest windows before and after "
+                              f"the loops are {shown} apart, more than 5%: "), err
         assert len(err.splitlines()) == 1
 
 
@@ -142,7 +157,7 @@ def test_updates_per_call_is_a_benchmark_setting(capsys):
 
 
 @pytest.mark.parametrize("argv", [["--workers", "0"], ["--trainer-stub-ms=1"],
-                                  ["--workers", "3"], ["--trainer-windows=0"],
+                                  ["--workers", "3"], ["--trainer-windows=1"],
                                   # W = 16 rounds the random steps up to 32, the serial
                                   # reference's W = 1 does not (a traceback, before)
                                   ["--random-steps=30", "--workers", "16", "--steps=16"]])

@@ -213,3 +213,34 @@ def test_device_gpu_without_a_gpu_is_one_line_and_exit_2(tmp_path, argv, prog):
                                                                  if prog == "play" else "")]
     assert result.stdout == ""
     assert not (tmp_path / "run").exists()
+
+
+# /proc/cpuinfo's lines, shortened: an AMD EPYC host's (AVX-512 BF16, no AMX), a Sapphire
+# Rapids host's (both) and an older host's (AVX-512 without either).
+CPUINFO_FLAGS = {
+    "epyc": "fpu vme sse2 avx2 avx512f avx512bw avx512_bf16 avx512vnni",
+    "sapphire rapids": "fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8",
+    "cascade lake": "fpu sse2 avx2 avx512f avx512bw avx512_vnni",
+}
+
+
+@pytest.mark.parametrize("host, noted", [("epyc", False), ("sapphire rapids", False),
+                                         ("cascade lake", True)])
+def test_a_cpu_without_bfloat16_units_is_named_in_one_line(tmp_path, host, noted):
+    """Issue 45: where the host has neither AMX nor AVX-512 BF16, a --precision=bfloat16 run
+    says so in one line (and runs anyway)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {CPUINFO_FLAGS[host]}\n"
+                       f"\nprocessor\t: 1\nflags\t\t: {CPUINFO_FLAGS[host]}\n")
+    note = tensorflow_start.cpu_bfloat16_note(cpuinfo)
+    if noted:
+        assert note is not None and len(note.splitlines()) == 1
+        assert "AMX" in note and "AVX-512 BF16" in note and "--precision=bfloat16" in note
+    else:
+        assert note is None
+
+
+def test_no_readable_cpuinfo_gives_no_bfloat16_note(tmp_path):
+    assert tensorflow_start.cpu_bfloat16_note(tmp_path / "absent") is None
+    (tmp_path / "no_flags").write_text("processor\t: 0\n")
+    assert tensorflow_start.cpu_bfloat16_note(tmp_path / "no_flags") is None
