@@ -202,8 +202,9 @@ class Config:
                             "bfloat16, a departure from Nature: its convolutions and dense "
                             "layers compute in bfloat16, in the queries and the update; the "
                             "weights, the optimizer's slots, the Q-values it outputs, the TD "
-                            "targets, the loss and the checkpoints stay float32",
-                            LEARNING, choices=PRECISIONS)
+                            "targets, the loss and the checkpoints stay float32; on a CPU "
+                            "with XLA on it measured slower than float32 "
+                            "(docs/throughput.md)", LEARNING, choices=PRECISIONS)
     replay_device: str = _field("auto", "where the replay memory's frames live: device = "
                                 "in a variable on the training device, gathered by the "
                                 "update; host = in NumPy, gathered by the host; auto = the "
