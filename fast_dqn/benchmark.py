@@ -314,9 +314,9 @@ class TrainerAlone:
     """The trainer alone on a memory of random frames: minibatch updates/s, timed in windows.
 
     The windows are spread before and after the loops. Its figures are the fastest window
-    and the least CPU time per update of any window: on a shared host other work slows one
-    window in several by up to 20%, which moves a median of windows by 4% from one process
-    to the next, while the fastest window moved by 2% (docs/throughput.md).
+    and the least CPU time per update of any window: on a shared host other work slows some
+    windows and never speeds one up, so these move less from one process to the next than a
+    median of windows (docs/throughput.md).
     """
 
     def __init__(self, args: argparse.Namespace, config: Config, n_actions: int):
@@ -425,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     limit = 4 * trainer_ups
     rows.insert(0, ("training limit", limit, "4 agent steps per update of the trainer alone"))
     update_cpu_us = trainer_alone.least_cpu_us
-    for num_envs, measured in fast_results.items():
+    for measured in fast_results.values():
         measured["cpu_work_limit"] = cpu_work_limit(measured["acting_cpu_us"], update_cpu_us,
                                                     first.train_freq)
     drift = trainer_alone.drift(windows_before)
