@@ -314,9 +314,9 @@ class TrainerAlone:
     """The trainer alone on a memory of random frames: minibatch updates/s, timed in windows.
 
     The windows are spread before and after the loops. Its figures are the fastest window
-    and the least CPU time per update of any window: on a shared host other work slows some
-    windows and never speeds one up, so these move less from one process to the next than a
-    median of windows (docs/throughput.md).
+    and the least CPU time per update of any window: other work on the host slows some
+    windows and never speeds one up, so these are the trainer's pace when least disturbed,
+    what a limit asks for (docs/throughput.md).
     """
 
     def __init__(self, args: argparse.Namespace, config: Config, n_actions: int):
