@@ -467,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["fast_over_serial"] = best["steps_per_second"] / serial
     if simulated:
         result.update(simulated_figures(args, first, fast_results, best))
-    print_table(rows, serial, limit)
+    print_table(rows, serial, limit, best["cpu_work_limit"])
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0
 
@@ -542,12 +542,16 @@ def simulated_figures(args: argparse.Namespace, config: Config, fast_results: di
     }
 
 
-def print_table(rows: list[tuple[str, float, str]], serial: float | None, limit: float) -> None:
-    print(f"\n{'configuration':<22}{'steps/s':>10}{'x serial':>10}{'x limit':>10}  note")
+def print_table(rows: list[tuple[str, float, str]], serial: float | None, limit: float,
+                cpu_limit: float) -> None:
+    """Each row's steps/s and its ratios to the serial reference, the training limit and
+    the CPU-work limit."""
+    print(f"\n{'configuration':<22}{'steps/s':>10}{'x serial':>10}{'x limit':>10}"
+          f"{'x CPU work':>12}  note")
     for name, steps_per_second, note in rows:
         over_serial = f"{steps_per_second / serial:.2f}" if serial else "-"
         print(f"{name:<22}{steps_per_second:>10.0f}{over_serial:>10}"
-              f"{steps_per_second / limit:>10.2f}  {note}")
+              f"{steps_per_second / limit:>10.2f}{steps_per_second / cpu_limit:>12.2f}  {note}")
 
 
 if __name__ == "__main__":

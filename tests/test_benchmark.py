@@ -62,6 +62,13 @@ def test_real_network_benchmark_reports_the_ratios(capsys):
     assert result["fast_over_cpu_work_limit"] == pytest.approx(
         result["fast_steps_per_second"] / result["cpu_work_limit_steps_per_second"])
     assert "CPU-work limit" in out
+    # the table gives each row's ratio to it beside the ratio to the training limit
+    header = next(line for line in out.splitlines() if line.startswith("configuration"))
+    assert "x limit  x CPU work  note" in header
+    fast_row = next(line for line in out.splitlines()
+                    if line.startswith(f"fast, {result['workers']} workers"))
+    assert float(fast_row.split()[6]) == pytest.approx(result["fast_over_cpu_work_limit"],
+                                                       abs=0.005)
     assert result["simulated"] is False
     assert result["xla"] == Config().xla == "on"
     for kind in ("dispatch_per_update", "dispatch_per_query"):
