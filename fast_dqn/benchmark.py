@@ -277,21 +277,17 @@ def measure_loop(args: argparse.Namespace, config: Config, fast: bool) -> dict:
     return result
 
 
-def measure_acting(config: Config, seconds: float,
-                   greedy: GreedyFn | None = None) -> tuple[float, float]:
-    """Agent steps/s of the W envs and their frame stacks alone, and the process's CPU
-    microseconds per agent step. Without `greedy`, random actions: the most any trainer can
-    reach on this machine, whatever the GPU. With it, acting as the fast scheme acts, one
-    batched query of the W states a round at the final epsilon: the CPU work of acting,
-    without the replay's writes."""
+def measure_acting(config: Config, seconds: float, greedy: GreedyFn) -> tuple[float, float]:
+    """The W envs and their frame stacks alone, in one pool, for `seconds` twice: their agent
+    steps/s with random actions (no query), the most any trainer can reach on this machine,
+    whatever the GPU; then the process's CPU microseconds per agent step acting as the fast
+    scheme acts, one batched query (`greedy`) of the W states a round at the final epsilon:
+    the CPU work of acting, without the replay's writes."""
     pool = make_pool(config, config.workers, config.backend, config.seed)
     actor, rng = Actor(pool), np.random.default_rng(config.seed)
-    epsilon = 1.0 if greedy is None else config.final_epsilon  # 1: no round asks `greedy`
-    greedy = greedy or (lambda states: np.zeros(len(states), np.int64))
-    try:
-        actor.reset(config.seed)
-        for _ in range(10):  # past the resets' no-ops
-            actor.play_round(greedy, epsilon, rng)
+
+    def timed(epsilon: float) -> tuple[float, float]:
+        """Steps/s and CPU microseconds per step of rounds at `epsilon` (1: no query)."""
         rounds, start, cpu_start = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             actor.play_round(greedy, epsilon, rng)
@@ -299,6 +295,14 @@ def measure_acting(config: Config, seconds: float,
         cpu, wall = time.process_time() - cpu_start, time.perf_counter() - start
         steps = rounds * pool.num_envs
         return steps / wall, 1e6 * cpu / steps
+
+    try:
+        actor.reset(config.seed)
+        for _ in range(10):  # past the resets' no-ops
+            actor.play_round(greedy, 1.0, rng)
+        emulation_steps_per_second, _ = timed(1.0)
+        _, acting_cpu_us = timed(config.final_epsilon)
+        return emulation_steps_per_second, acting_cpu_us
     finally:
         pool.close()
 
@@ -411,10 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     fast_results = {}
     for num_envs, config in configs.items():
         measured = measure_loop(args, config, fast=True)
-        measured["emulation_steps_per_second"], _ = measure_acting(config,
-                                                                   args.emulation_seconds)
-        _, measured["acting_cpu_us"] = measure_acting(config, args.emulation_seconds,
-                                                      trainer_alone.greedy_actions)
+        measured["emulation_steps_per_second"], measured["acting_cpu_us"] = measure_acting(
+            config, args.emulation_seconds, trainer_alone.greedy_actions)
         fast_results[num_envs] = measured
         note = fast_note(measured)
         rows.append((f"fast, {num_envs} workers", measured["steps_per_second"], note))
