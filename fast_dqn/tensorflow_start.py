@@ -115,8 +115,8 @@ CPU_BFLOAT16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 def cpu_bfloat16_note(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     """One line for a `--precision=bfloat16` run on a CPU that has none of
-    CPU_BFLOAT16_FLAGS, where the bfloat16 products are emulated; None where it has one or
-    the flags cannot be read (not Linux)."""
+    CPU_BFLOAT16_FLAGS, whose bfloat16 products then run without bfloat16 instructions;
+    None where it has one or the flags cannot be read (not Linux)."""
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
@@ -126,7 +126,8 @@ def cpu_bfloat16_note(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     if flags is None or set(CPU_BFLOAT16_FLAGS) & set(flags):
         return None
     return ("note: this CPU has no bfloat16 units (neither AMX nor AVX-512 BF16): "
-            "--precision=bfloat16 is emulated in float32 here, and may be slower than float32")
+            "--precision=bfloat16 runs without bfloat16 instructions here, and may be slower "
+            "than float32")
 
 
 def _hide_gpus() -> None:
