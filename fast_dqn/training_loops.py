@@ -354,18 +354,21 @@ class TrainingLoop:
 
     # -- the sync-point sequence -----------------------------------------------------------------
 
-    def at_sync_point(self, previous_step: int, sync_target: bool) -> None:
+    def at_sync_point(self, previous_step: int, sync_target: bool, entered: int = 0) -> None:
         """What the schedule asks for once the agent has gone from `previous_step` to the
         current step, in one order for both loops (docs/design.md §2): the target sync, the
-        training scalars after the NaN guard, an evaluation, a checkpoint (after the guard,
-        so a diverged network is never saved). DQN calls it after every step, FastDQN at
-        each epoch's end, after the learner thread is drained and the buffers flushed."""
+        priorities of the `entered` transitions just stored in bulk (FastDQN's flush;
+        `MinibatchDraws.enter`), the training scalars after the NaN guard, an evaluation, a
+        checkpoint (after the guard, so a diverged network is never saved). DQN calls it
+        after every step, FastDQN at each epoch's end, after the learner thread is drained
+        and the buffers flushed."""
         # Training scalars exist once the last step taken was a learning step.
         self._between_sync_points = False  # first: a stop in what follows resumes here
         learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
             self.learner.sync_target()
+            self.draws.enter(entered, self.learner.td_errors)
             if learned:
                 self.log_training()
                 logged = True
@@ -623,8 +626,8 @@ class FastDQN(TrainingLoop):
                 if self.stop_requested() and not self._epoch_done(end):
                     self._cut_epoch_short(end)
                     break  # the target stays frozen until the epoch is done
-                self._flush_buffers()
-                self.at_sync_point(previous_step, sync_target=True)
+                entered = self._flush_buffers()
+                self.at_sync_point(previous_step, sync_target=True, entered=entered)
                 self.update_progress()
             self.update_progress()
         finally:
@@ -668,9 +671,10 @@ class FastDQN(TrainingLoop):
             self.progress.end_phase()
         if counters.updates < due:
             return
+        entered = len(self._unstored.frames)
         self.memory.add_in_order([self._unstored])
         self._unstored = None
-        self.at_sync_point(counters.step - 1, sync_target=True)
+        self.at_sync_point(counters.step - 1, sync_target=True, entered=entered)
 
     def _run_epoch(self, end: int) -> None:
         """Acts until `end` while the epoch's updates run on the memory as it stands."""
@@ -733,11 +737,14 @@ class FastDQN(TrainingLoop):
             self._staging.append(self._acted)
             self._acted = None
 
-    def _flush_buffers(self) -> None:
-        """The epoch's transitions into the memory, sampler by sampler, from the staging area."""
-        self.memory.add_in_order(self._take_buffers())
+    def _flush_buffers(self) -> int:
+        """The epoch's transitions into the memory, sampler by sampler, from the staging area;
+        returns how many were stored."""
+        pieces = self._take_buffers()
+        self.memory.add_in_order(pieces)
         self._staging.clear()
         self._epoch_start = self.counters.step
+        return sum(len(piece.frames) for piece in pieces)
 
     def _take_buffers(self) -> list[Transitions]:
         """The epoch's transitions as the pieces a flush stores, in sampler order (views of
