@@ -335,6 +335,55 @@ def test_an_update_call_returns_each_transitions_td_error_in_order(xla):
                                                   batches[1]), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("double", [False, True])
+@pytest.mark.parametrize("xla", ["on", "off"])
+def test_td_errors_alone_are_the_targets_minus_q_in_numpy_and_train_nothing(xla, double):
+    """`Learner.td_errors` (the fast scheme's new transitions' priorities): row by row the
+    targets minus Q(s, a) worked out in NumPy from the two networks' outputs (with `double`,
+    the target network's value of the online network's choice), and no weight or optimizer
+    slot moves. One update first, so that the online and target networks differ."""
+    network = network_from(Config(xla=xla, double=double), seed=6)
+    network.update(random_batch(40), 1)
+    batch = random_batch(41, size=96)
+    next_target = q_values(network, batch.next_states, use_target=True)
+    if double:
+        chosen = q_values(network, batch.next_states).argmax(axis=1)
+        next_q = next_target[np.arange(96), chosen]
+    else:
+        next_q = next_target.max(axis=1)
+    q_taken = q_values(network, batch.states)[np.arange(96), batch.actions]
+    expected = batch.returns + batch.discounts * next_q - q_taken
+    before = weights(network)
+    np.testing.assert_allclose(network.td_errors(batch), expected, rtol=1e-4, atol=1e-4)
+    for a, b in zip(before, weights(network)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_td_errors_from_slots_are_those_of_the_states_the_slots_name():
+    """From frames on the device, the TD errors are those of the host minibatch whose
+    states are the frames the slots name (a masked frame zero), gathered here by hand."""
+    from fast_dqn.device_frames import DeviceFrames
+    rng = np.random.default_rng(3)
+    stored = rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
+    frames = DeviceFrames(64)
+    frames.write(0, stored)
+    network = network_from(Config(xla="off"), seed=6)
+    network.replay_frames = frames.variable
+    slots = rng.integers(0, 64, (32, 4)).astype(np.int32)
+    mask = (rng.random((32, 4)) < 0.8).astype(np.uint8)
+    mask[:, -1] = 1
+    columns = minibatch_columns(32)
+    columns["actions"] = rng.integers(0, N_ACTIONS, 32).astype(np.int32)
+    columns["returns"] = rng.choice([-1.0, 0.0, 1.0], 32).astype(np.float32)
+    columns["discounts"] = np.full(32, 0.99, np.float32)
+    by_hand = Batch(states=stored[slots] * mask[:, :, None, None],
+                    next_states=stored[(slots + 1) % 64], **columns)
+    from_slots = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
+                           next_mask=np.ones_like(mask), **columns)
+    np.testing.assert_allclose(network.td_errors(from_slots), td_errors(network, by_hand),
+                               rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("variant", [{}, {"double": True, "dueling": True}])
 @pytest.mark.parametrize("xla", ["on", "off"])
 def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(xla, variant):
