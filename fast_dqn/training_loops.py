@@ -644,8 +644,8 @@ class FastDQN(TrainingLoop):
         acted. Once the steps are all taken, the transitions are held apart (and saved so),
         since the updates still owed sample the memory as it stood at the epoch's start; a
         resume makes them first (`finish_epoch_cut_short`)."""
-        if self.counters.step < end:
-            self._flush_buffers()
+        if self.counters.step < end:  # their priorities under the networks as they stand
+            self.draws.enter(self._flush_buffers(), self.learner.td_errors)
             return
         pieces = self._take_buffers()
         self._unstored = concatenate(pieces) if pieces else None
