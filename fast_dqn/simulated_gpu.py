@@ -72,10 +72,13 @@ class SimulatedCalls:
     def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
         """The real gather of the states of the call's minibatches (one or K stacked) from
         the frames on the device, then counted."""
+        return self._count_updates(*self._gather(frames, columns))
+
+    def _gather(self, frames: tf.Tensor, columns: Sequence[tf.Tensor]) -> Batch:
         batch = gathered_batch(frames, SlotBatch(*columns))
         self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
                                           _last_pixel(batch.next_states)))
-        return self._count_updates(*batch)
+        return batch
 
     @staticmethod
     def _no_td_errors(*columns: tf.Tensor) -> tf.Tensor:
@@ -83,10 +86,7 @@ class SimulatedCalls:
         return tf.zeros_like(Batch(*columns).returns)
 
     def _gather_no_td_errors(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
-        batch = gathered_batch(frames, SlotBatch(*columns))
-        self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
-                                          _last_pixel(batch.next_states)))
-        return self._no_td_errors(*batch)
+        return self._no_td_errors(*self._gather(frames, columns))
 
     @staticmethod
     def _no_actions(states: tf.Tensor) -> tf.Tensor:

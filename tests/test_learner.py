@@ -629,6 +629,12 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
     actions = network.greedy_actions(batch.states[:5])
     assert time.perf_counter() - start >= 0.01
     assert actions.tolist() == [0] * 5
+    start = time.perf_counter()
+    errors = network.td_errors(batch)  # prioritized replay's new transitions: no update
+    assert time.perf_counter() - start >= 0.02  # taken as one update's time
+    np.testing.assert_array_equal(errors, np.zeros(64))
+    assert device.updates_on_device == 3
+    assert device.simulated_seconds == pytest.approx(0.06)
     for variable, value in zip(network.online.variables, before):
         np.testing.assert_array_equal(variable.numpy(), value)
 
@@ -693,6 +699,8 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
     masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
     network.update(batch._replace(state_mask=masked), 2)
     assert int(device.calls.last_pixel.numpy()) == 10
+    network.td_errors(batch)  # new transitions' TD errors from slots gather the same way
+    assert int(device.calls.last_pixel.numpy()) == 41
 
 
 # ------------------------------------------- the learning rule against a naive reference
