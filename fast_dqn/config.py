@@ -178,9 +178,7 @@ class Config:
     prioritized: bool = _field(False, "proportional prioritized replay (Schaul et al. 2016, "
                                "as dqn_zoo runs it): priority exponent 0.6, importance-sampling "
                                "exponent 0.4 to 1 over the run; with RMSProp a new run's "
-                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given; "
-                               "the fast trainer's transitions enter with their TD errors "
-                               "(Ape-X), the serial one's with the largest priority",
+                               "--lr is divided by 4 and --rmsprop-epsilon by 16 unless given",
                                REPLAY)
 
     logdir: str = _field("", "run directory: a new or empty one, outside any other run's "

@@ -23,18 +23,16 @@ from fast_dqn.networks import build_nature_cnn, greedy
 from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.replay_memory import Minibatches
 from fast_dqn.transitions import MINIBATCH_COLUMNS, STATE_SHAPE, Batch, SlotBatch
-from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer, td_errors
+from fast_dqn.update_rule import UpdateFunction, dqn_update, make_optimizer
 
 with quiet_tensorflow_start():
     import tensorflow as tf
 
 keras = tf.keras
 SLOT_UPDATES = ("update_slots", "update_many_slots")  # the calls' purposes: 1 or K updates
-TD_ERRORS = ("td_errors", "td_errors_slots")  # the TD errors alone: from the host, from slots
 # Every traced call by purpose: the samplers' query of the target network, the online
-# network's query, the updates from host minibatches and from slots, 1 or K per call, and
-# the TD errors of transitions without an update (prioritized replay's new transitions).
-CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES, *TD_ERRORS)
+# network's query, and the updates from host minibatches and from slots, 1 or K per call.
+CALL_PURPOSES = ("query", "online_query", "update", "update_many", *SLOT_UPDATES)
 # The name under which a checkpoint keeps each optimizer's slots. Both keep two slots per
 # weight, which TensorFlow matches by shape alone: apart, `restore` can refuse the other
 # optimizer's in one line.
@@ -116,7 +114,6 @@ class Learner:
         self.optimizer.build(self.online.trainable_variables)
         self.replay_frames = replay_frames
         self.returns_td_errors = td_errors
-        self.double = double
         self.update_function: UpdateFunction = update_function or functools.partial(
             dqn_update, double=double, loss=loss)
         self._traced_calls = traced_calls or self._own_calls
@@ -163,9 +160,7 @@ class Learner:
         return {"query": self._greedy_fns[True], "online_query": self._greedy_fns[False],
                 "update": self._update_fn, "update_many": self._update_many_fn,
                 SLOT_UPDATES[0]: self._update_slots_fn,
-                SLOT_UPDATES[1]: self._update_many_slots_fn,
-                TD_ERRORS[0]: tf.function(self._td_errors, jit_compile=xla),
-                TD_ERRORS[1]: tf.function(self._td_errors_from_slots, jit_compile=xla)}
+                SLOT_UPDATES[1]: self._update_many_slots_fn}
 
     def sync_target(self) -> None:
         for target_var, online_var in zip(self.target.variables, self.online.variables):
@@ -243,12 +238,6 @@ class Learner:
         return in_order(lambda k: step(frames, *(column[k] for column in stacked)),
                         tf.shape(stacked[0])[0], self.returns_td_errors)
 
-    def _td_errors(self, *columns: tf.Tensor) -> tf.Tensor:
-        return td_errors(self.online, self.target, Batch(*columns), double=self.double)
-
-    def _td_errors_from_slots(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
-        return self._td_errors(*gathered_batch(frames, SlotBatch(*columns)))
-
     # The host's calls.
 
     def update(self, minibatches: Minibatches, count: int) -> tf.Tensor | None:
@@ -266,15 +255,6 @@ class Learner:
             stacked = [column.reshape(count, size, *column.shape[1:]) for column in minibatches]
             outputs = self._call_directly(purposes[1], stacked, variables, any_count=True)
         return outputs[0] if outputs else None
-
-    def td_errors(self, minibatch: Minibatches) -> np.ndarray:
-        """Each transition's TD error under the networks as they stand (`update_rule.td_errors`),
-        without an update: one call for the whole minibatch, of any size (a size is traced,
-        and with XLA compiled, once)."""
-        slots = isinstance(minibatch, SlotBatch)
-        variables = (self.replay_frames,) if slots else ()
-        outputs = self._call_directly(TD_ERRORS[slots], list(minibatch), variables)
-        return outputs[0].numpy()
 
     def take_train_stats(self, updates: int) -> tuple[float, float]:
         """Mean loss per transition and mean Q(s, a) over the `updates` updates made

@@ -126,11 +126,6 @@ class ReplayMemory:
         self.cursor = (self.cursor + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
-    def newest_slots(self, count: int) -> np.ndarray:
-        """The slots of the newest `count` transitions (at most the size), oldest first."""
-        count = min(count, self.size)
-        return (self.cursor - count + np.arange(count)) % self.capacity
-
     def _ages(self, slots: np.ndarray) -> np.ndarray:
         """0 for the newest slot, size - 1 for the oldest."""
         return (self.cursor - 1 - slots) % self.capacity
@@ -421,27 +416,6 @@ class MinibatchDraws:
         (a tensor; reading it waits for them); nothing without priorities."""
         if self.memory.priorities is not None:
             self.memory.priorities.write_back(self._slots[buffer], np.asarray(td_errors))
-
-    def enter(self, count: int, td_errors: Callable[[Minibatches], np.ndarray]) -> None:
-        """The priorities of the newest `count` transitions, stored in bulk at a sync point,
-        from their TD errors (`td_errors` of a minibatch of them, under the networks just
-        synced), as Ape-X's actors compute new transitions' priorities instead of giving
-        them the largest (Horgan et al. 2018); transitions that can never be drawn (a
-        flushed piece's unfinished ones) get 0. The TD errors are taken in calls of one
-        buffer's rows, the last call's padded with repeats, so that every call has one shape.
-        Nothing without priorities. docs/protocol.md says why the fast scheme does this."""
-        priorities = self.memory.priorities
-        if priorities is None or count == 0:
-            return
-        slots = self.memory.newest_slots(count)
-        drawable = self.memory.valid(slots)
-        priorities.set(slots[~drawable], np.zeros(int((~drawable).sum())))
-        slots = slots[drawable]
-        rows = self.batch_size * self.updates_per_call
-        for start in range(0, len(slots), rows):
-            part = slots[start:start + rows]
-            errors = td_errors(self.memory.batch(np.resize(part, rows), self._buffers[0]))
-            priorities.write_back(part, errors[:len(part)])
 
     def undo(self, buffer: int) -> None:
         """Takes back the draws of the minibatches in `buffer`."""

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from fast_dqn.config import Config
 from fast_dqn.direct_calls import DirectCall
-from fast_dqn.learner import SLOT_UPDATES, TD_ERRORS, Learner, gathered_batch, learner_settings
+from fast_dqn.learner import SLOT_UPDATES, Learner, gathered_batch, learner_settings
 from fast_dqn.tensorflow_start import quiet_tensorflow_start
 from fast_dqn.transitions import Batch, SlotBatch
 
@@ -56,9 +56,7 @@ class SimulatedCalls:
                 "update": uncompiled(self._count_updates),
                 "update_many": uncompiled(self._count_updates),
                 SLOT_UPDATES[0]: uncompiled(self._gather_and_count),
-                SLOT_UPDATES[1]: uncompiled(self._gather_and_count),
-                TD_ERRORS[0]: uncompiled(self._no_td_errors),
-                TD_ERRORS[1]: uncompiled(self._gather_no_td_errors)}
+                SLOT_UPDATES[1]: uncompiled(self._gather_and_count)}
 
     def _count_updates(self, *columns: tf.Tensor) -> tf.Tensor:
         """A host minibatch's update, or K stacked (actions (K, B)): counted, its TD errors
@@ -72,21 +70,10 @@ class SimulatedCalls:
     def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
         """The real gather of the states of the call's minibatches (one or K stacked) from
         the frames on the device, then counted."""
-        return self._count_updates(*self._gather(frames, columns))
-
-    def _gather(self, frames: tf.Tensor, columns: Sequence[tf.Tensor]) -> Batch:
         batch = gathered_batch(frames, SlotBatch(*columns))
         self.last_pixel.assign(tf.maximum(_last_pixel(batch.states),
                                           _last_pixel(batch.next_states)))
-        return batch
-
-    @staticmethod
-    def _no_td_errors(*columns: tf.Tensor) -> tf.Tensor:
-        """New transitions' TD errors (prioritized replay): all 0."""
-        return tf.zeros_like(Batch(*columns).returns)
-
-    def _gather_no_td_errors(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
-        return self._no_td_errors(*self._gather(frames, columns))
+        return self._count_updates(*batch)
 
     @staticmethod
     def _no_actions(states: tf.Tensor) -> tf.Tensor:
@@ -116,8 +103,6 @@ class SimulatedDevice:
         outputs = call(*tensors)
         if purpose in ("query", "online_query"):
             busy = self.gpu.query_ms / 1000.0
-        elif purpose in TD_ERRORS:  # forward passes alone: one update's time (not measured)
-            busy = self.gpu.update_ms / 1000.0
         else:
             count = int(tensors[0].shape[0]) if purpose in MANY_UPDATES else 1
             busy = count * self.gpu.update_ms / 1000.0

@@ -354,21 +354,18 @@ class TrainingLoop:
 
     # -- the sync-point sequence -----------------------------------------------------------------
 
-    def at_sync_point(self, previous_step: int, sync_target: bool, entered: int = 0) -> None:
+    def at_sync_point(self, previous_step: int, sync_target: bool) -> None:
         """What the schedule asks for once the agent has gone from `previous_step` to the
         current step, in one order for both loops (docs/design.md §2): the target sync, the
-        priorities of the `entered` transitions just stored in bulk (FastDQN's flush;
-        `MinibatchDraws.enter`), the training scalars after the NaN guard, an evaluation, a
-        checkpoint (after the guard, so a diverged network is never saved). DQN calls it
-        after every step, FastDQN at each epoch's end, after the learner thread is drained
-        and the buffers flushed."""
+        training scalars after the NaN guard, an evaluation, a checkpoint (after the guard,
+        so a diverged network is never saved). DQN calls it after every step, FastDQN at
+        each epoch's end, after the learner thread is drained and the buffers flushed."""
         # Training scalars exist once the last step taken was a learning step.
         self._between_sync_points = False  # first: a stop in what follows resumes here
         learned = learning_started(self.counters.step - 1, self.config)
         logged = False
         if sync_target:
             self.learner.sync_target()
-            self.draws.enter(entered, self.learner.td_errors)
             if learned:
                 self.log_training()
                 logged = True
@@ -626,8 +623,8 @@ class FastDQN(TrainingLoop):
                 if self.stop_requested() and not self._epoch_done(end):
                     self._cut_epoch_short(end)
                     break  # the target stays frozen until the epoch is done
-                entered = self._flush_buffers()
-                self.at_sync_point(previous_step, sync_target=True, entered=entered)
+                self._flush_buffers()
+                self.at_sync_point(previous_step, sync_target=True)
                 self.update_progress()
             self.update_progress()
         finally:
@@ -644,8 +641,8 @@ class FastDQN(TrainingLoop):
         acted. Once the steps are all taken, the transitions are held apart (and saved so),
         since the updates still owed sample the memory as it stood at the epoch's start; a
         resume makes them first (`finish_epoch_cut_short`)."""
-        if self.counters.step < end:  # their priorities under the networks as they stand
-            self.draws.enter(self._flush_buffers(), self.learner.td_errors)
+        if self.counters.step < end:
+            self._flush_buffers()
             return
         pieces = self._take_buffers()
         self._unstored = concatenate(pieces) if pieces else None
@@ -671,10 +668,9 @@ class FastDQN(TrainingLoop):
             self.progress.end_phase()
         if counters.updates < due:
             return
-        entered = len(self._unstored.frames)
         self.memory.add_in_order([self._unstored])
         self._unstored = None
-        self.at_sync_point(counters.step - 1, sync_target=True, entered=entered)
+        self.at_sync_point(counters.step - 1, sync_target=True)
 
     def _run_epoch(self, end: int) -> None:
         """Acts until `end` while the epoch's updates run on the memory as it stands."""
@@ -737,14 +733,11 @@ class FastDQN(TrainingLoop):
             self._staging.append(self._acted)
             self._acted = None
 
-    def _flush_buffers(self) -> int:
-        """The epoch's transitions into the memory, sampler by sampler, from the staging area;
-        returns how many were stored."""
-        pieces = self._take_buffers()
-        self.memory.add_in_order(pieces)
+    def _flush_buffers(self) -> None:
+        """The epoch's transitions into the memory, sampler by sampler, from the staging area."""
+        self.memory.add_in_order(self._take_buffers())
         self._staging.clear()
         self._epoch_start = self.counters.step
-        return sum(len(piece.frames) for piece in pieces)
 
     def _take_buffers(self) -> list[Transitions]:
         """The epoch's transitions as the pieces a flush stores, in sampler order (views of

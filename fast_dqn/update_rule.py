@@ -152,15 +152,6 @@ def td_targets(online: Any, target: Any, batch: Batch, *, double: bool) -> tf.Te
     return batch.returns + batch.discounts * next_q
 
 
-def td_errors(online: Any, target: Any, batch: Batch, *, double: bool = False) -> tf.Tensor:
-    """Each transition's TD error, targets - Q_online(s, a), as `dqn_update` computes it
-    before its gradient step: what prioritized replay turns into a new transition's
-    priority in the fast scheme (fast_dqn/replay_memory.py, `MinibatchDraws.enter`)."""
-    targets = td_targets(online, target, batch, double=double)
-    q = online(batch.states, training=False)
-    return targets - tf.gather(q, batch.actions, axis=1, batch_dims=1)
-
-
 def dqn_update(online: Any, target: Any, optimizer: Any, batch: Batch, *, double: bool = False,
                loss: str = "huber") -> UpdateStats:
     """One minibatch update of `online`: the loss `loss` names (`loss_named`; Nature's summed

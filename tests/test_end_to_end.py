@@ -122,51 +122,6 @@ def test_a_device_that_cannot_compile_finishes_the_run_uncompiled(tmp_path, monk
     assert json.loads((run_dir / "summary.json").read_text())["finished"] is True
 
 
-def test_fast_prioritized_transitions_enter_with_their_own_td_errors(tmp_path, monkeypatch):
-    """The fast scheme stores an epoch's transitions in bulk at its sync point. With
-    --prioritized they take their priorities from their own TD errors under the network
-    just synced, not the largest priority seen, with which each epoch's transitions held
-    most of the sampling mass (issue 43's failing seed; docs/protocol.md). Checked on the
-    last epoch's transitions after the run (no update follows its last sync point) against
-    the TD errors worked out in NumPy from the final networks' outputs; the transitions that
-    can never be drawn (a flush's unfinished ones, their context) have priority 0."""
-    from fast_dqn.replay_memory import PRIORITY_EPSILON, PRIORITY_EXPONENT, MinibatchDraws
-    from fast_dqn.training_loops import FastDQN
-    from tests.fakes import q_values
-    loops, entered = [], []
-    enter, run = MinibatchDraws.enter, FastDQN.run
-
-    def recording_enter(self, count, td_errors):
-        entered.append(count)
-        enter(self, count, td_errors)
-
-    def kept_run(self):
-        loops.append(self)
-        run(self)
-
-    monkeypatch.setattr(MinibatchDraws, "enter", recording_enter)
-    monkeypatch.setattr(FastDQN, "run", kept_run)
-    argv = RUN + ["--workers=4", "--timesteps=1200", "--evaluate=0", "--prioritized=true",
-                  f"--logdir={tmp_path}"]
-    assert main(argv, ALGO_FAST_DQN) == 0
-    (loop,) = loops
-    memory, learner = loop.memory, loop.learner
-    assert len(entered) == 3 and min(entered) >= 400  # three epochs of 400 steps
-    slots = memory.newest_slots(entered[-1])
-    drawable = memory.valid(slots)
-    assert 0 < (~drawable).sum() < 40
-    batch = memory.batch(slots[drawable])
-    next_q = q_values(learner, batch.next_states, use_target=True).max(axis=1)
-    q_taken = q_values(learner, batch.states)[np.arange(len(batch.actions)), batch.actions]
-    errors = batch.returns + batch.discounts * next_q - q_taken
-    leaves = memory.priorities.leaves
-    entered_priorities = leaves[slots[drawable]] ** (1 / PRIORITY_EXPONENT)  # |TD error| + eps
-    np.testing.assert_allclose(entered_priorities, np.abs(errors) + PRIORITY_EPSILON,
-                               rtol=1e-4, atol=1e-5)
-    np.testing.assert_array_equal(leaves[slots[~drawable]], 0.0)
-    assert leaves[slots[drawable]].max() < memory.priorities.max_seen ** PRIORITY_EXPONENT
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("pieces", [[], ["--n-step=3", "--prioritized=true"]],
                          ids=["nature", "n-step-prioritized"])

@@ -335,55 +335,6 @@ def test_an_update_call_returns_each_transitions_td_error_in_order(xla):
                                                   batches[1]), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("double", [False, True])
-@pytest.mark.parametrize("xla", ["on", "off"])
-def test_td_errors_alone_are_the_targets_minus_q_in_numpy_and_train_nothing(xla, double):
-    """`Learner.td_errors` (the fast scheme's new transitions' priorities): row by row the
-    targets minus Q(s, a) worked out in NumPy from the two networks' outputs (with `double`,
-    the target network's value of the online network's choice), and no weight or optimizer
-    slot moves. One update first, so that the online and target networks differ."""
-    network = network_from(Config(xla=xla, double=double), seed=6)
-    network.update(random_batch(40), 1)
-    batch = random_batch(41, size=96)
-    next_target = q_values(network, batch.next_states, use_target=True)
-    if double:
-        chosen = q_values(network, batch.next_states).argmax(axis=1)
-        next_q = next_target[np.arange(96), chosen]
-    else:
-        next_q = next_target.max(axis=1)
-    q_taken = q_values(network, batch.states)[np.arange(96), batch.actions]
-    expected = batch.returns + batch.discounts * next_q - q_taken
-    before = weights(network)
-    np.testing.assert_allclose(network.td_errors(batch), expected, rtol=1e-4, atol=1e-4)
-    for a, b in zip(before, weights(network)):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_td_errors_from_slots_are_those_of_the_states_the_slots_name():
-    """From frames on the device, the TD errors are those of the host minibatch whose
-    states are the frames the slots name (a masked frame zero), gathered here by hand."""
-    from fast_dqn.device_frames import DeviceFrames
-    rng = np.random.default_rng(3)
-    stored = rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
-    frames = DeviceFrames(64)
-    frames.write(0, stored)
-    network = network_from(Config(xla="off"), seed=6)
-    network.replay_frames = frames.variable
-    slots = rng.integers(0, 64, (32, 4)).astype(np.int32)
-    mask = (rng.random((32, 4)) < 0.8).astype(np.uint8)
-    mask[:, -1] = 1
-    columns = minibatch_columns(32)
-    columns["actions"] = rng.integers(0, N_ACTIONS, 32).astype(np.int32)
-    columns["returns"] = rng.choice([-1.0, 0.0, 1.0], 32).astype(np.float32)
-    columns["discounts"] = np.full(32, 0.99, np.float32)
-    by_hand = Batch(states=stored[slots] * mask[:, :, None, None],
-                    next_states=stored[(slots + 1) % 64], **columns)
-    from_slots = SlotBatch(state_slots=slots, state_mask=mask, next_slots=(slots + 1) % 64,
-                           next_mask=np.ones_like(mask), **columns)
-    np.testing.assert_allclose(network.td_errors(from_slots), td_errors(network, by_hand),
-                               rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("variant", [{}, {"double": True, "dueling": True}])
 @pytest.mark.parametrize("xla", ["on", "off"])
 def test_k_updates_in_one_call_equal_k_single_calls_bit_for_bit(xla, variant):
@@ -629,12 +580,6 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
     actions = network.greedy_actions(batch.states[:5])
     assert time.perf_counter() - start >= 0.01
     assert actions.tolist() == [0] * 5
-    start = time.perf_counter()
-    errors = network.td_errors(batch)  # prioritized replay's new transitions: no update
-    assert time.perf_counter() - start >= 0.02  # taken as one update's time
-    np.testing.assert_array_equal(errors, np.zeros(64))
-    assert device.updates_on_device == 3
-    assert device.simulated_seconds == pytest.approx(0.06)
     for variable, value in zip(network.online.variables, before):
         np.testing.assert_array_equal(variable.numpy(), value)
 
@@ -699,8 +644,6 @@ def test_a_simulated_slot_update_gathers_the_states_it_is_given(xla):
     masked[-1, -1] = 0  # now a padded frame: zero, so the next state's 10 is kept
     network.update(batch._replace(state_mask=masked), 2)
     assert int(device.calls.last_pixel.numpy()) == 10
-    network.td_errors(batch)  # new transitions' TD errors from slots gather the same way
-    assert int(device.calls.last_pixel.numpy()) == 41
 
 
 # ------------------------------------------- the learning rule against a naive reference

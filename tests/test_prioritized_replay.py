@@ -128,43 +128,6 @@ def test_new_transitions_enter_with_the_largest_priority_seen():
     np.testing.assert_allclose(memory.priorities.leaves[3:10], 1.0)  # the first ones: 1
 
 
-def test_a_bulk_entry_takes_its_priorities_from_its_own_td_errors():
-    """`MinibatchDraws.enter` (the fast scheme's sync point): each drawable transition of the
-    newest `count` gets |its TD error| + epsilon, to the power alpha, from the minibatches
-    handed to `td_errors` (here the TD error of slot i is 100 - i, read from its newest
-    frame); the ones that can never be drawn get 0; older ones keep theirs. Every minibatch
-    has one buffer's rows (32 x 2 here), the last padded, so there are several calls."""
-    memory = long_episode_memory(512, 300)  # an episode still running
-    memory.priorities.write_back(np.arange(200), np.full(200, 0.5))
-    before = memory.priorities.leaves[:200].copy()
-    sampleable = np.ones(150, bool)
-    sampleable[[10, 70]] = False  # context rows of a flush, never drawn
-    ends = np.zeros(150, bool)
-    ends[-1] = True  # a flushed piece's unfinished last transition: an end, not drawn
-    sampleable[-1] = False
-    frames = (np.arange(300, 450) % 256).astype(np.uint8)[:, None, None] * np.ones((1, 84, 84),
-                                                                                  np.uint8)
-    new = acted_transitions(frames, np.zeros(150, np.uint8), np.zeros(150, np.float32),
-                            np.zeros(150, bool), ends)
-    memory.add_many(new._replace(sampleable=sampleable))
-    draws = MinibatchDraws(memory, batch_size=32, updates_per_call=2)
-    sizes = []
-
-    def td_errors(minibatch):
-        sizes.append(len(minibatch.actions))
-        return 100.0 - minibatch.states[:, -1, 0, 0].astype(np.float64)
-
-    draws.enter(151, td_errors)  # the 150 new, and slot 299, drawable now that 300 is stored
-    slots = np.arange(299, 450)
-    drawable = memory.valid(slots)
-    assert drawable.sum() == 151 - 3  # the two context rows and the new last one are not
-    expected = np.where(drawable, (np.abs(100.0 - slots % 256) + PRIORITY_EPSILON) ** ALPHA, 0)
-    np.testing.assert_allclose(memory.priorities.leaves[299:450], expected)
-    np.testing.assert_array_equal(memory.priorities.leaves[:200], before)
-    assert sizes == [64, 64, 64]
-    assert memory.priorities.total == pytest.approx(memory.priorities.leaves.sum())
-
-
 @pytest.mark.parametrize("beta", [0.4, 0.7, 1.0])
 def test_importance_weights_are_the_papers_normalized_by_the_largest(beta):
     """w_i = (N P(i))^-beta / max_j w_j (Schaul et al. 2016, Algorithm 1), P(i) = p_i^alpha /
