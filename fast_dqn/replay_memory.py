@@ -92,7 +92,10 @@ class ReplayMemory:
     def add_in_order(self, pieces: Sequence[Transitions]) -> None:
         """Stores the pieces one after another, as `add_many` of their concatenation would,
         one frame write per piece: joining them first would make a fresh host array of the
-        epoch's frames at every sync point (docs/throughput.md)."""
+        epoch's frames at every sync point (docs/throughput.md). With priorities, each
+        transition enters with the largest seen (Schaul et al. 2016), but those marked not
+        to be sampled (a flushed piece's unfinished ones and context, which stay so) with 0:
+        at the largest they would be drawn and rejected for good."""
         count = sum(len(piece.frames) for piece in pieces)
         if count == 0:
             return
@@ -104,9 +107,10 @@ class ReplayMemory:
             self._write_columns(start, piece)
             self.frames.write(start, piece.frames)
             start = (start + len(piece.frames)) % self.capacity
-        if self.priorities is not None:
+        if self.priorities is not None:  # the largest seen; 0 for a row never to be drawn
             slots = (self.cursor + np.arange(count)) % self.capacity
-            self.priorities.set(slots, np.full(count, self.priorities.max_seen))
+            self.priorities.set(slots, np.where(self.columns.sampleable[slots],
+                                                self.priorities.max_seen, 0.0))
         self._advance(count)
 
     def _write_columns(self, start: int, transitions: Transitions) -> None:

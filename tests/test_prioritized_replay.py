@@ -128,6 +128,27 @@ def test_new_transitions_enter_with_the_largest_priority_seen():
     np.testing.assert_allclose(memory.priorities.leaves[3:10], 1.0)  # the first ones: 1
 
 
+def test_transitions_never_to_be_drawn_enter_with_priority_0():
+    """A fast flush's pieces hold rows marked not to be sampled (an unfinished episode's
+    last transitions and the context copied before the next piece), which stay so. At the
+    largest priority they held 7% of the sampling mass by the end of a learning check,
+    every draw of them rejected and drawn again; at 0 they are never drawn, and the draws
+    among the others keep their proportions (`test_draws_follow_the_priorities_to_the_power_alpha`)."""
+    memory = long_episode_memory(64, 10)
+    memory.priorities.write_back(np.array([2]), np.array([-4.0]))
+    piece = acted_transitions(np.ones((6, 84, 84), np.uint8), np.zeros(6, np.uint8),
+                              np.zeros(6, np.float32), np.zeros(6, bool), np.zeros(6, bool))
+    piece.sampleable[[0, 1, 5]] = False  # context, context, the unfinished last one
+    piece.episode_ends[5] = True
+    memory.add_in_order([piece])
+    np.testing.assert_allclose(memory.priorities.leaves[10:16],
+                               np.array([0, 0, 1, 1, 1, 0]) * (4.0 + PRIORITY_EPSILON) ** ALPHA)
+    tree = memory.priorities
+    assert tree.total == pytest.approx(tree.leaves.sum())
+    found = tree.find(np.random.default_rng(0).random(2000) * tree.total)  # before rejection
+    assert not np.isin(found, [10, 11, 15]).any()
+
+
 @pytest.mark.parametrize("beta", [0.4, 0.7, 1.0])
 def test_importance_weights_are_the_papers_normalized_by_the_largest(beta):
     """w_i = (N P(i))^-beta / max_j w_j (Schaul et al. 2016, Algorithm 1), P(i) = p_i^alpha /
