@@ -248,13 +248,16 @@ class ReplayMemory:
 
     def close_open_episode(self) -> None:
         """Ends the newest episode where it stands, unsampled (a resumed run starts fresh
-        episodes, which must not reach back into it)."""
+        episodes, which must not reach back into it); with priorities, at priority 0, as
+        `add_in_order` gives rows never to be drawn."""
         if self.size == 0:
             return
         newest = (self.cursor - 1) % self.capacity
         if not self.columns.episode_ends[newest]:
             self.columns.episode_ends[newest] = True
             self.columns.sampleable[newest] = False
+            if self.priorities is not None:
+                self.priorities.set(np.array([newest]), np.zeros(1))
 
     def state_dict(self) -> dict[str, Any]:
         """Arrays that restore this memory exactly (no pickles), the frames as their store

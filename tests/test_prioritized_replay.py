@@ -149,6 +149,26 @@ def test_transitions_never_to_be_drawn_enter_with_priority_0():
     assert not np.isin(found, [10, 11, 15]).any()
 
 
+def test_an_episode_closed_on_resume_leaves_its_last_row_at_priority_0():
+    """A resumed serial run closes the saved open episode: its newest row, stored at the
+    largest priority, can never be drawn now. At that priority it was drawn and rejected for
+    the rest of the run; at 0 the tree never finds it and the other leaves keep theirs."""
+    memory = long_episode_memory(64, 10)
+    memory.priorities.write_back(np.array([2]), np.array([-4.0]))
+    memory.add_many(acted_transitions(np.ones((1, 84, 84), np.uint8), np.zeros(1, np.uint8),
+                                      np.zeros(1, np.float32), np.zeros(1, bool),
+                                      np.zeros(1, bool)))
+    before = memory.priorities.leaves[:11].copy()
+    assert before[10] == pytest.approx((4.0 + PRIORITY_EPSILON) ** ALPHA)  # the largest seen
+    memory.close_open_episode()
+    np.testing.assert_array_equal(memory.priorities.leaves[:10], before[:10])
+    assert memory.priorities.leaves[10] == 0
+    tree = memory.priorities
+    assert tree.total == pytest.approx(before[:10].sum())
+    found = tree.find(np.random.default_rng(0).random(2000) * tree.total)
+    assert not (found == 10).any()
+
+
 @pytest.mark.parametrize("beta", [0.4, 0.7, 1.0])
 def test_importance_weights_are_the_papers_normalized_by_the_largest(beta):
     """w_i = (N P(i))^-beta / max_j w_j (Schaul et al. 2016, Algorithm 1), P(i) = p_i^alpha /
