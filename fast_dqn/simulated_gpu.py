@@ -60,12 +60,14 @@ class SimulatedCalls:
 
     def _count_updates(self, *columns: tf.Tensor) -> tf.Tensor:
         """A host minibatch's update, or K stacked (actions (K, B)): counted, its TD errors
-        all 0."""
+        all 1, so that `--prioritized`'s priorities stay at the largest seen (1 at first) and
+        the draws are rejected as often as a real memory's: at 0, every drawn row would fall
+        to the epsilon and the rows never valid would hold nearly all the mass."""
         actions = Batch(*columns).actions
         stacked = len(actions.shape) == 2
         count = tf.shape(actions, out_type=tf.int64)[0] if stacked else tf.constant(1, tf.int64)
         self.updates_on_device.assign_add(count)
-        return tf.zeros_like(tf.reshape(actions, [-1]), dtype=tf.float32)
+        return tf.ones_like(tf.reshape(actions, [-1]), dtype=tf.float32)
 
     def _gather_and_count(self, frames: tf.Tensor, *columns: tf.Tensor) -> tf.Tensor:
         """The real gather of the states of the call's minibatches (one or K stacked) from

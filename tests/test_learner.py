@@ -584,6 +584,34 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
         np.testing.assert_array_equal(variable.numpy(), value)
 
 
+def test_the_simulated_gpus_priorities_leave_the_draws_as_a_real_memorys():
+    """With `--prioritized`, the stand-in's TD errors must not skew the draws: every drawn
+    transition falling to the epsilon (TD errors of 0) left the rows never valid (a capped
+    episode's end, the newest, the oldest) at the largest priority, 98% of the benchmark's
+    trainer-alone memory's mass after 1,000 updates, every draw of them rejected (here the
+    draws gave up). After 3,200 draws from 256 rows their share of the mass is still about
+    their share of the rows."""
+    from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory
+    from fast_dqn.transitions import Transitions
+    rng = np.random.default_rng(0)
+    memory = ReplayMemory(256, rng, prioritized=True)
+    ends = np.zeros(256, bool)
+    ends[5::32] = True  # capped: no terminal, never valid
+    memory.add_many(Transitions(frames=rng.integers(0, 256, (256, 84, 84), dtype=np.uint8),
+                                actions=rng.integers(0, N_ACTIONS, 256),
+                                rewards=np.zeros(256, np.float32), terminals=np.zeros(256, bool),
+                                episode_ends=ends, sampleable=np.ones(256, bool)))
+    never = ~memory.valid(np.arange(256))
+    assert never.sum() == 8 + 1 + 3  # the capped ends, the newest, the oldest HISTORY - 1
+    device = SimulatedDevice(SimulatedGpu(update_ms=0.0, query_ms=0.0))
+    learner = make_simulated_learner(Config(xla="off"), N_ACTIONS, device)
+    draws = MinibatchDraws(memory, 32, 4)
+    for _ in range(25):  # 3,200 draws of 256 rows
+        draws.write_back(0, learner.update(draws.draw(4, buffer=0), 4))
+    leaves = memory.priorities.leaves
+    assert leaves[never].sum() / leaves.sum() < 2 * never.mean()
+
+
 @pytest.mark.parametrize("device_work_ms, expected_sleep_ms", [(7.0, 33.0), (55.0, 0.0)])
 def test_a_simulated_slot_update_lasts_the_gpu_time_counted_from_its_dispatch(
         monkeypatch, device_work_ms, expected_sleep_ms):
