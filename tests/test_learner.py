@@ -587,10 +587,9 @@ def test_the_simulated_gpu_counts_updates_and_waits_but_leaves_the_weights_alone
 def test_the_simulated_gpus_priorities_leave_the_draws_as_a_real_memorys():
     """With `--prioritized`, the stand-in's TD errors must not skew the draws: every drawn
     transition falling to the epsilon (TD errors of 0) left the rows never valid (a capped
-    episode's end, the newest, the oldest) at the largest priority, 98% of the benchmark's
-    trainer-alone memory's mass after 1,000 updates, every draw of them rejected (here the
-    draws gave up). After 3,200 draws from 256 rows their share of the mass is still about
-    their share of the rows."""
+    episode's end, the newest, the oldest) at the largest priority with nearly all the mass,
+    every draw of them rejected (here the draws gave up; docs/throughput.md). After 3,200
+    draws from 256 rows their share of the mass is still about their share of the rows."""
     from fast_dqn.replay_memory import MinibatchDraws, ReplayMemory
     from fast_dqn.transitions import Transitions
     rng = np.random.default_rng(0)
