@@ -46,7 +46,8 @@ An existing finished run in OUT is checked again without training.
 Options:
   --trainer T       fast (run_fast_dqn.py --workers=8) or serial (run_dqn.py); default: fast
   --game G          game (default: $GAME; the threshold is for it)
-  --steps T         agent steps (default: $STEPS)
+  --steps T         agent steps (default: $STEPS; with --prioritized, whose preset
+                    takes a quarter of Nature's step, docs/learning-check.md used 300000)
   --evaluate E      evaluation period in agent steps (default: $EVALUATE)
   --seed S          seed (default: 0); give it again for more runs (--seed 0 --seed 1)
   --threshold X     score the best evaluation after the decay must reach
